@@ -1,0 +1,123 @@
+"""A segment's `.log` (Kafka's FileRecords, read side): batch headers scanned with `pread`.
+
+The log is never mapped: the broker truncates it (follower truncation, recovery) and a
+mapped read past the new end would be a SIGBUS. Scans read 16 KiB chunks and walk the
+batch headers in them, so finding a batch from an index entry (at most
+`index.interval.bytes` away) is usually one system call.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Iterator, NamedTuple
+
+from .batch import (HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, MAGIC_OFFSET, RECORD_OVERHEAD_V0, V2_HEADER_SIZE,
+                    BatchHeader, last_offset_at, max_timestamp_at, parse_header)
+from .errors import CorruptRecordError
+from .fileio import FileHandle, LazyHandle
+
+CHUNK = 16 * 1024
+_SIZE = struct.Struct(">i")
+
+
+class LogOffsetPosition(NamedTuple):
+    """FileRecords.LogOffsetPosition: a batch's last offset, position and size."""
+
+    offset: int
+    position: int
+    size: int
+
+
+class FileRecords:
+    """Read-only access to one `.log` file."""
+
+    def __init__(self, path: str, cache=None):
+        self.path = path
+        self._file = LazyHandle(path, cache)
+
+    def handle(self) -> FileHandle:
+        return self._file.get()
+
+    def close(self) -> None:
+        self._file.close()
+
+    def size(self) -> int:
+        """Current size of the file in bytes (an fstat: the broker may be appending)."""
+        return self._file.get().size()
+
+    def read(self, position: int, size: int) -> bytes:
+        """Bytes [position, position + size), fewer at end of file."""
+        return self._file.get().pread(size, position)
+
+    def frames(self, start: int, end: int | None = None, *, strict: bool = False,
+               need: int = V2_HEADER_SIZE) -> Iterator[tuple[bytes, int, int, int]]:
+        """Walk the batches in [start, end): yields (buffer, offset in buffer, file position, size).
+
+        At least `need` header bytes of each batch are in the buffer (fewer only when the
+        file itself ends sooner). Stops, like FileLogInputStream, at a batch that runs past
+        `end`; with `strict` that is reported as a cut-off batch instead, which is right for
+        a rolled segment and wrong for the active one, whose last batch may be mid-append.
+        """
+        h = self._file.get()
+        if end is None:
+            end = h.size()
+        pos = start
+        buf = b""
+        buf_start = start
+        while True:
+            if pos >= end - HEADER_SIZE_UP_TO_MAGIC:
+                if strict and pos < end:
+                    raise CorruptRecordError(self.path, pos, f"{end - pos} trailing bytes are too few for a batch header")
+                return
+            off = pos - buf_start
+            if off < 0 or off + need > len(buf):
+                buf = h.pread(min(max(CHUNK, need), end - pos), pos)
+                buf_start, off = pos, 0
+                if len(buf) < LOG_OVERHEAD + 1:
+                    if strict:
+                        raise CorruptRecordError(self.path, pos, "log file ended before the batch it was sized to hold")
+                    return
+            size = _SIZE.unpack_from(buf, off + 8)[0]
+            if size < RECORD_OVERHEAD_V0:
+                raise CorruptRecordError(self.path, pos,
+                                         f"batch size {size} is smaller than the minimum record overhead {RECORD_OVERHEAD_V0}")
+            if pos > end - LOG_OVERHEAD - size:
+                if strict:
+                    raise CorruptRecordError(self.path, pos, f"batch is cut off: it declares {size + LOG_OVERHEAD} bytes "
+                                                             f"but only {end - pos} remain in the log")
+                return
+            yield buf, off, pos, size + LOG_OVERHEAD
+            pos += size + LOG_OVERHEAD
+
+    def batches(self, start: int = 0, end: int | None = None, *, strict: bool = False) -> Iterator[BatchHeader]:
+        """Parsed headers of every batch in [start, end)."""
+        for buf, off, pos, _ in self.frames(start, end, strict=strict):
+            yield parse_header(buf, off, pos, self.path)
+
+    def search_for_offset_with_size(self, target_offset: int, start: int, *, strict: bool = False,
+                                    end: int | None = None) -> LogOffsetPosition | None:
+        """FileRecords.searchForOffsetWithSize: first batch from `start` whose last offset >= target."""
+        for buf, off, pos, size in self.frames(start, end, strict=strict, need=27):
+            last = last_offset_at(buf, off)
+            if last >= target_offset:
+                return LogOffsetPosition(last, pos, size)
+        return None
+
+    def largest_timestamp_after(self, start: int, *, end: int | None = None) -> tuple[int, int, int]:
+        """FileRecords.largestTimestampAfter: (max timestamp, last offset of its first batch, position)."""
+        best_ts, best_offset, best_pos = -1, -1, -1
+        for buf, off, pos, _ in self.frames(start, end, need=43):
+            ts = max_timestamp_at(buf, off)
+            if ts > best_ts:
+                best_ts, best_offset, best_pos = ts, last_offset_at(buf, off), pos
+        return best_ts, best_offset, best_pos
+
+    def last_batch(self, start: int, *, end: int | None = None) -> tuple[int, int] | None:
+        """(last offset, position) of the last complete batch from `start`, None if none."""
+        found = None
+        for buf, off, pos, _ in self.frames(start, end, need=27):
+            found = (last_offset_at(buf, off), pos)
+        return found
+
+    def magic_at(self, position: int) -> int:
+        return self.read(position + MAGIC_OFFSET, 1)[0]

@@ -1,0 +1,610 @@
+"""Offset and time indexes (Kafka's AbstractIndex, OffsetIndex, TimeIndex, LazyIndex), read-only.
+
+An index is mapped on first use (the LazyIndex part) through a shared `IndexCache` that
+keeps a bounded number mapped. Files are opened `O_RDONLY` and mapped `PROT_READ`: nothing
+here can write to a broker's files.
+
+Valid entries. A rolled segment's index is trimmed to its entries. The active segment's
+index is preallocated with a zero-filled tail that Kafka's own read-only reopen counts as
+entries; here the tail is cut off (an all-zero entry after slot 0 can never be real, since
+keys strictly increase), and for a live segment so is any entry whose position is not yet
+inside the `.log` (offset index) or whose offset is beyond the last valid offset-index
+entry (time index). New entries the broker appends are picked up on the next lookup.
+
+Never a SIGBUS. Touching a mapped page that lies past end-of-file kills the process, and
+the broker shrinks the active index when it rolls. Lookups therefore only ever touch
+entries below a count that was checked against the file size with a system call
+(`pread`/`fstat`) at the start of the same lookup; a file that shrank below that count is
+remapped and revalidated first. (The only window left is between that check and the read
+itself, a few hundred nanoseconds; Kafka never shrinks an index below its valid entries,
+so the broker cannot hit it.)
+
+Searches follow AbstractIndex.indexSlotRangeFor: probe the first entry of the warm section
+(the last 8192 bytes of entries) and only search the cold part when the target is below it,
+so lookups near the tail keep touching the same few pages.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import struct
+import threading
+import weakref
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .errors import CorruptIndexError
+
+if TYPE_CHECKING:
+    from .cache import IndexCache
+
+log = logging.getLogger(__name__)
+
+WARM_SECTION_BYTES = 8192
+_PROBE_BYTES = 4096
+
+
+def _release(fd: int, mm: mmap.mmap | None) -> None:
+    if mm is not None:
+        try:
+            mm.close()
+        except BufferError:
+            pass  # a numpy view still exports it; it is unmapped when that view dies
+    os.close(fd)
+
+
+class IndexMapping:
+    """One read-only map of an index file with the descriptor it came from.
+
+    Both are released when the last holder drops the object: an evicted index still
+    being searched by another thread keeps its map until that search returns.
+    """
+
+    __slots__ = ("fd", "mm", "length", "__weakref__")
+
+    def __init__(self, path: str):
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            length = os.fstat(fd).st_size
+            mm = mmap.mmap(fd, length, mmap.MAP_SHARED, mmap.PROT_READ) if length else None
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd = fd
+        self.mm = mm
+        self.length = length
+        weakref.finalize(self, _release, fd, mm)
+
+
+class AbstractIndex:
+    """A sparse, sorted index file of fixed-size entries, searched by key or by value."""
+
+    ENTRY_SIZE: int
+    KIND: str
+    _KEY: struct.Struct  # key field at entry offset 0
+    _VALUE: struct.Struct  # value field after the key
+    _DTYPE: np.dtype
+
+    def __init__(self, path: str | os.PathLike, base_offset: int, cache: IndexCache | None = None):
+        self.path = os.fspath(path)
+        self.base_offset = base_offset
+        self._cache = cache
+        self._lock = threading.RLock()
+        self._map: IndexMapping | None = None
+        self._entries = 0
+        self._live = False
+        self.fault: CorruptIndexError | None = None
+        self._native_keys: np.ndarray | None = None
+        self.warm_entries = WARM_SECTION_BYTES // self.ENTRY_SIZE
+
+    # ----------------------------------------------------------------- lifecycle
+
+    @property
+    def is_open(self) -> bool:
+        return self._map is not None
+
+    @property
+    def mapped_bytes(self) -> int:
+        m = self._map
+        return m.length if m is not None else 0
+
+    def close(self) -> None:
+        """Unmap and close the file (a search still running keeps its map until it returns)."""
+        self.unmap()
+        if self._cache is not None:
+            self._cache.forget(self)
+
+    def unmap(self) -> None:
+        """Drop the mapping; the next lookup maps the file again (what the cache's eviction calls)."""
+        with self._lock:
+            self._map = None
+            self._native_keys = None
+            self._entries = 0
+            self.fault = None
+
+    def set_live(self, live: bool) -> None:
+        """Mark whether this belongs to the active segment (whose index may still grow)."""
+        if live != self._live:
+            with self._lock:
+                self._live = live
+                if self._map is not None:
+                    self._load()  # entries cut as "not yet valid" are judged again
+
+    def _ensure_open(self) -> IndexMapping:
+        m = self._map
+        if m is None:
+            with self._lock:
+                m = self._map
+                fresh = m is None
+                if fresh:
+                    m = self._load()
+            if fresh and self._cache is not None:
+                self._cache.opened(self)  # outside our lock: it may unmap other indexes
+        elif self._cache is not None:
+            self._cache.touch(self)
+        return m
+
+    def _load(self) -> IndexMapping:
+        """(Re)map the file and compute its valid entries from scratch."""
+        try:
+            m = IndexMapping(self.path)
+        except FileNotFoundError:
+            # LazyIndex creates the file on first access; until then the index is empty.
+            m = _EMPTY
+        self._map = m
+        self._native_keys = None
+        self.fault = None
+        if m.mm is None:
+            self._entries = 0
+            return m
+        n = m.length // self.ENTRY_SIZE
+        count = self._nonzero_prefix(m.mm, n)
+        count = self._ordered_prefix(m.mm, count)
+        self._entries = count
+        if m.length % self.ENTRY_SIZE and self.fault is None:
+            self.fault = CorruptIndexError(
+                self.path, n * self.ENTRY_SIZE,
+                f"{self.KIND} size {m.length} is not a multiple of the entry size {self.ENTRY_SIZE}",
+            )
+        return m
+
+    # ----------------------------------------------------------------- validity
+
+    def _is_zero(self, mm, slot: int) -> bool:
+        start = slot * self.ENTRY_SIZE
+        return mm[start:start + self.ENTRY_SIZE] == bytes(self.ENTRY_SIZE)
+
+    def _nonzero_prefix(self, mm, n: int) -> int:
+        """Entries before the preallocated zero tail (binary search: O(log n) page touches)."""
+        if n <= 1:
+            return n
+        if not self._is_zero(mm, n - 1):
+            return n
+        lo, hi = 1, n - 1  # the first all-zero slot >= 1 lies in [lo, hi]
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if self._is_zero(mm, mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        if lo == 1 and self._is_zero(mm, 0):
+            return 0  # preallocated and never written
+        return lo
+
+    def _columns(self, buf, count: int) -> tuple[np.ndarray, np.ndarray]:
+        arr = np.frombuffer(buf, dtype=self._DTYPE, count=count)
+        return arr["key"].astype(np.int64), arr["value"].astype(np.int64)
+
+    def _ordered_prefix(self, mm, count: int) -> int:
+        """Cut `count` at the first entry out of order, recording the fault."""
+        if count == 0:
+            return 0
+        keys, values = self._columns(mm, count)
+        bad = self._disorder(keys, values)
+        if bad is None:
+            return count
+        self.fault = CorruptIndexError(self.path, bad * self.ENTRY_SIZE, self._disorder_reason(bad, keys, values))
+        return bad
+
+    def _disorder(self, keys: np.ndarray, values: np.ndarray, prev: tuple[int, int] | None = None) -> int | None:
+        """Slot (relative to `keys`) of the first entry that breaks the index's ordering, or None."""
+        raise NotImplementedError
+
+    def _disorder_reason(self, slot: int, keys: np.ndarray, values: np.ndarray) -> str:
+        raise NotImplementedError
+
+    # ----------------------------------------------------------------- safe access
+
+    def _view(self, limit: int | None = None) -> tuple[IndexMapping, int]:
+        """A mapping and a count of entries that are inside the file right now.
+
+        For a live index, first picks up appended entries (a `pread` past the last valid
+        entry, which also notices a shrunk file); otherwise an `fstat` confirms the file
+        still covers the valid entries. A shrunk file is remapped and revalidated.
+        `limit` bounds the entries by what the `.log` holds (see `_cut`).
+        """
+        m = self._ensure_open()
+        if m.mm is None:
+            m = self._reload_if_grown(m)
+        elif self._live:
+            self._follow(m)
+        elif os.fstat(m.fd).st_size < self._entries * self.ENTRY_SIZE:
+            self._reload("shrank")
+        m = self._map or _EMPTY
+        if limit is not None and m.mm is not None and self._entries:
+            cut = self._first_beyond(m.mm, self._entries, limit)
+            if cut < self._entries:
+                with self._lock:
+                    if self._map is m and cut < self._entries:
+                        if not self._live and self.fault is None:
+                            self.fault = CorruptIndexError(self.path, cut * self.ENTRY_SIZE,
+                                                           self._beyond_reason(m.mm, cut, limit))
+                        self._entries = cut
+        return m, self._entries
+
+    def _first_beyond(self, mm, n: int, limit: int) -> int:
+        """First slot whose entry lies beyond `limit`, n if none (the last entry is checked first)."""
+        E, skip, unpack = self.ENTRY_SIZE, self._KEY.size, self._VALUE.unpack_from
+        if not self._beyond(unpack(mm, (n - 1) * E + skip)[0], limit):
+            return n
+        lo, hi = 0, n - 1
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if self._beyond(unpack(mm, mid * E + skip)[0], limit):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def _beyond(self, value: int, limit: int) -> bool:
+        raise NotImplementedError
+
+    def _beyond_reason(self, mm, slot: int, limit: int) -> str:
+        raise NotImplementedError
+
+    def _reload(self, why: str) -> None:
+        with self._lock:
+            log.info("%s %s: reloading", self.path, why)
+            self._load()
+
+    def _reload_if_grown(self, m: IndexMapping) -> IndexMapping:
+        try:
+            size = os.stat(self.path).st_size
+        except FileNotFoundError:
+            return m
+        if size != m.length:
+            with self._lock:
+                self._load()
+        return self._map or _EMPTY
+
+    def _follow(self, m: IndexMapping) -> None:
+        E = self.ENTRY_SIZE
+        while True:
+            n = self._entries
+            chunk = os.pread(m.fd, _PROBE_BYTES, n * E)
+            if len(chunk) < E:
+                if os.fstat(m.fd).st_size < n * E:
+                    self._reload("shrank")
+                return
+            if chunk[:E] == bytes(E):
+                return
+            if n * E + len(chunk) > m.length:
+                self._reload("grew past its mapping")
+                return
+            k = len(chunk) // E
+            keys, values = self._columns(chunk, k)
+            zero = (keys == 0) & (values == 0)
+            if n == 0:
+                zero[0] = False
+            z = int(np.argmax(zero)) if zero.any() else k
+            keys, values = keys[:z], values[:z]
+            prev = self._entry_raw(m.mm, n - 1) if n else None
+            bad = self._disorder(keys, values, prev)
+            good = z if bad is None else bad
+            with self._lock:
+                if self._map is m and self._entries == n:
+                    self._entries = n + good
+                    if self._native_keys is not None:
+                        self._native_keys = None
+            if good < k:
+                return
+
+    # ----------------------------------------------------------------- raw entries
+
+    def _entry_raw(self, mm, slot: int) -> tuple[int, int]:
+        start = slot * self.ENTRY_SIZE
+        return self._KEY.unpack_from(mm, start)[0], self._VALUE.unpack_from(mm, start + self._KEY.size)[0]
+
+    @property
+    def entries(self) -> int:
+        """Valid entries right now (Kafka's `entries()` minus any preallocated tail)."""
+        return self._view()[1]
+
+    def valid_entries(self, *, limit: int | None = None) -> int:
+        """Valid entries given `limit`; never raises for corruption (see `fault`)."""
+        return self._view(limit)[1]
+
+    # ----------------------------------------------------------------- searching
+
+    def _check(self, limit: int | None = None) -> tuple[IndexMapping, int]:
+        m, n = self._view(limit)
+        if self.fault is not None:
+            raise self.fault
+        return m, n
+
+    def slot_for(self, target: int, *, by_value: bool = False, upper: bool = False,
+                 limit: int | None = None) -> int:
+        """Kafka's largestLowerBoundSlotFor / smallestUpperBoundSlotFor, warm section first.
+
+        Reproduces Kafka's algorithm exactly, quirks included (see `ceiling_slot` for a
+        ceiling that is always right). Returns -1 when there is no such slot.
+        """
+        m, n = self._check(limit)
+        return self._kafka_slot(m.mm, n, self._search_target(target, by_value), by_value, upper)
+
+    def _kafka_slot(self, mm, n: int, target: int, by_value: bool, upper: bool) -> int:
+        if n == 0:
+            return -1
+        unpack = self._VALUE.unpack_from if by_value else self._KEY.unpack_from
+        skip = self._KEY.size if by_value else 0
+        E = self.ENTRY_SIZE
+        first_hot = max(0, n - 1 - self.warm_entries)
+        if unpack(mm, first_hot * E + skip)[0] < target:
+            lo, hi = first_hot, n - 1
+        else:
+            if unpack(mm, skip)[0] > target:
+                return 0 if upper else -1
+            lo, hi = 0, first_hot
+        while lo < hi:
+            mid = (lo + hi + 1) >> 1
+            found = unpack(mm, mid * E + skip)[0]
+            if found > target:
+                hi = mid - 1
+            elif found < target:
+                lo = mid
+            else:
+                return mid
+        if upper:
+            return -1 if lo == n - 1 else lo + 1
+        return lo
+
+    def floor_slot(self, target: int, *, by_value: bool = False, limit: int | None = None) -> int:
+        """Greatest slot whose key (or value) is <= target, -1 if none: warm-section search."""
+        m, n = self._check(limit)
+        return self._kafka_slot(m.mm, n, self._search_target(target, by_value), by_value, False)
+
+    def ceiling_slot(self, target: int, *, by_value: bool = False, limit: int | None = None) -> int:
+        """Least slot whose key (or value) is >= target, -1 if none."""
+        m, n = self._check(limit)
+        t = self._search_target(target, by_value)
+        s = self._kafka_slot(m.mm, n, t, by_value, False)
+        if s >= 0:
+            unpack = self._VALUE.unpack_from if by_value else self._KEY.unpack_from
+            if unpack(m.mm, s * self.ENTRY_SIZE + (self._KEY.size if by_value else 0))[0] == t:
+                return s
+        return s + 1 if s + 1 < n else -1
+
+    def plain_floor_slot(self, target: int, *, limit: int | None = None) -> int:
+        """Textbook binary search over all entries: the baseline the warm section is measured against."""
+        m, n = self._check(limit)
+        t = self._search_target(target, False)
+        unpack, E, mm = self._KEY.unpack_from, self.ENTRY_SIZE, m.mm
+        lo, hi = 0, n - 1
+        while lo <= hi:
+            mid = (lo + hi) >> 1
+            if unpack(mm, mid * E)[0] <= t:
+                lo = mid + 1
+            else:
+                hi = mid - 1
+        return hi
+
+    def _search_target(self, target: int, by_value: bool) -> int:
+        return target
+
+    # ----------------------------------------------------------------- vectorised
+
+    def _keys(self, m: IndexMapping, n: int) -> np.ndarray:
+        """Native-order copy of the key column, kept while mapped (the bulk-search array)."""
+        keys = self._native_keys
+        if keys is None or len(keys) != n:
+            keys = self._columns(m.mm, n)[0] if n else np.empty(0, np.int64)
+            self._native_keys = keys
+        return keys
+
+    def floor_slots(self, targets: np.ndarray, *, limit: int | None = None) -> np.ndarray:
+        """Vectorised floor_slot for many keys at once (-1 where none)."""
+        m, n = self._check(limit)
+        t = self._search_targets(np.asarray(targets, dtype=np.int64))
+        return np.searchsorted(self._keys(m, n), t, side="right") - 1
+
+    def ceiling_slots(self, targets: np.ndarray, *, limit: int | None = None) -> np.ndarray:
+        """Vectorised ceiling_slot for many keys at once (-1 where none)."""
+        m, n = self._check(limit)
+        t = self._search_targets(np.asarray(targets, dtype=np.int64))
+        s = np.searchsorted(self._keys(m, n), t, side="left")
+        s[s == n] = -1
+        return s
+
+    def _search_targets(self, targets: np.ndarray) -> np.ndarray:
+        return targets
+
+    # ----------------------------------------------------------------- whole-file views
+
+    def entries_array(self, *, limit: int | None = None, include_invalid: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """(keys, values) as int64 arrays in Kafka's absolute terms, valid entries only.
+
+        With `include_invalid`, every whole entry in the file (what Kafka's reopen would see).
+        """
+        m, n = self._view(limit)
+        if include_invalid and m.mm is not None:
+            n = m.length // self.ENTRY_SIZE
+        if m.mm is None or n == 0:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        return self._absolute(*self._columns(m.mm, n))
+
+    def _absolute(self, keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return keys, values
+
+    def sanity_check(self, *, limit: int | None = None) -> None:
+        """Raise CorruptIndexError if the index breaks Kafka's rules (as `--index-sanity-check`)."""
+        self._check(limit)
+
+
+class OffsetIndex(AbstractIndex):
+    """`.index`: int32 offset relative to the base offset -> int32 byte position in the `.log`."""
+
+    ENTRY_SIZE = 8
+    KIND = "offset index"
+    _KEY = struct.Struct(">i")
+    _VALUE = struct.Struct(">i")
+    _DTYPE = np.dtype([("key", ">i4"), ("value", ">i4")])
+
+    def _search_target(self, target: int, by_value: bool) -> int:
+        return target if by_value else target - self.base_offset
+
+    def _search_targets(self, targets: np.ndarray) -> np.ndarray:
+        return targets - self.base_offset
+
+    def _absolute(self, keys, values):
+        return keys + self.base_offset, values
+
+    def _disorder(self, keys, values, prev=None):
+        if len(keys) == 0:
+            return None
+        if prev is None:
+            first_bad = keys[0] < 0 or values[0] < 0
+        else:
+            first_bad = keys[0] <= prev[0] or values[0] <= prev[1]
+        if first_bad:
+            return 0
+        bad = (np.diff(keys) <= 0) | (np.diff(values) <= 0)
+        return int(np.argmax(bad)) + 1 if bad.any() else None
+
+    def _disorder_reason(self, slot, keys, values):
+        here = f"entry {slot} (offset {self.base_offset + int(keys[slot])}, position {int(values[slot])})"
+        if slot == 0:
+            return f"{here} has a negative relative offset or position"
+        return (f"{here} is not after entry {slot - 1} (offset {self.base_offset + int(keys[slot - 1])}, "
+                f"position {int(values[slot - 1])}): entries out of order")
+
+    def _beyond(self, position, log_size):
+        return position >= log_size
+
+    def _beyond_reason(self, mm, slot, log_size):
+        rel, pos = self._entry_raw(mm, slot)
+        return (f"entry {slot} (offset {self.base_offset + rel}) points to position {pos}, "
+                f"past the end of the log ({log_size} bytes)")
+
+    def lookup(self, target_offset: int, *, limit: int | None = None) -> tuple[int, int]:
+        """OffsetIndex.lookup: (offset, position) of the floor entry, (base offset, 0) if none."""
+        m, n = self._check(limit)
+        slot = self._kafka_slot(m.mm, n, target_offset - self.base_offset, False, False)
+        if slot < 0:
+            return self.base_offset, 0
+        rel, pos = self._entry_raw(m.mm, slot)
+        return self.base_offset + rel, pos
+
+    def entry(self, n: int, *, limit: int | None = None) -> tuple[int, int]:
+        """(offset, position) of slot `n`."""
+        m, count = self._check(limit)
+        if not 0 <= n < count:
+            raise IndexError(f"{self.path}: entry {n} requested, the index has {count}")
+        rel, pos = self._entry_raw(m.mm, n)
+        return self.base_offset + rel, pos
+
+    def last_offset(self, *, limit: int | None = None) -> int:
+        """Offset of the last valid entry, the base offset when empty."""
+        m, n = self._check(limit)
+        return self.base_offset + self._entry_raw(m.mm, n - 1)[0] if n else self.base_offset
+
+    def fetch_upper_bound_offset(self, fetch_position: int, fetch_size: int, *,
+                                 limit: int | None = None) -> tuple[int, int] | None:
+        """OffsetIndex.fetchUpperBoundOffset: first entry at or after position+size (Kafka's search)."""
+        m, n = self._check(limit)
+        slot = self._kafka_slot(m.mm, n, fetch_position + fetch_size, True, True)
+        if slot < 0:
+            return None
+        rel, pos = self._entry_raw(m.mm, slot)
+        return self.base_offset + rel, pos
+
+
+class TimeIndex(AbstractIndex):
+    """`.timeindex`: int64 timestamp -> int32 offset relative to the base offset."""
+
+    ENTRY_SIZE = 12
+    KIND = "time index"
+    _KEY = struct.Struct(">q")
+    _VALUE = struct.Struct(">i")
+    _DTYPE = np.dtype([("key", ">i8"), ("value", ">i4")])
+
+    def _search_target(self, target: int, by_value: bool) -> int:
+        return target - self.base_offset if by_value else target
+
+    def _absolute(self, keys, values):
+        return keys, values + self.base_offset
+
+    def _disorder(self, keys, values, prev=None):
+        if len(keys) == 0:
+            return None
+        if prev is None:
+            first_bad = values[0] < 0
+        else:
+            first_bad = keys[0] <= prev[0] or values[0] < prev[1]
+        if first_bad:
+            return 0
+        bad = (np.diff(keys) <= 0) | (np.diff(values) < 0)
+        return int(np.argmax(bad)) + 1 if bad.any() else None
+
+    def _disorder_reason(self, slot, keys, values):
+        here = f"entry {slot} (timestamp {int(keys[slot])}, offset {self.base_offset + int(values[slot])})"
+        if slot == 0:
+            return f"{here} has a negative relative offset"
+        return (f"{here} does not follow entry {slot - 1} (timestamp {int(keys[slot - 1])}, offset "
+                f"{self.base_offset + int(values[slot - 1])}): timestamps must increase and offsets not decrease")
+
+    def _beyond(self, rel_offset, max_offset):
+        return rel_offset > max_offset - self.base_offset
+
+    def _beyond_reason(self, mm, slot, max_offset):
+        ts, rel = self._entry_raw(mm, slot)
+        return (f"entry {slot} (timestamp {ts}) points to offset {self.base_offset + rel}, "
+                f"past the last offset of the segment ({max_offset})")
+
+    def lookup(self, target_timestamp: int, *, limit: int | None = None) -> tuple[int, int]:
+        """TimeIndex.lookup: (timestamp, offset) of the floor entry, (-1, base offset) if none."""
+        m, n = self._check(limit)
+        slot = self._kafka_slot(m.mm, n, target_timestamp, False, False)
+        if slot < 0:
+            return -1, self.base_offset
+        ts, rel = self._entry_raw(m.mm, slot)
+        return ts, self.base_offset + rel
+
+    def entry(self, n: int, *, limit: int | None = None) -> tuple[int, int]:
+        """(timestamp, offset) of slot `n`."""
+        m, count = self._check(limit)
+        if not 0 <= n < count:
+            raise IndexError(f"{self.path}: entry {n} requested, the index has {count}")
+        ts, rel = self._entry_raw(m.mm, n)
+        return ts, self.base_offset + rel
+
+    def last_entry(self, *, limit: int | None = None) -> tuple[int, int]:
+        """TimeIndex.lastEntry over valid entries: (-1, base offset) when empty."""
+        m, n = self._check(limit)
+        if n == 0:
+            return -1, self.base_offset
+        ts, rel = self._entry_raw(m.mm, n - 1)
+        return ts, self.base_offset + rel
+
+
+class _Empty:
+    """Stands in for the mapping of a file that does not exist (yet)."""
+
+    fd = -1
+    mm = None
+    length = 0
+
+
+_EMPTY = _Empty()

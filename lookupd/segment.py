@@ -1,0 +1,234 @@
+"""One log segment: its `.log` and its three indexes (Kafka's LogSegment, read side).
+
+The indexes only ever narrow down where to start reading; every exact answer comes from
+scanning batch headers in the `.log`, as Kafka does. So a segment whose index is missing
+or corrupt still answers correctly, from position 0 (and says so once in the log); only
+the index-level lookups report the corruption.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import NamedTuple
+
+from .batch import parse_header
+from .errors import CorruptIndexError, LookupdError
+from .filerecords import FileRecords, LogOffsetPosition
+from .index import OffsetIndex, TimeIndex
+from .names import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, segment_file_name
+from .txnindex import AbortedTxn, TransactionIndex
+
+log = logging.getLogger(__name__)
+
+
+class TimestampAndOffset(NamedTuple):
+    """A record found by timestamp, with the position of the batch holding it."""
+
+    timestamp: int
+    offset: int
+    leader_epoch: int | None
+    position: int
+
+
+class FetchData(NamedTuple):
+    """LogSegment.read's answer: bytes from `position`, possibly ending mid-batch (as Kafka's slice)."""
+
+    offset: int  # the fetch offset asked for
+    position: int
+    records: bytes
+    first_entry_incomplete: bool
+
+
+class LogSegment:
+    """Read-only view of one segment; `live` marks the active (last) segment of its partition."""
+
+    def __init__(self, directory: str | os.PathLike, base_offset: int, cache=None, *, live: bool = False):
+        d = os.fspath(directory)
+        self.dir = d
+        self.base_offset = base_offset
+        self.log = FileRecords(os.path.join(d, segment_file_name(base_offset, LOG_SUFFIX)), cache)
+        self.offset_index = OffsetIndex(os.path.join(d, segment_file_name(base_offset, INDEX_SUFFIX)), base_offset, cache)
+        self.time_index = TimeIndex(os.path.join(d, segment_file_name(base_offset, TIME_INDEX_SUFFIX)), base_offset, cache)
+        self.txn_index = TransactionIndex(os.path.join(d, segment_file_name(base_offset, TXN_INDEX_SUFFIX)), base_offset, cache)
+        self.live = False
+        self._warned: set[str] = set()
+        self._cached_next_offset: tuple[int, int] | None = None  # (log size, next offset)
+        self._cached_max_ts: tuple[int, tuple[int, int]] | None = None  # (log size, (timestamp, offset))
+        self.set_live(live)
+
+    def __repr__(self) -> str:
+        return f"LogSegment({self.log.path!r}, live={self.live})"
+
+    def set_live(self, live: bool) -> None:
+        """The active segment may still grow: indexes follow appends and the tail may be mid-write."""
+        self.live = live
+        self.offset_index.set_live(live)
+        self.time_index.set_live(live)
+
+    def close(self) -> None:
+        """Release descriptors and maps (readers still using them finish first)."""
+        self.log.close()
+        self.offset_index.close()
+        self.time_index.close()
+        self.txn_index.close()
+
+    def size(self) -> int:
+        return self.log.size()
+
+    # ------------------------------------------------------------- index access
+
+    def _degraded(self, err: CorruptIndexError) -> None:
+        if err.path not in self._warned:
+            self._warned.add(err.path)
+            log.warning("%s; answering from a scan of the log instead", err)
+
+    def offset_index_lookup(self, offset: int, log_size: int | None = None) -> tuple[int, int]:
+        """OffsetIndex.lookup over the valid entries (those inside the `.log`)."""
+        return self.offset_index.lookup(offset, limit=self.size() if log_size is None else log_size)
+
+    def time_index_limit(self, log_size: int) -> int | None:
+        """Bound on live time-index entries: the broker writes the offset-index entry first."""
+        if not self.live:
+            return None
+        return self.offset_index.last_offset(limit=log_size)
+
+    def time_index_lookup(self, timestamp: int, log_size: int | None = None) -> tuple[int, int]:
+        """TimeIndex.lookup over the valid entries."""
+        size = self.size() if log_size is None else log_size
+        return self.time_index.lookup(timestamp, limit=self.time_index_limit(size))
+
+    def _start_position(self, offset: int, log_size: int) -> int:
+        try:
+            return self.offset_index.lookup(offset, limit=log_size)[1]
+        except CorruptIndexError as err:
+            self._degraded(err)
+            return 0
+
+    def _time_floor(self, timestamp: int, log_size: int) -> tuple[int, int]:
+        try:
+            return self.time_index_lookup(timestamp, log_size)
+        except CorruptIndexError as err:
+            self._degraded(err)
+            return -1, self.base_offset
+
+    # ------------------------------------------------------------- exact answers
+
+    def translate_offset(self, offset: int, starting_position: int = 0) -> LogOffsetPosition | None:
+        """LogSegment.translateOffset: the first batch whose last offset >= `offset`, or None."""
+        size = self.size()
+        start = max(self._start_position(offset, size), starting_position)
+        return self.log.search_for_offset_with_size(offset, start, strict=not self.live, end=size)
+
+    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> TimestampAndOffset | None:
+        """LogSegment.findOffsetByTimestamp: first record with timestamp >= target and offset >= start."""
+        from .batch import max_timestamp_at
+        from .records import find_timestamp
+
+        size = self.size()
+        floor = self._time_floor(timestamp, size)
+        position = self._start_position(max(floor[1], starting_offset), size)
+        for buf, off, pos, batch_size in self.log.frames(position, size, strict=not self.live, need=61):
+            if max_timestamp_at(buf, off) >= timestamp:
+                data = buf[off:off + batch_size] if off + batch_size <= len(buf) else self.log.read(pos, batch_size)
+                header = parse_header(data, 0, pos, self.log.path)
+                found = find_timestamp(header, data, timestamp, starting_offset, path=self.log.path)
+                if found is not None:
+                    return TimestampAndOffset(found[0], found[1], header.partition_leader_epoch_or_none, pos)
+        return None
+
+    def read(self, start_offset: int, max_size: int, max_position: int | None = None,
+             min_one_message: bool = False) -> FetchData | None:
+        """LogSegment.read: bytes from the batch holding `start_offset`, None past the end."""
+        if max_size < 0:
+            raise ValueError(f"invalid max size {max_size} for a read from {self.log.path}")
+        found = self.translate_offset(start_offset)
+        if found is None:
+            return None
+        adjusted = max(max_size, found.size) if min_one_message else max_size
+        if adjusted == 0:
+            return FetchData(start_offset, found.position, b"", False)
+        limit = self.size() if max_position is None else max_position
+        fetch_size = min(limit - found.position, adjusted)
+        return FetchData(start_offset, found.position, self.log.read(found.position, fetch_size), adjusted < found.size)
+
+    def read_next_offset(self) -> int:
+        """LogSegment.readNextOffset: one past the last offset in the segment (base offset if empty)."""
+        size = self.size()
+        cached = self._cached_next_offset
+        if cached is not None and cached[0] == size:
+            return cached[1]
+        try:
+            last = self.offset_index.last_offset(limit=size)
+        except CorruptIndexError as err:
+            self._degraded(err)
+            last = self.base_offset
+        found = self.translate_offset(last)
+        nxt = self.base_offset
+        if found is not None:
+            tail = self.log.last_batch(found.position, end=size)
+            if tail is not None:
+                nxt = tail[0] + 1
+        self._cached_next_offset = (size, nxt)
+        return nxt
+
+    def max_timestamp_so_far(self) -> tuple[int, int]:
+        """(max timestamp, offset) of the segment, (-1, base offset) when it has no timestamps.
+
+        A rolled segment's time index ends with exactly this entry (added when it rolled); the
+        active segment's does not yet, so the batches after its last entry are scanned too
+        (LogSegment.readLargestTimestamp).
+        """
+        size = self.size()
+        cached = self._cached_max_ts
+        if cached is not None and cached[0] == size:
+            return cached[1]
+        try:
+            entry = self.time_index.last_entry(limit=self.time_index_limit(size))
+            start = self.offset_index.lookup(entry[1], limit=size)[1] if self.live else None
+        except CorruptIndexError as err:
+            self._degraded(err)
+            entry, start = (-1, self.base_offset), 0
+        if start is not None:
+            ts, offset, _ = self.log.largest_timestamp_after(start, end=size)
+            if ts > entry[0]:
+                entry = (ts, offset)
+        self._cached_max_ts = (size, entry)
+        return entry
+
+    def largest_timestamp(self) -> int:
+        """LogSegment.largestTimestamp: max timestamp, or the `.log` mtime (ms) when there is none."""
+        ts = self.max_timestamp_so_far()[0]
+        if ts >= 0:
+            return ts
+        return int(os.stat(self.log.path).st_mtime * 1000)
+
+    def collect_aborted_txns(self, fetch_offset: int, upper_bound_offset: int) -> tuple[list[AbortedTxn], bool]:
+        return self.txn_index.collect_aborted_txns(fetch_offset, upper_bound_offset)
+
+    def fetch_upper_bound_offset(self, start_position: int, fetch_size: int) -> int | None:
+        """LogSegment.fetchUpperBoundOffset: an offset certainly past a fetch of that size."""
+        try:
+            found = self.offset_index.fetch_upper_bound_offset(start_position, fetch_size, limit=self.size())
+        except CorruptIndexError as err:
+            self._degraded(err)
+            return None
+        return None if found is None else found[0]
+
+    def info(self) -> dict:
+        """Summary for listings: counts of valid index entries, size, largest timestamp."""
+        size = self.size()
+        try:
+            oi = self.offset_index.valid_entries(limit=size)
+        except LookupdError:
+            oi = -1
+        try:
+            ti = self.time_index.valid_entries(limit=self.time_index_limit(size))
+        except LookupdError:
+            ti = -1
+        try:
+            largest = self.largest_timestamp()
+        except LookupdError:
+            largest = -1
+        return {"base_offset": self.base_offset, "size": size, "active": self.live,
+                "offset_index_entries": oi, "time_index_entries": ti, "largest_timestamp": largest}
