@@ -18,14 +18,16 @@ from .fileio import FileHandle, LazyHandle
 
 CHUNK = 16 * 1024
 _SIZE = struct.Struct(">i")
+_BASE = struct.Struct(">q")
 
 
 class LogOffsetPosition(NamedTuple):
-    """FileRecords.LogOffsetPosition: a batch's last offset, position and size."""
+    """FileRecords.LogOffsetPosition: a batch's last offset, position and size (plus its base offset)."""
 
     offset: int
     position: int
     size: int
+    base_offset: int = -1
 
 
 class FileRecords:
@@ -70,7 +72,7 @@ class FileRecords:
                     raise CorruptRecordError(self.path, pos, f"{end - pos} trailing bytes are too few for a batch header")
                 return
             off = pos - buf_start
-            if off < 0 or off + need > len(buf):
+            if off + need > len(buf):
                 buf = h.pread(min(max(CHUNK, need), end - pos), pos)
                 buf_start, off = pos, 0
                 if len(buf) < LOG_OVERHEAD + 1:
@@ -100,7 +102,7 @@ class FileRecords:
         for buf, off, pos, size in self.frames(start, end, strict=strict, need=27):
             last = last_offset_at(buf, off)
             if last >= target_offset:
-                return LogOffsetPosition(last, pos, size)
+                return LogOffsetPosition(last, pos, size, _BASE.unpack_from(buf, off)[0])
         return None
 
     def largest_timestamp_after(self, start: int, *, end: int | None = None) -> tuple[int, int, int]:

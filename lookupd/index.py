@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 WARM_SECTION_BYTES = 8192
 _PROBE_BYTES = 4096
+_PAGE_IN_CHUNK = 1 << 20
 
 
 def _release(fd: int, mm: mmap.mmap | None) -> None:
@@ -61,6 +62,10 @@ class IndexMapping:
 
     Both are released when the last holder drops the object: an evicted index still
     being searched by another thread keeps its map until that search returns.
+
+    The file is read once through `preadv` right after mapping. That pages it in with the
+    GIL released, so the first search (or validation) of a cold index on a slow disk does
+    not take page faults while holding the GIL and stall every other thread.
     """
 
     __slots__ = ("fd", "mm", "length", "__weakref__")
@@ -77,6 +82,18 @@ class IndexMapping:
         self.mm = mm
         self.length = length
         weakref.finalize(self, _release, fd, mm)
+        if mm is not None:
+            _page_in(fd, length)
+
+
+def _page_in(fd: int, length: int) -> None:
+    buf = memoryview(bytearray(min(length, _PAGE_IN_CHUNK)))
+    pos = 0
+    while pos < length:
+        got = os.preadv(fd, [buf[:min(len(buf), length - pos)]], pos)
+        if got <= 0:
+            break
+        pos += got
 
 
 class AbstractIndex:
@@ -97,7 +114,7 @@ class AbstractIndex:
         self._entries = 0
         self._live = False
         self.fault: CorruptIndexError | None = None
-        self._native_keys: np.ndarray | None = None
+        self._native_cols: tuple[np.ndarray, np.ndarray] | None = None
         self.warm_entries = WARM_SECTION_BYTES // self.ENTRY_SIZE
 
     # ----------------------------------------------------------------- lifecycle
@@ -121,7 +138,7 @@ class AbstractIndex:
         """Drop the mapping; the next lookup maps the file again (what the cache's eviction calls)."""
         with self._lock:
             self._map = None
-            self._native_keys = None
+            self._native_cols = None
             self._entries = 0
             self.fault = None
 
@@ -155,7 +172,7 @@ class AbstractIndex:
             # LazyIndex creates the file on first access; until then the index is empty.
             m = _EMPTY
         self._map = m
-        self._native_keys = None
+        self._native_cols = None
         self.fault = None
         if m.mm is None:
             self._entries = 0
@@ -307,8 +324,7 @@ class AbstractIndex:
             with self._lock:
                 if self._map is m and self._entries == n:
                     self._entries = n + good
-                    if self._native_keys is not None:
-                        self._native_keys = None
+                    self._native_cols = None
             if good < k:
                 return
 
@@ -406,13 +422,18 @@ class AbstractIndex:
 
     # ----------------------------------------------------------------- vectorised
 
+    def _native(self, m: IndexMapping, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Native-order copies of both columns, kept while mapped (what bulk searches run on)."""
+        cols = self._native_cols
+        if cols is None or len(cols[0]) != n:
+            arr = np.frombuffer(m.mm, dtype=self._DTYPE, count=n) if n else np.empty(0, self._DTYPE)
+            cols = (arr["key"].astype(self._DTYPE["key"].newbyteorder("=")),
+                    arr["value"].astype(self._DTYPE["value"].newbyteorder("=")))
+            self._native_cols = cols
+        return cols
+
     def _keys(self, m: IndexMapping, n: int) -> np.ndarray:
-        """Native-order copy of the key column, kept while mapped (the bulk-search array)."""
-        keys = self._native_keys
-        if keys is None or len(keys) != n:
-            keys = self._columns(m.mm, n)[0] if n else np.empty(0, np.int64)
-            self._native_keys = keys
-        return keys
+        return self._native(m, n)[0]
 
     def floor_slots(self, targets: np.ndarray, *, limit: int | None = None) -> np.ndarray:
         """Vectorised floor_slot for many keys at once (-1 where none)."""
@@ -507,6 +528,29 @@ class OffsetIndex(AbstractIndex):
         rel, pos = self._entry_raw(m.mm, slot)
         return self.base_offset + rel, pos
 
+    def lookup_many(self, targets: np.ndarray, *, limit: int | None = None,
+                    ceiling: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Vectorised lookup: (offsets, positions) per target.
+
+        Floor: like `lookup`, (base offset, 0) where no entry is <= the target. Ceiling: the
+        least entry >= the target, (-1, -1) where there is none.
+        """
+        m, n = self._check(limit)
+        keys, values = self._native(m, n)
+        rel = np.asarray(targets, dtype=np.int64) - self.base_offset
+        if ceiling:
+            slots = np.searchsorted(keys, rel, side="left")
+            none = slots >= n
+        else:
+            slots = np.searchsorted(keys, rel, side="right") - 1
+            none = slots < 0
+        safe = np.where(none, 0, slots)
+        offsets = keys[safe].astype(np.int64) + self.base_offset if n else np.zeros(len(rel), np.int64)
+        positions = values[safe].astype(np.int64) if n else np.zeros(len(rel), np.int64)
+        offsets[none] = -1 if ceiling else self.base_offset
+        positions[none] = -1 if ceiling else 0
+        return offsets, positions
+
     def entry(self, n: int, *, limit: int | None = None) -> tuple[int, int]:
         """(offset, position) of slot `n`."""
         m, count = self._check(limit)
@@ -582,12 +626,58 @@ class TimeIndex(AbstractIndex):
         ts, rel = self._entry_raw(m.mm, slot)
         return ts, self.base_offset + rel
 
+    def lookup_many(self, targets: np.ndarray, *, limit: int | None = None,
+                    ceiling: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Vectorised lookup: (timestamps, offsets) per target.
+
+        Floor: like `lookup`, (-1, base offset) where no entry is <= the target. Ceiling: the
+        least entry >= the target, (-1, -1) where there is none.
+        """
+        m, n = self._check(limit)
+        keys, values = self._native(m, n)
+        t = np.asarray(targets, dtype=np.int64)
+        if ceiling:
+            slots = np.searchsorted(keys, t, side="left")
+            none = slots >= n
+        else:
+            slots = np.searchsorted(keys, t, side="right") - 1
+            none = slots < 0
+        safe = np.where(none, 0, slots)
+        timestamps = keys[safe].astype(np.int64) if n else np.zeros(len(t), np.int64)
+        offsets = values[safe].astype(np.int64) + self.base_offset if n else np.zeros(len(t), np.int64)
+        timestamps[none] = -1
+        offsets[none] = -1 if ceiling else self.base_offset
+        return timestamps, offsets
+
     def entry(self, n: int, *, limit: int | None = None) -> tuple[int, int]:
         """(timestamp, offset) of slot `n`."""
         m, count = self._check(limit)
         if not 0 <= n < count:
             raise IndexError(f"{self.path}: entry {n} requested, the index has {count}")
         ts, rel = self._entry_raw(m.mm, n)
+        return ts, self.base_offset + rel
+
+    def peek_last_entry(self) -> tuple[int, int] | None:
+        """The file's last whole entry via one `pread`, without mapping the index.
+
+        For a rolled segment this is its max timestamp (added when it rolled), which is all
+        a timestamp search needs to pick a segment. None when the index is already mapped,
+        missing, empty or ends in a preallocated zero tail: use `last_entry` then.
+        """
+        if self._map is not None:
+            return None
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        try:
+            n = os.fstat(fd).st_size // self.ENTRY_SIZE
+            raw = os.pread(fd, self.ENTRY_SIZE, (n - 1) * self.ENTRY_SIZE) if n else b""
+        finally:
+            os.close(fd)
+        if len(raw) != self.ENTRY_SIZE or raw == bytes(self.ENTRY_SIZE):
+            return None
+        ts, rel = self._entry_raw(raw, 0)
         return ts, self.base_offset + rel
 
     def last_entry(self, *, limit: int | None = None) -> tuple[int, int]:

@@ -183,6 +183,10 @@ class LogSegment:
         cached = self._cached_max_ts
         if cached is not None and cached[0] == size:
             return cached[1]
+        peeked = None if self.live else self.time_index.peek_last_entry()
+        if peeked is not None:
+            self._cached_max_ts = (size, peeked)
+            return peeked
         try:
             entry = self.time_index.last_entry(limit=self.time_index_limit(size))
             start = self.offset_index.lookup(entry[1], limit=size)[1] if self.live else None

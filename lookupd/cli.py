@@ -1,0 +1,91 @@
+"""The `lookupd` command: dump, demo-data, recover, serve, query.
+
+Each subcommand's code is imported only when it runs, so `lookupd query` starts fast.
+Errors end with one line naming what was wrong, never a traceback (`-v` shows more).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+
+from .errors import LookupdError
+
+DEFAULT_SOCKET = os.path.join("run", "lookupd.sock")
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="lookupd", description="Read-only lookups over Kafka log directories.")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    d = sub.add_parser("dump", help="print batches, records and index entries (like kafka-dump-log)")
+    d.add_argument("paths", nargs="+", metavar="PATH",
+                   help="segment files (.log, .index, .timeindex, .txnindex), partition dirs or log dirs")
+    d.add_argument("--print-data", action="store_true", help="also print every record")
+    d.add_argument("--index-sanity-check", action="store_true", help="only check the indexes' structure")
+    d.add_argument("--verify-index-only", action="store_true",
+                   help="check every index entry against the log without printing the entries")
+    d.add_argument("--json", action="store_true", help="one JSON object per line instead of text")
+    d.add_argument("--max-bytes", type=int, default=None, metavar="N", help="stop reading a .log after N bytes")
+    d.set_defaults(run="lookupd.dump:run")
+
+    g = sub.add_parser("demo-data", help="write a sample Kafka log dir (several topics, codecs, transactions)")
+    g.add_argument("dir", metavar="DIR")
+    g.add_argument("--records", type=int, default=20000, help="records per partition (default 20000)")
+    g.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    g.set_defaults(run="lookupd.demo:run")
+
+    r = sub.add_parser("recover", help="rebuild missing or corrupt indexes of rolled segments, as a broker does")
+    r.add_argument("dir", metavar="DIR", help="a partition dir or a whole log dir")
+    r.add_argument("--index-interval-bytes", type=int, default=4096, metavar="N",
+                   help="bytes between offset-index entries (Kafka's index.interval.bytes, default 4096)")
+    r.add_argument("--all", action="store_true", help="rebuild every rolled segment's indexes, not only bad ones")
+    r.add_argument("--dry-run", action="store_true", help="report what would be rebuilt, write nothing")
+    r.set_defaults(run="lookupd.recover:run")
+
+    s = sub.add_parser("serve", help="run the lookup daemon in the foreground")
+    s.add_argument("--log-dir", action="append", dest="log_dirs", metavar="DIR", help="a broker log dir (repeatable)")
+    s.add_argument("--socket", metavar="PATH", default=None, help=f"Unix socket path (default {DEFAULT_SOCKET})")
+    s.add_argument("--tcp", metavar="HOST:PORT", default=None, help="also listen on TCP (host defaults to 127.0.0.1)")
+    s.add_argument("--config", metavar="FILE", default=None, help="TOML config file (see README)")
+    s.set_defaults(run="lookupd.server:run")
+
+    q = sub.add_parser("query", help="call one daemon method and print the result as JSON")
+    q.add_argument("method", metavar="METHOD")
+    q.add_argument("args", nargs="*", metavar="ARG", help="positional params; JSON values or plain strings")
+    q.add_argument("--socket", metavar="ADDRESS", default=None,
+                   help=f"socket path or HOST:PORT (default $LOOKUPD_SOCKET or {DEFAULT_SOCKET})")
+    q.add_argument("--token-file", metavar="FILE", default=None, help="shared-secret token for a TCP daemon")
+    q.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer (default 30)")
+    q.set_defaults(run="lookupd.client:run")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _build_parser().parse_args(argv)
+    level = logging.WARNING - 10 * min(args.verbose, 2)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    module, func = args.run.split(":")
+    try:
+        return getattr(importlib.import_module(module), func)(args) or 0
+    except LookupdError as err:
+        print(f"lookupd {args.command}: {err}", file=sys.stderr)
+        return 1
+    except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError) as err:
+        print(f"lookupd {args.command}: {err.strerror}: {err.filename}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # `lookupd dump ... | head`: the reader went away; that is not an error.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
