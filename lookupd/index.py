@@ -7,17 +7,15 @@ here can write to a broker's files.
 Valid entries. A rolled segment's index is trimmed to its entries. The active segment's
 index is preallocated with a zero-filled tail that Kafka's own read-only reopen counts as
 entries; here the tail is cut off (an all-zero entry after slot 0 can never be real, since
-keys strictly increase), and for a live segment so is any entry whose position is not yet
-inside the `.log` (offset index) or whose offset is beyond the last valid offset-index
-entry (time index). New entries the broker appends are picked up on the next lookup.
+keys strictly increase), and for the live segment so is any entry whose position is not
+yet inside the `.log` (offset index) or whose offset is beyond the last valid offset-index
+entry (time index). Entries the broker appends are picked up by the next lookup.
 
-Never a SIGBUS. Touching a mapped page that lies past end-of-file kills the process, and
-the broker shrinks the active index when it rolls. Lookups therefore only ever touch
-entries below a count that was checked against the file size with a system call
-(`pread`/`fstat`) at the start of the same lookup; a file that shrank below that count is
-remapped and revalidated first. (The only window left is between that check and the read
-itself, a few hundred nanoseconds; Kafka never shrinks an index below its valid entries,
-so the broker cannot hit it.)
+Never a SIGBUS. Touching a mapped page past end-of-file kills the process, and the broker
+shrinks the active index when it rolls. Each lookup first checks the file still covers the
+valid entries (one `pread` or `fstat`) and remaps a file that shrank. The remaining race,
+a truncation between that check and the read, is absorbed by `lookupd._sigbus`: it maps a
+zero page over the faulting page, the search's answer is discarded and the file remapped.
 
 Searches follow AbstractIndex.indexSlotRangeFor: probe the first entry of the warm section
 (the last 8192 bytes of entries) and only search the cold part when the target is below it,
@@ -32,29 +30,56 @@ import os
 import struct
 import threading
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 import numpy as np
 
 from .errors import CorruptIndexError
 
+try:
+    from . import _sigbus
+except ImportError:  # built without a C compiler: size checks only
+    _sigbus = None
+
 if TYPE_CHECKING:
     from .cache import IndexCache
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 WARM_SECTION_BYTES = 8192
 _PROBE_BYTES = 4096
 _PAGE_IN_CHUNK = 1 << 20
+_RETRIES = 5
 
 
-def _release(fd: int, mm: mmap.mmap | None) -> None:
+def _no_faults() -> int:
+    return 0
+
+
+_faults: Callable[[], int] = _sigbus.faults if _sigbus is not None else _no_faults
+SIGBUS_GUARD = _sigbus is not None
+
+
+def _release(fd: int, mm: mmap.mmap | None, guard_slot: int) -> None:
+    if guard_slot >= 0:
+        _sigbus.unregister(guard_slot)
     if mm is not None:
         try:
             mm.close()
         except BufferError:
             pass  # a numpy view still exports it; it is unmapped when that view dies
     os.close(fd)
+
+
+def _page_in(fd: int, length: int) -> None:
+    buf = memoryview(bytearray(min(length, _PAGE_IN_CHUNK)))
+    pos = 0
+    while pos < length:
+        got = os.preadv(fd, [buf[:min(len(buf), length - pos)]], pos)
+        if got <= 0:
+            break
+        pos += got
 
 
 class IndexMapping:
@@ -78,22 +103,27 @@ class IndexMapping:
         except BaseException:
             os.close(fd)
             raise
+        slot = -1
+        if mm is not None and _sigbus is not None:
+            _sigbus.install()
+            slot = _sigbus.register(np.frombuffer(mm, np.uint8).ctypes.data, length)
         self.fd = fd
         self.mm = mm
         self.length = length
-        weakref.finalize(self, _release, fd, mm)
+        weakref.finalize(self, _release, fd, mm, slot)
         if mm is not None:
             _page_in(fd, length)
 
 
-def _page_in(fd: int, length: int) -> None:
-    buf = memoryview(bytearray(min(length, _PAGE_IN_CHUNK)))
-    pos = 0
-    while pos < length:
-        got = os.preadv(fd, [buf[:min(len(buf), length - pos)]], pos)
-        if got <= 0:
-            break
-        pos += got
+class _Missing:
+    """Stands in for the mapping of a file that does not exist (yet)."""
+
+    fd = -1
+    mm = None
+    length = 0
+
+
+_MISSING = _Missing()
 
 
 class AbstractIndex:
@@ -110,12 +140,15 @@ class AbstractIndex:
         self.base_offset = base_offset
         self._cache = cache
         self._lock = threading.RLock()
-        self._map: IndexMapping | None = None
+        self._map: IndexMapping | _Missing | None = None
         self._entries = 0
         self._live = False
         self.fault: CorruptIndexError | None = None
         self._native_cols: tuple[np.ndarray, np.ndarray] | None = None
         self.warm_entries = WARM_SECTION_BYTES // self.ENTRY_SIZE
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.path!r})"
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -150,7 +183,7 @@ class AbstractIndex:
                 if self._map is not None:
                     self._load()  # entries cut as "not yet valid" are judged again
 
-    def _ensure_open(self) -> IndexMapping:
+    def _ensure_open(self) -> IndexMapping | _Missing:
         m = self._map
         if m is None:
             with self._lock:
@@ -164,29 +197,35 @@ class AbstractIndex:
             self._cache.touch(self)
         return m
 
-    def _load(self) -> IndexMapping:
-        """(Re)map the file and compute its valid entries from scratch."""
-        try:
-            m = IndexMapping(self.path)
-        except FileNotFoundError:
-            # LazyIndex creates the file on first access; until then the index is empty.
-            m = _EMPTY
-        self._map = m
-        self._native_cols = None
-        self.fault = None
-        if m.mm is None:
+    def _load(self) -> IndexMapping | _Missing:
+        """(Re)map the file and work out its valid entries from scratch."""
+        for _ in range(_RETRIES):
+            before = _faults()
+            try:
+                m = IndexMapping(self.path)
+            except FileNotFoundError:
+                m = _MISSING  # LazyIndex creates the file on first access; until then it is empty
+            self._map = m
+            self._native_cols = None
+            self.fault = None
             self._entries = 0
-            return m
-        n = m.length // self.ENTRY_SIZE
-        count = self._nonzero_prefix(m.mm, n)
-        count = self._ordered_prefix(m.mm, count)
-        self._entries = count
-        if m.length % self.ENTRY_SIZE and self.fault is None:
-            self.fault = CorruptIndexError(
-                self.path, n * self.ENTRY_SIZE,
-                f"{self.KIND} size {m.length} is not a multiple of the entry size {self.ENTRY_SIZE}",
-            )
-        return m
+            if m.mm is None:
+                return m
+            n = m.length // self.ENTRY_SIZE
+            count = self._ordered_prefix(m.mm, self._nonzero_prefix(m.mm, n))
+            if m.length % self.ENTRY_SIZE and self.fault is None:
+                self.fault = CorruptIndexError(
+                    self.path, n * self.ENTRY_SIZE,
+                    f"{self.KIND} size {m.length} is not a multiple of the entry size {self.ENTRY_SIZE}")
+            if _faults() == before:
+                self._entries = count
+                return m
+        raise CorruptIndexError(self.path, None, "the file kept shrinking while it was being read")
+
+    def _reload(self, why: str) -> None:
+        with self._lock:
+            log.info("%s %s: mapping it again", self.path, why)
+            self._load()
 
     # ----------------------------------------------------------------- validity
 
@@ -233,71 +272,57 @@ class AbstractIndex:
     def _disorder_reason(self, slot: int, keys: np.ndarray, values: np.ndarray) -> str:
         raise NotImplementedError
 
+    def _beyond(self, value: int, limit: int) -> bool:
+        """Whether an entry's value lies past what the `.log` holds (`limit`)."""
+        raise NotImplementedError
+
+    def _beyond_reason(self, mm, slot: int, limit: int) -> str:
+        raise NotImplementedError
+
     # ----------------------------------------------------------------- safe access
 
-    def _view(self, limit: int | None = None) -> tuple[IndexMapping, int]:
+    def _view(self, limit: int | None = None) -> tuple[IndexMapping | _Missing, int]:
         """A mapping and a count of entries that are inside the file right now.
 
         For a live index, first picks up appended entries (a `pread` past the last valid
         entry, which also notices a shrunk file); otherwise an `fstat` confirms the file
         still covers the valid entries. A shrunk file is remapped and revalidated.
-        `limit` bounds the entries by what the `.log` holds (see `_cut`).
+        `limit` (log size for the offset index, max offset for the time index) drops
+        entries past what the `.log` holds: not yet written for the live segment,
+        corruption for a rolled one.
         """
         m = self._ensure_open()
         if m.mm is None:
-            m = self._reload_if_grown(m)
+            m = self._reload_if_changed(m)
         elif self._live:
             self._follow(m)
         elif os.fstat(m.fd).st_size < self._entries * self.ENTRY_SIZE:
             self._reload("shrank")
-        m = self._map or _EMPTY
-        if limit is not None and m.mm is not None and self._entries:
-            cut = self._first_beyond(m.mm, self._entries, limit)
-            if cut < self._entries:
+        m = self._map or _MISSING
+        n = self._entries
+        if limit is not None and m.mm is not None and n:
+            cut = self._first_beyond(m.mm, n, limit)
+            if cut < n:
                 with self._lock:
                     if self._map is m and cut < self._entries:
                         if not self._live and self.fault is None:
                             self.fault = CorruptIndexError(self.path, cut * self.ENTRY_SIZE,
                                                            self._beyond_reason(m.mm, cut, limit))
                         self._entries = cut
-        return m, self._entries
+                n = cut
+        return m, n
 
-    def _first_beyond(self, mm, n: int, limit: int) -> int:
-        """First slot whose entry lies beyond `limit`, n if none (the last entry is checked first)."""
-        E, skip, unpack = self.ENTRY_SIZE, self._KEY.size, self._VALUE.unpack_from
-        if not self._beyond(unpack(mm, (n - 1) * E + skip)[0], limit):
-            return n
-        lo, hi = 0, n - 1
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            if self._beyond(unpack(mm, mid * E + skip)[0], limit):
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
-
-    def _beyond(self, value: int, limit: int) -> bool:
-        raise NotImplementedError
-
-    def _beyond_reason(self, mm, slot: int, limit: int) -> str:
-        raise NotImplementedError
-
-    def _reload(self, why: str) -> None:
-        with self._lock:
-            log.info("%s %s: reloading", self.path, why)
-            self._load()
-
-    def _reload_if_grown(self, m: IndexMapping) -> IndexMapping:
+    def _reload_if_changed(self, m: IndexMapping | _Missing) -> IndexMapping | _Missing:
         try:
             size = os.stat(self.path).st_size
         except FileNotFoundError:
-            return m
+            size = 0
         if size != m.length:
-            with self._lock:
-                self._load()
-        return self._map or _EMPTY
+            self._reload("appeared or changed size")
+        return self._map or _MISSING
 
     def _follow(self, m: IndexMapping) -> None:
+        """Admit entries appended since the last look (live index)."""
         E = self.ENTRY_SIZE
         while True:
             n = self._entries
@@ -317,9 +342,7 @@ class AbstractIndex:
             if n == 0:
                 zero[0] = False
             z = int(np.argmax(zero)) if zero.any() else k
-            keys, values = keys[:z], values[:z]
-            prev = self._entry_raw(m.mm, n - 1) if n else None
-            bad = self._disorder(keys, values, prev)
+            bad = self._disorder(keys[:z], values[:z], self._entry_raw(m.mm, n - 1) if n else None)
             good = z if bad is None else bad
             with self._lock:
                 if self._map is m and self._entries == n:
@@ -328,11 +351,38 @@ class AbstractIndex:
             if good < k:
                 return
 
-    # ----------------------------------------------------------------- raw entries
+    def _first_beyond(self, mm, n: int, limit: int) -> int:
+        """First slot whose value lies beyond `limit`, n if none (the last entry is checked first)."""
+        E, skip, unpack = self.ENTRY_SIZE, self._KEY.size, self._VALUE.unpack_from
+        if not self._beyond(unpack(mm, (n - 1) * E + skip)[0], limit):
+            return n
+        lo, hi = 0, n - 1
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if self._beyond(unpack(mm, mid * E + skip)[0], limit):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def _run(self, limit: int | None, search: Callable[[object, int], T]) -> T:
+        """Run `search(mm, n)` over checked entries; redo it if a truncation hit it meanwhile."""
+        for _ in range(_RETRIES):
+            before = _faults()
+            m, n = self._view(limit)
+            if self.fault is not None:
+                raise self.fault
+            result = search(m.mm, n)
+            if _faults() == before:
+                return result
+            self._reload("was truncated while being read")
+        raise CorruptIndexError(self.path, None, "the file kept shrinking while it was being read")
 
     def _entry_raw(self, mm, slot: int) -> tuple[int, int]:
         start = slot * self.ENTRY_SIZE
         return self._KEY.unpack_from(mm, start)[0], self._VALUE.unpack_from(mm, start + self._KEY.size)[0]
+
+    # ----------------------------------------------------------------- counts
 
     @property
     def entries(self) -> int:
@@ -343,25 +393,14 @@ class AbstractIndex:
         """Valid entries given `limit`; never raises for corruption (see `fault`)."""
         return self._view(limit)[1]
 
+    def sanity_check(self, *, limit: int | None = None) -> None:
+        """Raise CorruptIndexError if the index breaks Kafka's rules (as `--index-sanity-check`)."""
+        self._run(limit, lambda mm, n: None)
+
     # ----------------------------------------------------------------- searching
 
-    def _check(self, limit: int | None = None) -> tuple[IndexMapping, int]:
-        m, n = self._view(limit)
-        if self.fault is not None:
-            raise self.fault
-        return m, n
-
-    def slot_for(self, target: int, *, by_value: bool = False, upper: bool = False,
-                 limit: int | None = None) -> int:
-        """Kafka's largestLowerBoundSlotFor / smallestUpperBoundSlotFor, warm section first.
-
-        Reproduces Kafka's algorithm exactly, quirks included (see `ceiling_slot` for a
-        ceiling that is always right). Returns -1 when there is no such slot.
-        """
-        m, n = self._check(limit)
-        return self._kafka_slot(m.mm, n, self._search_target(target, by_value), by_value, upper)
-
     def _kafka_slot(self, mm, n: int, target: int, by_value: bool, upper: bool) -> int:
+        """AbstractIndex.indexSlotRangeFor: warm section first, Kafka's binary search."""
         if n == 0:
             return -1
         unpack = self._VALUE.unpack_from if by_value else self._KEY.unpack_from
@@ -387,91 +426,136 @@ class AbstractIndex:
             return -1 if lo == n - 1 else lo + 1
         return lo
 
+    def slot_for(self, target: int, *, by_value: bool = False, upper: bool = False,
+                 limit: int | None = None) -> int:
+        """Kafka's largestLowerBoundSlotFor / smallestUpperBoundSlotFor, quirks included.
+
+        (For a target equal to slot 0's key Kafka's upper bound answers slot 1; use
+        `ceiling_slot` for a ceiling that is always right.) -1 when there is no such slot.
+        """
+        t = self._search_target(target, by_value)
+        return self._run(limit, lambda mm, n: self._kafka_slot(mm, n, t, by_value, upper))
+
     def floor_slot(self, target: int, *, by_value: bool = False, limit: int | None = None) -> int:
         """Greatest slot whose key (or value) is <= target, -1 if none: warm-section search."""
-        m, n = self._check(limit)
-        return self._kafka_slot(m.mm, n, self._search_target(target, by_value), by_value, False)
+        t = self._search_target(target, by_value)
+        return self._run(limit, lambda mm, n: self._kafka_slot(mm, n, t, by_value, False))
 
     def ceiling_slot(self, target: int, *, by_value: bool = False, limit: int | None = None) -> int:
         """Least slot whose key (or value) is >= target, -1 if none."""
-        m, n = self._check(limit)
         t = self._search_target(target, by_value)
-        s = self._kafka_slot(m.mm, n, t, by_value, False)
-        if s >= 0:
-            unpack = self._VALUE.unpack_from if by_value else self._KEY.unpack_from
-            if unpack(m.mm, s * self.ENTRY_SIZE + (self._KEY.size if by_value else 0))[0] == t:
+        unpack = self._VALUE.unpack_from if by_value else self._KEY.unpack_from
+        skip = self._KEY.size if by_value else 0
+
+        def search(mm, n):
+            s = self._kafka_slot(mm, n, t, by_value, False)
+            if s >= 0 and unpack(mm, s * self.ENTRY_SIZE + skip)[0] == t:
                 return s
-        return s + 1 if s + 1 < n else -1
+            return s + 1 if s + 1 < n else -1
+
+        return self._run(limit, search)
 
     def plain_floor_slot(self, target: int, *, limit: int | None = None) -> int:
         """Textbook binary search over all entries: the baseline the warm section is measured against."""
-        m, n = self._check(limit)
         t = self._search_target(target, False)
-        unpack, E, mm = self._KEY.unpack_from, self.ENTRY_SIZE, m.mm
-        lo, hi = 0, n - 1
-        while lo <= hi:
-            mid = (lo + hi) >> 1
-            if unpack(mm, mid * E)[0] <= t:
-                lo = mid + 1
-            else:
-                hi = mid - 1
-        return hi
+        unpack, E = self._KEY.unpack_from, self.ENTRY_SIZE
+
+        def search(mm, n):
+            lo, hi = 0, n - 1
+            while lo <= hi:
+                mid = (lo + hi) >> 1
+                if unpack(mm, mid * E)[0] <= t:
+                    lo = mid + 1
+                else:
+                    hi = mid - 1
+            return hi
+
+        return self._run(limit, search)
 
     def _search_target(self, target: int, by_value: bool) -> int:
         return target
 
+    def _entry_at(self, slot: int, limit: int | None) -> tuple[int, int]:
+        def search(mm, n):
+            if not 0 <= slot < n:
+                raise IndexError(f"{self.path}: entry {slot} requested, the index has {n}")
+            return self._entry_raw(mm, slot)
+
+        return self._run(limit, search)
+
     # ----------------------------------------------------------------- vectorised
 
-    def _native(self, m: IndexMapping, n: int) -> tuple[np.ndarray, np.ndarray]:
+    def _native(self, mm, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Native-order copies of both columns, kept while mapped (what bulk searches run on)."""
         cols = self._native_cols
         if cols is None or len(cols[0]) != n:
-            arr = np.frombuffer(m.mm, dtype=self._DTYPE, count=n) if n else np.empty(0, self._DTYPE)
+            arr = np.frombuffer(mm, dtype=self._DTYPE, count=n) if n else np.empty(0, self._DTYPE)
             cols = (arr["key"].astype(self._DTYPE["key"].newbyteorder("=")),
                     arr["value"].astype(self._DTYPE["value"].newbyteorder("=")))
             self._native_cols = cols
         return cols
 
-    def _keys(self, m: IndexMapping, n: int) -> np.ndarray:
-        return self._native(m, n)[0]
+    def _bulk(self, targets, limit: int | None, ceiling: bool):
+        """(slots, none-mask, keys, values) for many search keys at once."""
+        t = self._search_targets(np.asarray(targets, dtype=np.int64))
 
-    def floor_slots(self, targets: np.ndarray, *, limit: int | None = None) -> np.ndarray:
+        def search(mm, n):
+            keys, values = self._native(mm, n)
+            if ceiling:
+                slots = np.searchsorted(keys, t, side="left")
+                none = slots >= n
+            else:
+                slots = np.searchsorted(keys, t, side="right") - 1
+                none = slots < 0
+            return slots, none, keys, values
+
+        return self._run(limit, search)
+
+    def floor_slots(self, targets, *, limit: int | None = None) -> np.ndarray:
         """Vectorised floor_slot for many keys at once (-1 where none)."""
-        m, n = self._check(limit)
-        t = self._search_targets(np.asarray(targets, dtype=np.int64))
-        return np.searchsorted(self._keys(m, n), t, side="right") - 1
+        slots, _, _, _ = self._bulk(targets, limit, False)
+        return slots
 
-    def ceiling_slots(self, targets: np.ndarray, *, limit: int | None = None) -> np.ndarray:
+    def ceiling_slots(self, targets, *, limit: int | None = None) -> np.ndarray:
         """Vectorised ceiling_slot for many keys at once (-1 where none)."""
-        m, n = self._check(limit)
-        t = self._search_targets(np.asarray(targets, dtype=np.int64))
-        s = np.searchsorted(self._keys(m, n), t, side="left")
-        s[s == n] = -1
-        return s
+        slots, none, _, _ = self._bulk(targets, limit, True)
+        slots[none] = -1
+        return slots
 
     def _search_targets(self, targets: np.ndarray) -> np.ndarray:
         return targets
 
+    def _gather(self, targets, limit: int | None, ceiling: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Keys and values (as int64) of the floor/ceiling entry per target, and where there is none."""
+        slots, none, keys, values = self._bulk(targets, limit, ceiling)
+        if len(keys) == 0:
+            z = np.zeros(len(slots), np.int64)
+            return z, z.copy(), np.ones(len(slots), bool)
+        safe = np.where(none, 0, slots)
+        return keys[safe].astype(np.int64), values[safe].astype(np.int64), none
+
     # ----------------------------------------------------------------- whole-file views
 
     def entries_array(self, *, limit: int | None = None, include_invalid: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """(keys, values) as int64 arrays in Kafka's absolute terms, valid entries only.
+        """(keys, values) as int64 arrays in absolute terms: the valid entries.
 
         With `include_invalid`, every whole entry in the file (what Kafka's reopen would see).
         """
+        def search(mm, n):
+            if include_invalid and mm is not None:
+                n = len(mm) // self.ENTRY_SIZE
+            if mm is None or n == 0:
+                return np.empty(0, np.int64), np.empty(0, np.int64)
+            return self._absolute(*self._columns(mm, n))
+
+        if include_invalid:
+            m, _ = self._view(limit)  # corruption does not stop a dump
+            return search(m.mm, 0)
         m, n = self._view(limit)
-        if include_invalid and m.mm is not None:
-            n = m.length // self.ENTRY_SIZE
-        if m.mm is None or n == 0:
-            return np.empty(0, np.int64), np.empty(0, np.int64)
-        return self._absolute(*self._columns(m.mm, n))
+        return search(m.mm, n)
 
     def _absolute(self, keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return keys, values
-
-    def sanity_check(self, *, limit: int | None = None) -> None:
-        """Raise CorruptIndexError if the index breaks Kafka's rules (as `--index-sanity-check`)."""
-        self._check(limit)
 
 
 class OffsetIndex(AbstractIndex):
@@ -521,58 +605,49 @@ class OffsetIndex(AbstractIndex):
 
     def lookup(self, target_offset: int, *, limit: int | None = None) -> tuple[int, int]:
         """OffsetIndex.lookup: (offset, position) of the floor entry, (base offset, 0) if none."""
-        m, n = self._check(limit)
-        slot = self._kafka_slot(m.mm, n, target_offset - self.base_offset, False, False)
-        if slot < 0:
-            return self.base_offset, 0
-        rel, pos = self._entry_raw(m.mm, slot)
-        return self.base_offset + rel, pos
+        t = target_offset - self.base_offset
 
-    def lookup_many(self, targets: np.ndarray, *, limit: int | None = None,
-                    ceiling: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        def search(mm, n):
+            slot = self._kafka_slot(mm, n, t, False, False)
+            if slot < 0:
+                return self.base_offset, 0
+            rel, pos = self._entry_raw(mm, slot)
+            return self.base_offset + rel, pos
+
+        return self._run(limit, search)
+
+    def lookup_many(self, targets, *, limit: int | None = None, ceiling: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Vectorised lookup: (offsets, positions) per target.
 
         Floor: like `lookup`, (base offset, 0) where no entry is <= the target. Ceiling: the
         least entry >= the target, (-1, -1) where there is none.
         """
-        m, n = self._check(limit)
-        keys, values = self._native(m, n)
-        rel = np.asarray(targets, dtype=np.int64) - self.base_offset
-        if ceiling:
-            slots = np.searchsorted(keys, rel, side="left")
-            none = slots >= n
-        else:
-            slots = np.searchsorted(keys, rel, side="right") - 1
-            none = slots < 0
-        safe = np.where(none, 0, slots)
-        offsets = keys[safe].astype(np.int64) + self.base_offset if n else np.zeros(len(rel), np.int64)
-        positions = values[safe].astype(np.int64) if n else np.zeros(len(rel), np.int64)
+        keys, positions, none = self._gather(targets, limit, ceiling)
+        offsets = keys + self.base_offset
         offsets[none] = -1 if ceiling else self.base_offset
         positions[none] = -1 if ceiling else 0
         return offsets, positions
 
     def entry(self, n: int, *, limit: int | None = None) -> tuple[int, int]:
         """(offset, position) of slot `n`."""
-        m, count = self._check(limit)
-        if not 0 <= n < count:
-            raise IndexError(f"{self.path}: entry {n} requested, the index has {count}")
-        rel, pos = self._entry_raw(m.mm, n)
+        rel, pos = self._entry_at(n, limit)
         return self.base_offset + rel, pos
 
     def last_offset(self, *, limit: int | None = None) -> int:
         """Offset of the last valid entry, the base offset when empty."""
-        m, n = self._check(limit)
-        return self.base_offset + self._entry_raw(m.mm, n - 1)[0] if n else self.base_offset
+        return self._run(limit, lambda mm, n: self.base_offset + self._entry_raw(mm, n - 1)[0] if n else self.base_offset)
 
     def fetch_upper_bound_offset(self, fetch_position: int, fetch_size: int, *,
                                  limit: int | None = None) -> tuple[int, int] | None:
         """OffsetIndex.fetchUpperBoundOffset: first entry at or after position+size (Kafka's search)."""
-        m, n = self._check(limit)
-        slot = self._kafka_slot(m.mm, n, fetch_position + fetch_size, True, True)
-        if slot < 0:
-            return None
-        rel, pos = self._entry_raw(m.mm, slot)
-        return self.base_offset + rel, pos
+        def search(mm, n):
+            slot = self._kafka_slot(mm, n, fetch_position + fetch_size, True, True)
+            if slot < 0:
+                return None
+            rel, pos = self._entry_raw(mm, slot)
+            return self.base_offset + rel, pos
+
+        return self._run(limit, search)
 
 
 class TimeIndex(AbstractIndex):
@@ -619,42 +694,30 @@ class TimeIndex(AbstractIndex):
 
     def lookup(self, target_timestamp: int, *, limit: int | None = None) -> tuple[int, int]:
         """TimeIndex.lookup: (timestamp, offset) of the floor entry, (-1, base offset) if none."""
-        m, n = self._check(limit)
-        slot = self._kafka_slot(m.mm, n, target_timestamp, False, False)
-        if slot < 0:
-            return -1, self.base_offset
-        ts, rel = self._entry_raw(m.mm, slot)
-        return ts, self.base_offset + rel
+        def search(mm, n):
+            slot = self._kafka_slot(mm, n, target_timestamp, False, False)
+            if slot < 0:
+                return -1, self.base_offset
+            ts, rel = self._entry_raw(mm, slot)
+            return ts, self.base_offset + rel
 
-    def lookup_many(self, targets: np.ndarray, *, limit: int | None = None,
-                    ceiling: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        return self._run(limit, search)
+
+    def lookup_many(self, targets, *, limit: int | None = None, ceiling: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Vectorised lookup: (timestamps, offsets) per target.
 
         Floor: like `lookup`, (-1, base offset) where no entry is <= the target. Ceiling: the
         least entry >= the target, (-1, -1) where there is none.
         """
-        m, n = self._check(limit)
-        keys, values = self._native(m, n)
-        t = np.asarray(targets, dtype=np.int64)
-        if ceiling:
-            slots = np.searchsorted(keys, t, side="left")
-            none = slots >= n
-        else:
-            slots = np.searchsorted(keys, t, side="right") - 1
-            none = slots < 0
-        safe = np.where(none, 0, slots)
-        timestamps = keys[safe].astype(np.int64) if n else np.zeros(len(t), np.int64)
-        offsets = values[safe].astype(np.int64) + self.base_offset if n else np.zeros(len(t), np.int64)
+        timestamps, rel, none = self._gather(targets, limit, ceiling)
+        offsets = rel + self.base_offset
         timestamps[none] = -1
         offsets[none] = -1 if ceiling else self.base_offset
         return timestamps, offsets
 
     def entry(self, n: int, *, limit: int | None = None) -> tuple[int, int]:
         """(timestamp, offset) of slot `n`."""
-        m, count = self._check(limit)
-        if not 0 <= n < count:
-            raise IndexError(f"{self.path}: entry {n} requested, the index has {count}")
-        ts, rel = self._entry_raw(m.mm, n)
+        ts, rel = self._entry_at(n, limit)
         return ts, self.base_offset + rel
 
     def peek_last_entry(self) -> tuple[int, int] | None:
@@ -682,19 +745,10 @@ class TimeIndex(AbstractIndex):
 
     def last_entry(self, *, limit: int | None = None) -> tuple[int, int]:
         """TimeIndex.lastEntry over valid entries: (-1, base offset) when empty."""
-        m, n = self._check(limit)
-        if n == 0:
-            return -1, self.base_offset
-        ts, rel = self._entry_raw(m.mm, n - 1)
-        return ts, self.base_offset + rel
+        def search(mm, n):
+            if n == 0:
+                return -1, self.base_offset
+            ts, rel = self._entry_raw(mm, n - 1)
+            return ts, self.base_offset + rel
 
-
-class _Empty:
-    """Stands in for the mapping of a file that does not exist (yet)."""
-
-    fd = -1
-    mm = None
-    length = 0
-
-
-_EMPTY = _Empty()
+        return self._run(limit, search)
