@@ -61,15 +61,13 @@ _faults: Callable[[], int] = _sigbus.faults if _sigbus is not None else _no_faul
 SIGBUS_GUARD = _sigbus is not None
 
 
-def _release(fd: int, mm: mmap.mmap | None, guard_slot: int) -> None:
+def _release(mm: mmap.mmap, guard_slot: int) -> None:
     if guard_slot >= 0:
         _sigbus.unregister(guard_slot)
-    if mm is not None:
-        try:
-            mm.close()
-        except BufferError:
-            pass  # a numpy view still exports it; it is unmapped when that view dies
-    os.close(fd)
+    try:
+        mm.close()
+    except BufferError:
+        pass  # a numpy view still exports it; it is unmapped when that view dies
 
 
 def _page_in(fd: int, length: int) -> None:
@@ -83,44 +81,50 @@ def _page_in(fd: int, length: int) -> None:
 
 
 class IndexMapping:
-    """One read-only map of an index file with the descriptor it came from.
+    """One read-only map of an index file.
 
-    Both are released when the last holder drops the object: an evicted index still
-    being searched by another thread keeps its map until that search returns.
+    Released when the last holder drops the object: an evicted index still being searched
+    by another thread keeps its map until that search returns. The map keeps the only
+    descriptor (Python's mmap holds a duplicate); `size()` asks the file's current size.
 
     The file is read once through `preadv` right after mapping. That pages it in with the
     GIL released, so the first search (or validation) of a cold index on a slow disk does
     not take page faults while holding the GIL and stall every other thread.
     """
 
-    __slots__ = ("fd", "mm", "length", "__weakref__")
+    __slots__ = ("mm", "length", "__weakref__")
 
     def __init__(self, path: str):
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
             length = os.fstat(fd).st_size
             mm = mmap.mmap(fd, length, mmap.MAP_SHARED, mmap.PROT_READ) if length else None
-        except BaseException:
+            if mm is not None:
+                _page_in(fd, length)
+        finally:
             os.close(fd)
-            raise
-        slot = -1
-        if mm is not None and _sigbus is not None:
-            _sigbus.install()
-            slot = _sigbus.register(np.frombuffer(mm, np.uint8).ctypes.data, length)
-        self.fd = fd
         self.mm = mm
         self.length = length
-        weakref.finalize(self, _release, fd, mm, slot)
         if mm is not None:
-            _page_in(fd, length)
+            slot = -1
+            if _sigbus is not None:
+                _sigbus.install()
+                slot = _sigbus.register(np.frombuffer(mm, np.uint8).ctypes.data, length)
+            weakref.finalize(self, _release, mm, slot)
+
+    def size(self) -> int:
+        """The file's size now (an fstat)."""
+        return self.mm.size() if self.mm is not None else 0
 
 
 class _Missing:
-    """Stands in for the mapping of a file that does not exist (yet)."""
+    """Stands in for the mapping of a file that does not exist (yet), or is empty."""
 
-    fd = -1
     mm = None
     length = 0
+
+    def size(self) -> int:
+        return 0
 
 
 _MISSING = _Missing()
@@ -205,6 +209,8 @@ class AbstractIndex:
                 m = IndexMapping(self.path)
             except FileNotFoundError:
                 m = _MISSING  # LazyIndex creates the file on first access; until then it is empty
+            if m.mm is None:
+                m = _MISSING
             self._map = m
             self._native_cols = None
             self.fault = None
@@ -296,7 +302,7 @@ class AbstractIndex:
             m = self._reload_if_changed(m)
         elif self._live:
             self._follow(m)
-        elif os.fstat(m.fd).st_size < self._entries * self.ENTRY_SIZE:
+        elif m.size() < self._entries * self.ENTRY_SIZE:
             self._reload("shrank")
         m = self._map or _MISSING
         n = self._entries
@@ -317,8 +323,8 @@ class AbstractIndex:
             size = os.stat(self.path).st_size
         except FileNotFoundError:
             size = 0
-        if size != m.length:
-            self._reload("appeared or changed size")
+        if size:
+            self._reload("appeared")
         return self._map or _MISSING
 
     def _follow(self, m: IndexMapping) -> None:
@@ -326,15 +332,17 @@ class AbstractIndex:
         E = self.ENTRY_SIZE
         while True:
             n = self._entries
-            chunk = os.pread(m.fd, _PROBE_BYTES, n * E)
-            if len(chunk) < E:
-                if os.fstat(m.fd).st_size < n * E:
-                    self._reload("shrank")
+            size = m.size()
+            if size < n * E:
+                self._reload("shrank")
                 return
+            end = min(size, m.length) // E * E
+            if end <= n * E:
+                if size > m.length:
+                    self._reload("grew past its mapping")
+                return
+            chunk = m.mm[n * E:min(end, n * E + _PROBE_BYTES)]
             if chunk[:E] == bytes(E):
-                return
-            if n * E + len(chunk) > m.length:
-                self._reload("grew past its mapping")
                 return
             k = len(chunk) // E
             keys, values = self._columns(chunk, k)

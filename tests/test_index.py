@@ -1,0 +1,254 @@
+"""Index files: property tests against a brute-force reading, edge cases, live appends, bad files."""
+
+from __future__ import annotations
+
+import bisect
+import os
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lookupd.cache import IndexCache
+from lookupd.errors import CorruptIndexError
+from lookupd.index import OffsetIndex, TimeIndex
+
+INT31 = (1 << 31) - 1
+BASE = 1 << 40
+
+
+def write_offset_index(path, entries, zero_tail=0):
+    with open(path, "wb") as f:
+        for rel, pos in entries:
+            f.write(struct.pack(">ii", rel, pos))
+        f.write(bytes(8 * zero_tail))
+
+
+def write_time_index(path, entries, zero_tail=0):
+    with open(path, "wb") as f:
+        for ts, rel in entries:
+            f.write(struct.pack(">qi", ts, rel))
+        f.write(bytes(12 * zero_tail))
+
+
+@st.composite
+def offset_entries(draw):
+    rels = sorted(draw(st.sets(st.integers(1, INT31), max_size=300)))
+    if draw(st.booleans()) and rels:
+        rels[-1] = INT31
+    positions = sorted(draw(st.sets(st.integers(1, INT31 - 1), min_size=len(rels), max_size=len(rels))))
+    return list(zip(rels, positions))
+
+
+@st.composite
+def time_entries(draw):
+    stamps = sorted(draw(st.sets(st.integers(0, 1 << 62), max_size=300)))
+    rels = sorted(draw(st.lists(st.integers(0, INT31), min_size=len(stamps), max_size=len(stamps))))
+    return list(zip(stamps, rels))
+
+
+def brute_floor(keys, t):
+    return bisect.bisect_right(keys, t) - 1
+
+
+def brute_ceiling(keys, t):
+    i = bisect.bisect_left(keys, t)
+    return i if i < len(keys) else -1
+
+
+def targets_around(keys, extra):
+    ts = set(extra)
+    for k in keys[:50] + keys[-50:]:
+        ts.update((k - 1, k, k + 1))
+    return sorted(ts)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(entries=offset_entries(), tail=st.sampled_from([0, 3, 2000]), live=st.booleans(),
+       extra=st.lists(st.integers(-(1 << 62), 1 << 62), max_size=20))
+def test_offset_index_matches_brute_force(tmp_path, entries, tail, live, extra):
+    path = tmp_path / "x.index"
+    write_offset_index(path, entries, tail)
+    idx = OffsetIndex(path, BASE)
+    idx.set_live(live)
+    keys = [BASE + r for r, _ in entries]
+    positions = [p for _, p in entries]
+    assert idx.entries == len(entries)
+    got_o, got_p = idx.entries_array()
+    assert got_o.tolist() == keys and got_p.tolist() == positions
+    targets = targets_around(keys, [BASE - 1, BASE, 0, BASE + INT31 + 5] + [BASE + e % (1 << 32) for e in extra])
+    floors = idx.lookup_many(targets)
+    ceils = idx.lookup_many(targets, ceiling=True)
+    for k, t in enumerate(targets):
+        f = brute_floor(keys, t)
+        c = brute_ceiling(keys, t)
+        assert idx.floor_slot(t) == f
+        assert idx.plain_floor_slot(t) == f
+        assert idx.slot_for(t) == f  # Kafka's lower bound
+        assert idx.ceiling_slot(t) == c
+        assert idx.lookup(t) == ((keys[f], positions[f]) if f >= 0 else (BASE, 0))
+        assert (floors[0][k], floors[1][k]) == idx.lookup(t)
+        assert (ceils[0][k], ceils[1][k]) == ((keys[c], positions[c]) if c >= 0 else (-1, -1))
+    assert idx.floor_slots(targets).tolist() == [brute_floor(keys, t) for t in targets]
+    assert idx.ceiling_slots(targets).tolist() == [brute_ceiling(keys, t) for t in targets]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(entries=time_entries(), tail=st.sampled_from([0, 2, 1000]), extra=st.lists(st.integers(-5, 1 << 62), max_size=20))
+def test_time_index_matches_brute_force(tmp_path, entries, tail, extra):
+    path = tmp_path / "x.timeindex"
+    write_time_index(path, entries, tail)
+    idx = TimeIndex(path, BASE)
+    stamps = [t for t, _ in entries]
+    offsets = [BASE + r for _, r in entries]
+    # A first entry of (0, 0) is indistinguishable from a preallocated tail in a file with one.
+    expected = len(entries) if not (tail and entries and entries[0] == (0, 0)) else 0
+    assert idx.entries == expected
+    if expected != len(entries):
+        return
+    for t in targets_around(stamps, [-1, 0] + extra):
+        f = brute_floor(stamps, t)
+        assert idx.floor_slot(t) == f
+        assert idx.ceiling_slot(t) == brute_ceiling(stamps, t)
+        assert idx.lookup(t) == ((stamps[f], offsets[f]) if f >= 0 else (-1, BASE))
+    assert idx.last_entry() == ((stamps[-1], offsets[-1]) if entries else (-1, BASE))
+
+
+def test_edge_cases(tmp_path):
+    empty = tmp_path / "empty.index"
+    empty.write_bytes(b"")
+    idx = OffsetIndex(empty, 7)
+    assert idx.entries == 0 and idx.lookup(100) == (7, 0) and idx.ceiling_slot(7) == -1
+    assert idx.lookup_many([0, 7, 9])[0].tolist() == [7, 7, 7]
+
+    missing = OffsetIndex(tmp_path / "nope.index", 7)
+    assert missing.entries == 0 and missing.lookup(9) == (7, 0)
+
+    one = tmp_path / "one.index"
+    write_offset_index(one, [(5, 100)])
+    idx = OffsetIndex(one, 0)
+    assert (idx.lookup(4), idx.lookup(5), idx.lookup(6)) == ((0, 0), (5, 100), (5, 100))
+    assert idx.ceiling_slot(5) == 0 and idx.ceiling_slot(6) == -1
+
+    # A trimmed file with the single entry (0, 0) has one entry, as Kafka counts it...
+    zero = tmp_path / "zero.index"
+    write_offset_index(zero, [(0, 0)])
+    assert OffsetIndex(zero, 3).entries == 1
+    # ...while a preallocated file that was never written has none.
+    pre = tmp_path / "pre.index"
+    write_offset_index(pre, [], zero_tail=1000)
+    assert OffsetIndex(pre, 3).entries == 0
+
+    top = tmp_path / "top.index"
+    write_offset_index(top, [(1, 10), (INT31, 20)])
+    idx = OffsetIndex(top, BASE)
+    assert idx.lookup(BASE + INT31) == (BASE + INT31, 20)
+    assert idx.lookup((1 << 63) - 1) == (BASE + INT31, 20)
+    assert idx.lookup(-(1 << 63)) == (BASE, 0)
+
+
+def test_kafka_upper_bound_quirk_is_reproduced_and_ceiling_is_right(tmp_path):
+    """AbstractIndex's upper-bound search never answers slot 0 for a target equal to it."""
+    path = tmp_path / "q.index"
+    write_offset_index(path, [(5, 10), (10, 20), (15, 30)])
+    idx = OffsetIndex(path, 0)
+    assert idx.slot_for(5, upper=True) == 1  # what Kafka answers
+    assert idx.ceiling_slot(5) == 0  # what a ceiling is
+
+
+def test_warm_section_boundaries(tmp_path):
+    """Targets right at and around the first warm entry (entries - 1 - 1024)."""
+    n = 5000
+    path = tmp_path / "w.index"
+    write_offset_index(path, [(2 * i + 2, 4 * i + 4) for i in range(n)])
+    idx = OffsetIndex(path, 0)
+    keys = [2 * i + 2 for i in range(n)]
+    hot = n - 1 - idx.warm_entries
+    for slot in (0, 1, hot - 1, hot, hot + 1, n - 2, n - 1):
+        for t in (keys[slot] - 1, keys[slot], keys[slot] + 1):
+            assert idx.floor_slot(t) == brute_floor(keys, t)
+            assert idx.plain_floor_slot(t) == brute_floor(keys, t)
+
+
+def test_live_index_sees_appended_entries(tmp_path):
+    """The broker writes entries into the preallocated tail: the next lookup sees them."""
+    path = tmp_path / "a.index"
+    write_offset_index(path, [(1, 100)], zero_tail=1023)
+    idx = OffsetIndex(path, 0)
+    idx.set_live(True)
+    assert idx.lookup(10, limit=10_000) == (1, 100)
+    with open(path, "r+b") as f:
+        f.seek(8)
+        f.write(struct.pack(">ii", 5, 500) + struct.pack(">ii", 9, 900))
+    assert idx.lookup(10, limit=10_000) == (9, 900)
+    # An entry whose position is not yet inside the .log is not trusted yet.
+    assert idx.lookup(10, limit=900) == (5, 500)
+    assert idx.lookup(10, limit=901) == (9, 900)
+    # The broker rolls: the file is trimmed to its entries.
+    os.truncate(path, 24)
+    assert idx.lookup(10, limit=10_000) == (9, 900) and idx.entries == 3
+
+
+def test_rolled_index_with_entry_past_the_log_is_corrupt(tmp_path):
+    path = tmp_path / "b.index"
+    write_offset_index(path, [(1, 100), (2, 5000)])
+    idx = OffsetIndex(path, 0)
+    with pytest.raises(CorruptIndexError, match=r"b\.index at byte 8: entry 1 \(offset 2\) points to position 5000, past the end of the log \(4000 bytes\)"):
+        idx.lookup(3, limit=4000)
+
+
+def test_out_of_order_entries_are_corrupt(tmp_path):
+    path = tmp_path / "c.index"
+    write_offset_index(path, [(1, 100), (3, 300), (2, 400), (4, 500)])
+    idx = OffsetIndex(path, 10)
+    with pytest.raises(CorruptIndexError, match=r"c\.index at byte 16: entry 2 \(offset 12, position 400\) is not after entry 1"):
+        idx.lookup(12)
+    ts = tmp_path / "c.timeindex"
+    write_time_index(ts, [(100, 1), (90, 2)])
+    with pytest.raises(CorruptIndexError, match="timestamps must increase"):
+        TimeIndex(ts, 0).lookup(95)
+
+
+def test_size_not_a_multiple_of_the_entry_size(tmp_path):
+    path = tmp_path / "d.index"
+    path.write_bytes(struct.pack(">ii", 1, 100) + b"\x01\x02\x03")
+    with pytest.raises(CorruptIndexError, match=r"d\.index at byte 8: offset index size 11 is not a multiple of the entry size 8"):
+        OffsetIndex(path, 0).lookup(5)
+
+
+def test_truncated_underneath_a_live_reader(tmp_path):
+    """Shrinking a mapped file, to any size, never crashes a lookup (no SIGBUS)."""
+    path = tmp_path / "e.index"
+    n = 4096  # 32 KiB: eight pages
+    write_offset_index(path, [(i + 1, 10 * (i + 1)) for i in range(n)])
+    for live in (False, True):
+        for size in (8 * 2048, 4096, 4095 * 8 // 8 * 8, 8, 0):
+            write_offset_index(path, [(i + 1, 10 * (i + 1)) for i in range(n)])
+            idx = OffsetIndex(path, 0)
+            idx.set_live(live)
+            assert idx.lookup(n, limit=1 << 30) == (n, 10 * n)
+            os.truncate(path, size)
+            kept = size // 8
+            want = (kept, 10 * kept) if kept else (0, 0)
+            assert idx.lookup(n, limit=1 << 30) == want
+            assert idx.lookup_many([n], limit=1 << 30)[0].tolist() == [want[0]]
+
+
+def test_cache_bounds_open_indexes(tmp_path):
+    cache = IndexCache(max_open=3)
+    idxs = []
+    for i in range(10):
+        path = tmp_path / f"{i}.index"
+        write_offset_index(path, [(1, 1), (2, 2)])
+        idxs.append(OffsetIndex(path, 0, cache))
+    fds_before = len(os.listdir("/proc/self/fd"))
+    for _ in range(3):
+        for idx in idxs:
+            assert idx.lookup(5) == (2, 2)
+            assert cache.open_count <= 3
+    assert cache.evictions >= 27 and cache.lazy_loads == cache.evictions + cache.open_count
+    assert len(os.listdir("/proc/self/fd")) <= fds_before + 3  # one descriptor per map
+    cache.clear()
+    assert cache.open_count == 0
