@@ -1,0 +1,179 @@
+"""`lookupd recover`: rebuild rolled segments' indexes from their `.log`, as LogSegment.recover does.
+
+The batches of the whole partition are replayed in order (the `.txnindex` needs every
+transaction still open when a segment starts), and each segment that needs it gets new
+`.index`/`.timeindex`/`.txnindex` files, byte-identical to what Kafka writes after recovery
+and trimming. New files are written beside the old ones as `*.tmp`, synced, then renamed
+into place, so a crash leaves either the old index or the new one, never half of one.
+
+The active (last) segment is never touched: the broker owns it. Nor is any `.log`: a
+corrupt tail is reported, not truncated.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+
+from .batch import ensure_valid, parse_header
+from .errors import CorruptDataError, CorruptRecordError, LookupdError
+from .locallog import list_segments
+from .names import INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, parse_partition_dir, segment_file_name
+from .producerstate import TransactionTracker
+from .progress import Progress
+from .segment import LogSegment
+from .writer import DEFAULT_INDEX_INTERVAL_BYTES, IndexBuilder, encode_aborted_txn
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SegmentReport:
+    """What recover found and did for one segment."""
+
+    base_offset: int
+    action: str  # "rebuilt", "ok", "active" (skipped), "would rebuild" (dry run)
+    reason: str = ""
+    offset_index_entries: int = 0
+    time_index_entries: int = 0
+    aborted_transactions: int = 0
+    invalid_bytes: int = 0  # bytes after the last valid batch (a corrupt or cut-off tail)
+    problems: list[str] = field(default_factory=list)
+
+
+def index_problem(seg: LogSegment) -> str | None:
+    """Why a rolled segment's indexes need rebuilding (Kafka: missing or failing sanity checks), or None."""
+    for path in (seg.offset_index.path, seg.time_index.path):
+        if not os.path.exists(path):
+            return f"{os.path.basename(path)} is missing"
+    size = seg.size()
+    try:
+        seg.offset_index.sanity_check(limit=size)
+        seg.time_index.sanity_check()
+        seg.txn_index.sanity_check()
+        if seg.offset_index.valid_entries() * 8 != os.path.getsize(seg.offset_index.path):
+            return "offset index has a zero-filled tail (not trimmed)"
+        if seg.time_index.valid_entries() * 12 != os.path.getsize(seg.time_index.path):
+            return "time index has a zero-filled tail (not trimmed)"
+    except CorruptDataError as err:
+        return str(err)
+    return None
+
+
+def _write_atomically(path: str, data: bytes) -> None:
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def _sync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def recover_partition(directory: str, *, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+                      rebuild_all: bool = False, dry_run: bool = False,
+                      progress: Progress | None = None) -> list[SegmentReport]:
+    """Rebuild the indexes of the rolled segments in one partition directory that need it."""
+    from .records import control_record, decode_batch
+
+    bases = list_segments(directory)
+    tracker = TransactionTracker()
+    reports = []
+    for i, base in enumerate(bases):
+        seg = LogSegment(directory, base, live=i == len(bases) - 1)
+        try:
+            if seg.live:
+                reports.append(SegmentReport(base, "active", "the broker's active segment is left alone"))
+                rebuild = None
+            else:
+                reason = "rebuilding every rolled segment (--all)" if rebuild_all else index_problem(seg)
+                rebuild = reason
+                reports.append(SegmentReport(base, "ok" if reason is None else ("would rebuild" if dry_run else "rebuilt"),
+                                             reason or ""))
+            report = reports[-1]
+            builder = IndexBuilder(base, index_interval_bytes)
+            aborted = []
+            valid = 0
+            size = seg.size()
+            try:
+                for buf, off, pos, batch_size in seg.log.frames(0, size, strict=True):
+                    header = parse_header(buf, off, pos, seg.log.path)
+                    data = None
+                    if rebuild is not None or header.is_control:
+                        data = buf[off:off + batch_size] if off + batch_size <= len(buf) else seg.log.read(pos, batch_size)
+                    if rebuild is not None:
+                        ensure_valid(header, data, seg.log.path)
+                    marker = None
+                    if header.is_control:
+                        recs = decode_batch(header, data, path=seg.log.path)
+                        marker = control_record(recs[0])[0] if recs else None
+                    txn = tracker.observe(header, marker)
+                    if txn is not None:
+                        aborted.append(txn)
+                    if rebuild is not None:
+                        builder.append(header.last_offset, header.max_timestamp, header.last_offset, pos, batch_size)
+                    valid = pos + batch_size
+                    if progress is not None:
+                        progress.advance(batch_size)
+            except CorruptRecordError as err:
+                report.invalid_bytes = size - valid
+                report.problems.append(str(err))
+                log.warning("%s; recovery stops at byte %d (%d bytes after it are not indexed)", err, valid, size - valid)
+            if rebuild is None:
+                continue
+            builder.roll()
+            report.offset_index_entries = len(builder.offset_entries)
+            report.time_index_entries = len(builder.time_entries)
+            report.aborted_transactions = len(aborted)
+            if dry_run:
+                continue
+            _write_atomically(os.path.join(directory, segment_file_name(base, INDEX_SUFFIX)), builder.offset_index_bytes())
+            _write_atomically(os.path.join(directory, segment_file_name(base, TIME_INDEX_SUFFIX)), builder.time_index_bytes())
+            txn_path = os.path.join(directory, segment_file_name(base, TXN_INDEX_SUFFIX))
+            if aborted or os.path.exists(txn_path):
+                _write_atomically(txn_path, b"".join(encode_aborted_txn(t) for t in aborted))
+            _sync_dir(directory)
+        finally:
+            seg.close()
+    return reports
+
+
+def partition_dirs(path: str) -> list[str]:
+    """`path` itself if it is a partition directory, else the partition directories in it."""
+    path = os.path.abspath(path)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(2, "no such directory", path)
+    if parse_partition_dir(os.path.basename(path)) is not None:
+        return [path]
+    found = sorted(e.path for e in os.scandir(path) if e.is_dir() and parse_partition_dir(e.name) is not None)
+    if not found:
+        raise LookupdError(f"{path} is neither a partition directory (<topic>-<partition>) nor a log dir holding any")
+    return found
+
+
+def run(args) -> int:
+    dirs = partition_dirs(args.dir)
+    total = sum(os.path.getsize(os.path.join(d, f)) for d in dirs for f in os.listdir(d) if f.endswith(".log"))
+    failed = 0
+    with Progress(total, "recover") as progress:
+        for d in dirs:
+            for r in recover_partition(d, index_interval_bytes=args.index_interval_bytes, rebuild_all=args.all,
+                                       dry_run=args.dry_run, progress=progress):
+                if r.action in ("rebuilt", "would rebuild"):
+                    progress.write(f"{d}/{segment_file_name(r.base_offset, '')}: {r.action} ({r.reason}): "
+                                   f"{r.offset_index_entries} offset entries, {r.time_index_entries} time entries, "
+                                   f"{r.aborted_transactions} aborted transactions")
+                for p in r.problems:
+                    failed += 1
+                    progress.write(f"{d}/{segment_file_name(r.base_offset, '')}: {p}")
+    return 1 if failed else 0
