@@ -2,12 +2,16 @@
 
 Opening a log dir maps nothing; each index maps itself on first use and reports here. With
 100,000 segments only the indexes actually being searched hold descriptors and address space.
+
+A lookup only stamps its index with a tick (one dict store, no lock: this is on every
+lookup's path); the ordering work happens when an open pushes the cache over its bounds.
 """
 
 from __future__ import annotations
 
+import itertools
+import resource
 import threading
-from collections import OrderedDict
 from typing import Protocol
 
 
@@ -18,15 +22,25 @@ class Mappable(Protocol):
     def unmap(self) -> None: ...
 
 
-class IndexCache:
-    """LRU of open indexes, bounded by count and by mapped bytes."""
+def default_max_open() -> int:
+    """Half the soft descriptor limit (each open index holds one), at most 4096."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 4096
+    return max(16, min(4096, soft // 2))
 
-    def __init__(self, max_open: int = 4096, max_mapped_bytes: int = 4 << 30):
+
+class IndexCache:
+    """Open indexes, bounded by count and by mapped bytes; least recently used go first."""
+
+    def __init__(self, max_open: int | None = None, max_mapped_bytes: int = 4 << 30):
+        max_open = default_max_open() if max_open is None else max_open
         if max_open < 1:
             raise ValueError("max_open must be at least 1")
         self.max_open = max_open
         self.max_mapped_bytes = max_mapped_bytes
-        self._lru: OrderedDict[Mappable, None] = OrderedDict()
+        self._last_used: dict[Mappable, int] = {}
+        self._ticks = itertools.count()
         self._lock = threading.Lock()
         self.lazy_loads = 0
         self.evictions = 0
@@ -40,38 +54,42 @@ class IndexCache:
         victims = []
         with self._lock:
             self.lazy_loads += 1
-            self._lru[index] = None
-            self._lru.move_to_end(index)
-            total = sum(i.mapped_bytes for i in self._lru) if self.max_mapped_bytes else 0
-            while len(self._lru) > 1 and (len(self._lru) > self.max_open or total > self.max_mapped_bytes):
-                victim, _ = self._lru.popitem(last=False)
-                total -= victim.mapped_bytes
-                victims.append(victim)
+            self._last_used[index] = next(self._ticks)
+            entries = list(self._last_used.items())
+            total = sum(i.mapped_bytes for i, _ in entries)
+            if len(entries) > self.max_open or total > self.max_mapped_bytes:
+                entries.sort(key=lambda e: e[1])
+                # Evict a little more than needed so the next opens do not sort again at once.
+                keep = max(1, self.max_open - max(1, self.max_open // 16))
+                for victim, _ in entries[:-1]:
+                    if len(self._last_used) <= keep and total <= self.max_mapped_bytes:
+                        break
+                    del self._last_used[victim]
+                    total -= victim.mapped_bytes
+                    victims.append(victim)
             self.evictions += len(victims)
         for victim in victims:
             victim.unmap()
 
     def touch(self, index: Mappable) -> None:
-        with self._lock:
-            if index in self._lru:
-                self._lru.move_to_end(index)
+        if index in self._last_used:
+            self._last_used[index] = next(self._ticks)
 
     def forget(self, index: Mappable) -> None:
         with self._lock:
-            self._lru.pop(index, None)
+            self._last_used.pop(index, None)
 
     def clear(self) -> None:
         with self._lock:
-            victims = list(self._lru)
-            self._lru.clear()
+            victims = list(self._last_used)
+            self._last_used.clear()
         for victim in victims:
             victim.unmap()
 
     @property
     def open_count(self) -> int:
-        return len(self._lru)
+        return len(self._last_used)
 
     @property
     def mapped_bytes(self) -> int:
-        with self._lock:
-            return sum(i.mapped_bytes for i in self._lru)
+        return sum(i.mapped_bytes for i in list(self._last_used))

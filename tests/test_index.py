@@ -104,7 +104,7 @@ def test_time_index_matches_brute_force(tmp_path, entries, tail, extra):
     stamps = [t for t, _ in entries]
     offsets = [BASE + r for _, r in entries]
     # A first entry of (0, 0) is indistinguishable from a preallocated tail in a file with one.
-    expected = len(entries) if not (tail and entries and entries[0] == (0, 0)) else 0
+    expected = 0 if (tail and entries == [(0, 0)]) else len(entries)
     assert idx.entries == expected
     if expected != len(entries):
         return

@@ -1,5 +1,8 @@
 /*
- * SIGBUS guard for read-only index maps.
+ * C helpers for lookupd: the SIGBUS guard for read-only index maps, and Kafka's index
+ * slot search over a mapped index (the same algorithm as index.py's Python fallback).
+ *
+ * SIGBUS guard.
  *
  * Reading a mapped page that lies past the end of its file raises SIGBUS, which kills a
  * Python process. The broker shrinks index files (it trims the active index when it rolls),
@@ -121,7 +124,118 @@ guard_faults(PyObject *self, PyObject *unused)
     return PyLong_FromUnsignedLong(atomic_load(&fault_count));
 }
 
+/* ---------------------------------------------------------------- index search */
+
+static inline int64_t
+read_be(const unsigned char *p, int width)
+{
+    if (width == 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        return (int64_t)__builtin_bswap64(v);
+    }
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return (int64_t)(int32_t)__builtin_bswap32(v);
+}
+
+/*
+ * AbstractIndex.indexSlotRangeFor: check the first entry of the warm section, then binary
+ * search the warm or the cold part. Returns the largest slot whose field <= target (or -1),
+ * or with `upper` Kafka's smallest-upper-bound answer (quirks included).
+ */
+static PyObject *
+native_slot(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t n, entry_size, field_offset, warm;
+    int width, upper;
+    long long target;
+    if (!PyArg_ParseTuple(args, "y*nnniLnp", &view, &n, &entry_size, &field_offset, &width, &target, &warm, &upper))
+        return NULL;
+    if (n < 0 || (width != 4 && width != 8) || field_offset + width > entry_size || n * entry_size > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "index search arguments do not fit the buffer");
+        return NULL;
+    }
+    const unsigned char *base = (const unsigned char *)view.buf + field_offset;
+    Py_ssize_t result;
+    if (n == 0) {
+        result = -1;
+    } else {
+        Py_ssize_t first_hot = n - 1 - warm > 0 ? n - 1 - warm : 0;
+        Py_ssize_t lo, hi;
+        int done = 0;
+        if (read_be(base + first_hot * entry_size, width) < target) {
+            lo = first_hot;
+            hi = n - 1;
+        } else if (read_be(base, width) > target) {
+            result = upper ? 0 : -1;
+            done = 1;
+            lo = hi = 0;
+        } else {
+            lo = 0;
+            hi = first_hot;
+        }
+        if (!done) {
+            while (lo < hi) {
+                Py_ssize_t mid = (lo + hi + 1) / 2;
+                int64_t found = read_be(base + mid * entry_size, width);
+                if (found > target) {
+                    hi = mid - 1;
+                } else if (found < target) {
+                    lo = mid;
+                } else {
+                    lo = hi = mid;
+                    done = 1;
+                    break;
+                }
+            }
+            if (done)
+                result = lo;
+            else if (upper)
+                result = lo == n - 1 ? -1 : lo + 1;
+            else
+                result = lo;
+        }
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(result);
+}
+
+/* Textbook binary search for the largest slot whose field <= target (the benchmark's baseline). */
+static PyObject *
+native_plain_slot(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t n, entry_size, field_offset;
+    int width;
+    long long target;
+    if (!PyArg_ParseTuple(args, "y*nnniL", &view, &n, &entry_size, &field_offset, &width, &target))
+        return NULL;
+    if (n < 0 || (width != 4 && width != 8) || field_offset + width > entry_size || n * entry_size > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "index search arguments do not fit the buffer");
+        return NULL;
+    }
+    const unsigned char *base = (const unsigned char *)view.buf + field_offset;
+    Py_ssize_t lo = 0, hi = n - 1;
+    while (lo <= hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (read_be(base + mid * entry_size, width) <= target)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(hi);
+}
+
 static PyMethodDef methods[] = {
+    {"slot", native_slot, METH_VARARGS,
+     "slot(buffer, n, entry_size, field_offset, width, target, warm_entries, upper) -> Kafka's slot search."},
+    {"plain_slot", native_plain_slot, METH_VARARGS,
+     "plain_slot(buffer, n, entry_size, field_offset, width, target) -> floor slot, plain binary search."},
     {"install", guard_install, METH_NOARGS, "Install the SIGBUS handler (idempotent)."},
     {"register", guard_register, METH_VARARGS, "register(address, length) -> slot: guard a read-only map."},
     {"unregister", guard_unregister, METH_O, "unregister(slot): stop guarding (call before unmapping)."},
@@ -130,11 +244,11 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_sigbus", "SIGBUS guard for read-only index maps.", -1, methods,
+    PyModuleDef_HEAD_INIT, "_native", "SIGBUS guard and index search for read-only index maps.", -1, methods,
 };
 
 PyMODINIT_FUNC
-PyInit__sigbus(void)
+PyInit__native(void)
 {
     return PyModule_Create(&module);
 }

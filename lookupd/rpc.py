@@ -1,0 +1,241 @@
+"""msgpack-rpc framing with no I/O (h11 style): bytes in, events out; events in, bytes out.
+
+Wire format (https://github.com/msgpack-rpc/msgpack-rpc/blob/master/spec.md): a stream of
+concatenated msgpack values, no length prefix:
+
+    request       [0, msgid, method, params]     msgid: uint32, method: str, params: array
+    response      [1, msgid, error, result]      error nil on success, else {"code", "message"}
+    notification  [2, method, params]
+
+Faults come out of `next_event` as `ProtocolError` events, in two kinds:
+
+* fatal (`ProtocolError.fatal`): the stream cannot be framed any more: malformed msgpack,
+  or one value longer than `max_frame_bytes` (the Unpacker's buffer is capped at that, so
+  a peer cannot make us hold more). The peer gets one *error notification*,
+  `[2, "error", [{"code", "message"}]]`, and the connection is closed. A notification,
+  not a response with a nil msgid: no request can be blamed, and every msgpack-rpc
+  client can receive a notification without confusing it with an answer.
+* not fatal: a well-formed value that is not a valid message. If a request msgid can be
+  recovered (`[0, <uint32>, ...]`) the peer gets an error response to that msgid;
+  otherwise the same error notification as above. Either way the stream goes on.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, NamedTuple
+
+import msgpack
+
+REQUEST, RESPONSE, NOTIFICATION = 0, 1, 2
+MAX_MSGID = (1 << 32) - 1
+DEFAULT_MAX_FRAME_BYTES = 1 << 20
+ERROR_NOTIFICATION = "error"
+
+
+class Request(NamedTuple):
+    msgid: int
+    method: str
+    params: list
+
+
+class Response(NamedTuple):
+    msgid: int
+    error: Any
+    result: Any
+
+
+class Notification(NamedTuple):
+    method: str
+    params: list
+
+
+class ProtocolError(NamedTuple):
+    """A message that could not be accepted; `msgid` is set when an error response can be sent."""
+
+    code: str
+    message: str
+    fatal: bool
+    msgid: int | None = None
+
+
+class _NeedData:
+    def __repr__(self) -> str:
+        return "NEED_DATA"
+
+
+class _Closed:
+    def __repr__(self) -> str:
+        return "CLOSED"
+
+
+NEED_DATA = _NeedData()  # feed more bytes with receive_data
+CLOSED = _Closed()  # the peer ended the stream cleanly, between messages
+
+Event = Request | Response | Notification | ProtocolError | _NeedData | _Closed
+
+
+def error_map(code: str, message: str) -> dict:
+    return {"code": code, "message": message}
+
+
+class Connection:
+    """One side of a msgpack-rpc stream. `role` is "server" (accepts requests and
+    notifications) or "client" (accepts responses and notifications)."""
+
+    def __init__(self, role: str = "server", max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES):
+        if role not in ("server", "client"):
+            raise ValueError(f"role must be 'server' or 'client', got {role!r}")
+        if max_frame_bytes < 16:
+            raise ValueError("max_frame_bytes must be at least 16")
+        self.role = role
+        self.max_frame_bytes = max_frame_bytes
+        # Maps may only have str/bytes keys (msgpack's default: no hash flooding); invalid
+        # UTF-8 in a str is kept as surrogates so that it fails validation, not framing.
+        self._unpacker = msgpack.Unpacker(max_buffer_size=max_frame_bytes, raw=False,
+                                          unicode_errors="surrogateescape")
+        self._packer = msgpack.Packer(use_bin_type=True, unicode_errors="surrogateescape")
+        self._pending = bytearray()  # received, not yet handed to the unpacker
+        self._fed = 0  # bytes handed to the unpacker so far
+        self._frame_start = 0  # stream position where the current message starts
+        self._eof = False
+        self._broken: ProtocolError | None = None
+        self._msgids = itertools.count()
+
+    # ------------------------------------------------------------------ receiving
+
+    def receive_data(self, data: bytes) -> None:
+        """Bytes from the peer; b"" means the peer closed its side (end of stream)."""
+        if data:
+            if self._eof:
+                raise RuntimeError("data received after end of stream")
+            self._pending += data
+        else:
+            self._eof = True
+
+    def next_event(self) -> Event:
+        """The next complete event, NEED_DATA, or CLOSED; a fatal ProtocolError repeats forever."""
+        if self._broken is not None:
+            return self._broken
+        while True:
+            try:
+                value = self._unpacker.unpack()
+            except msgpack.OutOfData:
+                if self._feed():
+                    continue
+                in_frame = self._fed > self._frame_start
+                if in_frame and self._fed - self._frame_start >= self.max_frame_bytes:
+                    return self._fail("TOO_LARGE", f"a message is longer than the {self.max_frame_bytes}-byte frame limit")
+                if self._eof:
+                    if in_frame:
+                        return self._fail("INVALID_ARGUMENT", "the stream ended in the middle of a message")
+                    return CLOSED
+                return NEED_DATA
+            except Exception as err:  # noqa: BLE001 - any unpack failure leaves the stream unframeable
+                return self._fail("INVALID_ARGUMENT", f"malformed msgpack ({type(err).__name__}: {err})"
+                                  if str(err) else f"malformed msgpack ({type(err).__name__})")
+            self._frame_start = self._unpacker.tell()
+            return self._classify(value)
+
+    def _feed(self) -> bool:
+        """Hand pending bytes to the unpacker, never more than the current frame may still take."""
+        room = self.max_frame_bytes - (self._fed - self._frame_start)
+        if not self._pending or room <= 0:
+            return False
+        chunk = bytes(self._pending[:room])
+        del self._pending[:room]
+        self._unpacker.feed(chunk)
+        self._fed += len(chunk)
+        return True
+
+    def _fail(self, code: str, message: str) -> ProtocolError:
+        self._broken = ProtocolError(code, message, fatal=True)
+        self._pending.clear()
+        return self._broken
+
+    def _classify(self, value: Any) -> Event:
+        if not isinstance(value, list) or not value:
+            return ProtocolError("INVALID_ARGUMENT", f"a message must be a non-empty array, got {_type(value)}", False)
+        kind = value[0]
+        if kind == REQUEST and _is_int(kind) and self.role == "server":
+            return _request(value)
+        if kind == NOTIFICATION and _is_int(kind):
+            return _notification(value)
+        if kind == RESPONSE and _is_int(kind) and self.role == "client":
+            return _response(value)
+        if _is_int(kind) and kind in (REQUEST, RESPONSE):
+            what = "request" if kind == REQUEST else "response"
+            return ProtocolError("INVALID_ARGUMENT", f"a {self.role} does not accept a {what}", False)
+        return ProtocolError("INVALID_ARGUMENT", f"message type must be 0, 1 or 2, got {kind!r:.40}", False)
+
+    # ------------------------------------------------------------------ sending
+
+    def send_request(self, method: str, params: list | tuple) -> tuple[int, bytes]:
+        """(msgid, bytes) of a new request; msgids count up and wrap at 2**32."""
+        msgid = next(self._msgids) & MAX_MSGID
+        return msgid, self._packer.pack([REQUEST, msgid, method, list(params)])
+
+    def send_response(self, msgid: int, error: Any, result: Any) -> bytes:
+        """Bytes of a response; raises TypeError/ValueError/OverflowError if `result` cannot be packed."""
+        return self._packer.pack([RESPONSE, msgid, error, result])
+
+    def send_notification(self, method: str, params: list | tuple) -> bytes:
+        return self._packer.pack([NOTIFICATION, method, list(params)])
+
+    def send_error(self, error: ProtocolError) -> bytes:
+        """The answer to a ProtocolError: an error response if it has a msgid, else an error notification."""
+        err = error_map(error.code, error.message)
+        if error.msgid is not None:
+            return self.send_response(error.msgid, err, None)
+        return self.send_notification(ERROR_NOTIFICATION, [err])
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_msgid(v: Any) -> bool:
+    return _is_int(v) and 0 <= v <= MAX_MSGID
+
+
+def _type(v: Any) -> str:
+    return {dict: "map", list: "array", str: "str", bytes: "bin", type(None): "nil"}.get(type(v), type(v).__name__)
+
+
+def _method(v: Any) -> str | None:
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bytes):  # old clients send method names as raw bytes
+        return v.decode("utf-8", "surrogateescape")
+    return None
+
+
+def _request(v: list) -> Event:
+    msgid = v[1] if len(v) > 1 and _is_msgid(v[1]) else None
+    def bad(message: str) -> ProtocolError:
+        return ProtocolError("INVALID_ARGUMENT", message, False, msgid)
+    if len(v) != 4:
+        return bad(f"a request is [0, msgid, method, params], got an array of {len(v)}")
+    if msgid is None:
+        return bad(f"msgid must be an unsigned 32-bit integer, got {v[1]!r:.40}")
+    method = _method(v[2])
+    if method is None:
+        return bad(f"method must be a string, got {_type(v[2])}")
+    if not isinstance(v[3], list):
+        return bad(f"params must be an array, got {_type(v[3])}")
+    return Request(msgid, method, v[3])
+
+
+def _notification(v: list) -> Event:
+    if len(v) != 3:
+        return ProtocolError("INVALID_ARGUMENT", f"a notification is [2, method, params], got an array of {len(v)}", False)
+    method = _method(v[1])
+    if method is None or not isinstance(v[2], list):
+        return ProtocolError("INVALID_ARGUMENT", "a notification needs a string method and an array of params", False)
+    return Notification(method, v[2])
+
+
+def _response(v: list) -> Event:
+    if len(v) != 4 or not _is_msgid(v[1]):
+        return ProtocolError("INVALID_ARGUMENT", "a response is [1, msgid, error, result] with a uint32 msgid", False)
+    return Response(v[1], v[2], v[3])
