@@ -16,13 +16,14 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-from .batch import ensure_valid, parse_header
-from .errors import CorruptDataError, CorruptRecordError, LookupdError
+from .errors import LookupdError
 from .locallog import list_segments
 from .names import INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, parse_partition_dir, segment_file_name
 from .producerstate import TransactionTracker
 from .progress import Progress
+from .records import control_record, decode_batch
 from .segment import LogSegment
+from .verify import index_problems, scan_segment
 from .writer import DEFAULT_INDEX_INTERVAL_BYTES, IndexBuilder, encode_aborted_txn
 
 log = logging.getLogger(__name__)
@@ -40,25 +41,6 @@ class SegmentReport:
     aborted_transactions: int = 0
     invalid_bytes: int = 0  # bytes after the last valid batch (a corrupt or cut-off tail)
     problems: list[str] = field(default_factory=list)
-
-
-def index_problem(seg: LogSegment) -> str | None:
-    """Why a rolled segment's indexes need rebuilding (Kafka: missing or failing sanity checks), or None."""
-    for path in (seg.offset_index.path, seg.time_index.path):
-        if not os.path.exists(path):
-            return f"{os.path.basename(path)} is missing"
-    size = seg.size()
-    try:
-        seg.offset_index.sanity_check(limit=size)
-        seg.time_index.sanity_check()
-        seg.txn_index.sanity_check()
-        if seg.offset_index.valid_entries() * 8 != os.path.getsize(seg.offset_index.path):
-            return "offset index has a zero-filled tail (not trimmed)"
-        if seg.time_index.valid_entries() * 12 != os.path.getsize(seg.time_index.path):
-            return "time index has a zero-filled tail (not trimmed)"
-    except CorruptDataError as err:
-        return str(err)
-    return None
 
 
 def _write_atomically(path: str, data: bytes) -> None:
@@ -84,59 +66,48 @@ def recover_partition(directory: str, *, index_interval_bytes: int = DEFAULT_IND
                       rebuild_all: bool = False, dry_run: bool = False,
                       progress: Progress | None = None) -> list[SegmentReport]:
     """Rebuild the indexes of the rolled segments in one partition directory that need it."""
-    from .records import control_record, decode_batch
-
     bases = list_segments(directory)
     tracker = TransactionTracker()
     reports = []
     for i, base in enumerate(bases):
         seg = LogSegment(directory, base, live=i == len(bases) - 1)
         try:
-            if seg.live:
-                reports.append(SegmentReport(base, "active", "the broker's active segment is left alone"))
-                rebuild = None
-            else:
-                reason = "rebuilding every rolled segment (--all)" if rebuild_all else index_problem(seg)
-                rebuild = reason
-                reports.append(SegmentReport(base, "ok" if reason is None else ("would rebuild" if dry_run else "rebuilt"),
-                                             reason or ""))
-            report = reports[-1]
             builder = IndexBuilder(base, index_interval_bytes)
             aborted = []
-            valid = 0
-            size = seg.size()
-            try:
-                for buf, off, pos, batch_size in seg.log.frames(0, size, strict=True):
-                    header = parse_header(buf, off, pos, seg.log.path)
-                    data = None
-                    if rebuild is not None or header.is_control:
-                        data = buf[off:off + batch_size] if off + batch_size <= len(buf) else seg.log.read(pos, batch_size)
-                    if rebuild is not None:
-                        ensure_valid(header, data, seg.log.path)
-                    marker = None
-                    if header.is_control:
-                        recs = decode_batch(header, data, path=seg.log.path)
-                        marker = control_record(recs[0])[0] if recs else None
-                    txn = tracker.observe(header, marker)
-                    if txn is not None:
-                        aborted.append(txn)
-                    if rebuild is not None:
-                        builder.append(header.last_offset, header.max_timestamp, header.last_offset, pos, batch_size)
-                    valid = pos + batch_size
-                    if progress is not None:
-                        progress.advance(batch_size)
-            except CorruptRecordError as err:
-                report.invalid_bytes = size - valid
-                report.problems.append(str(err))
-                log.warning("%s; recovery stops at byte %d (%d bytes after it are not indexed)", err, valid, size - valid)
-            if rebuild is None:
+
+            def on_batch(header, data):
+                marker = None
+                if header.is_control:
+                    recs = decode_batch(header, data, path=seg.log.path)
+                    marker = control_record(recs[0]).type if recs else None
+                txn = tracker.observe(header, marker)
+                if txn is not None:
+                    aborted.append(txn)
+                builder.append(header.last_offset, header.max_timestamp, header.last_offset, header.position, header.size)
+                if progress is not None:
+                    progress.advance(header.size)
+
+            scan = scan_segment(seg, check_crc=not seg.live, on_batch=on_batch)
+            if seg.live:
+                reports.append(SegmentReport(base, "active", "the broker's active segment is left alone"))
+                continue
+            problems = _missing(seg) or index_problems(seg, scan)
+            reason = "rebuilding every rolled segment (--all)" if rebuild_all else "; ".join(problems)
+            report = SegmentReport(base, "ok", reason, invalid_bytes=seg.size() - scan.valid_bytes,
+                                   problems=scan.problems)
+            reports.append(report)
+            for p in scan.problems:
+                log.warning("%s; recovery stops there (%d bytes after it are not indexed)", p, report.invalid_bytes)
+            if not reason:
                 continue
             builder.roll()
+            report.action = "would rebuild" if dry_run else "rebuilt"
             report.offset_index_entries = len(builder.offset_entries)
             report.time_index_entries = len(builder.time_entries)
             report.aborted_transactions = len(aborted)
             if dry_run:
                 continue
+            seg.close()
             _write_atomically(os.path.join(directory, segment_file_name(base, INDEX_SUFFIX)), builder.offset_index_bytes())
             _write_atomically(os.path.join(directory, segment_file_name(base, TIME_INDEX_SUFFIX)), builder.time_index_bytes())
             txn_path = os.path.join(directory, segment_file_name(base, TXN_INDEX_SUFFIX))
@@ -146,6 +117,11 @@ def recover_partition(directory: str, *, index_interval_bytes: int = DEFAULT_IND
         finally:
             seg.close()
     return reports
+
+
+def _missing(seg: LogSegment) -> list[str]:
+    return [f"{os.path.basename(p)} is missing" for p in (seg.offset_index.path, seg.time_index.path)
+            if not os.path.exists(p)]
 
 
 def partition_dirs(path: str) -> list[str]:
