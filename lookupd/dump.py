@@ -1,0 +1,198 @@
+"""`lookupd dump`: batches, records and index entries of segment files, like kafka-dump-log.
+
+Paths may be segment files, partition directories or whole log dirs. A corrupt batch is
+reported with its file and position and ends that file's dump; the other files are still
+dumped and the exit status says something was wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Callable, Iterator
+
+from .batch import compute_crc, parse_header
+from .errors import CorruptDataError, LookupdError
+from .locallog import list_segments
+from .names import INDEX_SUFFIX, LOG_SUFFIX, SEGMENT_SUFFIXES, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, \
+    parse_partition_dir, parse_segment_file
+from .progress import Progress
+from .records import decode_batch
+from .render import batch_json, batch_line, record_json, record_line
+from .segment import LogSegment
+from .verify import SegmentScan, index_problems, scan_segment
+
+
+def expand(paths: list[str]) -> list[str]:
+    """Segment files named by `paths`, directories expanded in offset order."""
+    out = []
+    for path in paths:
+        if os.path.isdir(path):
+            name = os.path.basename(os.path.normpath(path))
+            dirs = [path] if parse_partition_dir(name) else sorted(
+                e.path for e in os.scandir(path) if e.is_dir() and parse_partition_dir(e.name))
+            if not dirs:
+                raise LookupdError(f"{path} is neither a partition directory nor a log dir holding any")
+            for d in dirs:
+                for base in list_segments(d):
+                    for suffix in SEGMENT_SUFFIXES:
+                        f = os.path.join(d, f"{base:020d}{suffix}")
+                        if os.path.exists(f):
+                            out.append(f)
+        elif not os.path.exists(path):
+            raise FileNotFoundError(2, "No such file or directory", path)
+        elif parse_segment_file(os.path.basename(path)) is None:
+            raise LookupdError(f"{path} is not a segment file: expected a 20-digit base offset and "
+                               f".log, .index, .timeindex or .txnindex")
+        else:
+            out.append(path)
+    return out
+
+
+class Dumper:
+    """Writes one file's dump as text or JSON lines; remembers whether anything was wrong."""
+
+    def __init__(self, args, out=None, progress: Progress | None = None):
+        self.args = args
+        self.out = out if out is not None else sys.stdout
+        self.progress = progress
+        self.failed = False
+        self._scans: dict[str, SegmentScan] = {}
+
+    def emit(self, text: str | None, obj: dict | None) -> None:
+        if self.args.json:
+            if obj is not None:
+                self.out.write(json.dumps(obj, separators=(",", ":")) + "\n")
+        elif text is not None:
+            self.out.write(text + "\n")
+
+    def error(self, path: str, message: str) -> None:
+        self.failed = True
+        if self.args.json:
+            self.emit(None, {"type": "error", "file": path, "message": message})
+        else:
+            self.out.flush()
+            print(f"error: {message}", file=sys.stderr)
+
+    def segment(self, path: str) -> LogSegment:
+        d, name = os.path.split(os.path.abspath(path))
+        base = parse_segment_file(name)[0]
+        bases = list_segments(d)
+        return LogSegment(d, base, live=bool(bases) and base == bases[-1])
+
+    def dump(self, path: str) -> None:
+        suffix = parse_segment_file(os.path.basename(path))[1]
+        self.emit(f"Dumping {path}", None)
+        seg = self.segment(path)
+        try:
+            {LOG_SUFFIX: self.log, INDEX_SUFFIX: self.offset_index, TIME_INDEX_SUFFIX: self.time_index,
+             TXN_INDEX_SUFFIX: self.txn_index}[suffix](path, seg)
+        except CorruptDataError as err:
+            self.error(path, str(err))
+        finally:
+            seg.close()
+
+    def log(self, path: str, seg: LogSegment) -> None:
+        if self.args.index_sanity_check or self.args.verify_index_only:
+            return
+        self.emit(f"Log starting offset: {seg.base_offset}", None)
+        size = seg.size()
+        end = size if self.args.max_bytes is None else min(size, self.args.max_bytes)
+        done = 0
+        for buf, off, pos, batch_size in seg.log.frames(0, end, strict=not seg.live and end == size):
+            data = buf[off:off + batch_size] if off + batch_size <= len(buf) else seg.log.read(pos, batch_size)
+            h = parse_header(data, 0, pos, path)
+            valid = compute_crc(data, h.magic) == h.crc
+            self.emit(batch_line(h, valid), {"type": "batch", "file": path, **batch_json(h), "valid": valid})
+            if not valid:
+                self.error(path, f"{path} at byte {pos}: record batch is corrupt (stored crc = {h.crc}, "
+                                 f"computed crc = {compute_crc(data, h.magic)})")
+            elif self.args.print_data:
+                try:
+                    records = decode_batch(h, data, path=path)
+                except CorruptDataError as err:
+                    self.error(path, str(err))
+                    records = []
+                for r in records:
+                    self.emit(record_line(r, h, print_data=True), {"type": "record", "file": path, **record_json(r, h)})
+            done = pos + batch_size
+            if self.progress is not None:
+                self.progress.advance(batch_size)
+        if self.args.max_bytes is None and done < size and not seg.live:
+            self.emit(f"Found {size - done} invalid bytes at the end of {os.path.basename(path)}",
+                      {"type": "trailing_bytes", "file": path, "bytes": size - done})
+
+    def _scan(self, seg: LogSegment) -> SegmentScan:
+        scan = self._scans.get(seg.log.path)
+        if scan is None:
+            scan = self._scans[seg.log.path] = scan_segment(seg)
+        return scan
+
+    def _index(self, path: str, seg: LogSegment, index, limit, entry: Callable[[int, int], tuple[str, dict]]) -> None:
+        if self.args.index_sanity_check:
+            try:
+                index.sanity_check(limit=limit)
+            except CorruptDataError as err:
+                self.error(path, str(err))
+                return
+            self.emit(f"{path} passed sanity check.", {"type": "sanity_check", "file": path, "ok": True})
+            return
+        if self.args.verify_index_only:
+            problems = index_problems(seg, self._scan(seg))
+            mine = [p for p in problems if p.startswith(path) or p.startswith(index.path)]
+            for p in mine:
+                self.error(path, p)
+            if not mine:
+                self.emit(f"{path}: {index.valid_entries(limit=limit)} entries verified against the log.",
+                          {"type": "verify", "file": path, "ok": True})
+            return
+        keys, values = index.entries_array(limit=limit)
+        if index.fault is not None:
+            self.error(path, str(index.fault))
+        if len(keys) == 0:
+            self.emit(f"{path} is empty.", None)
+        for k, v in zip(keys.tolist(), values.tolist()):
+            self.emit(*entry(k, v))
+
+    def offset_index(self, path: str, seg: LogSegment) -> None:
+        self._index(path, seg, seg.offset_index, seg.size(),
+                    lambda o, p: (f"offset: {o} position: {p}", {"type": "offset_index_entry", "file": path,
+                                                                  "offset": o, "position": p}))
+
+    def time_index(self, path: str, seg: LogSegment) -> None:
+        self._index(path, seg, seg.time_index, seg.time_index_limit(seg.size()),
+                    lambda t, o: (f"timestamp: {t} offset: {o}", {"type": "time_index_entry", "file": path,
+                                                                   "timestamp": t, "offset": o}))
+
+    def txn_index(self, path: str, seg: LogSegment) -> None:
+        if self.args.index_sanity_check:
+            seg.txn_index.sanity_check()
+            self.emit(f"{path} passed sanity check.", {"type": "sanity_check", "file": path, "ok": True})
+            return
+        if self.args.verify_index_only:
+            return
+        for e in seg.txn_index.entries():
+            fields = {"version": int(e["version"]), "producer_id": int(e["producer_id"]),
+                      "first_offset": int(e["first_offset"]), "last_offset": int(e["last_offset"]),
+                      "last_stable_offset": int(e["last_stable_offset"])}
+            self.emit(f"version: {fields['version']} producerId: {fields['producer_id']} "
+                      f"firstOffset: {fields['first_offset']} lastOffset: {fields['last_offset']} "
+                      f"lastStableOffset: {fields['last_stable_offset']}",
+                      {"type": "aborted_transaction", "file": path, **fields})
+
+
+def _log_bytes(files: list[str]) -> Iterator[int]:
+    for f in files:
+        if f.endswith(LOG_SUFFIX):
+            yield os.path.getsize(f)
+
+
+def run(args) -> int:
+    files = expand(args.paths)
+    show = sys.stderr.isatty() and not sys.stdout.isatty()
+    with Progress(sum(_log_bytes(files)), "dump", enabled=show) as progress:
+        dumper = Dumper(args, progress=progress)
+        for f in files:
+            dumper.dump(f)
+    return 1 if dumper.failed else 0

@@ -1,0 +1,87 @@
+"""How batches, records and index entries are shown: kafka-dump-log's text lines, and JSON.
+
+Shared by `lookupd dump` and the FUSE view's decoded files, so a record looks the same
+wherever it is printed. In JSON, keys, values and header values are UTF-8 text when they
+decode as such, else `{"base64": "..."}`, and null when absent.
+"""
+
+from __future__ import annotations
+
+import base64
+
+from .batch import BatchHeader
+from .records import Record, control_record
+
+
+def payload(data: bytes | None):
+    """A key, value or header value for JSON: text if it is valid UTF-8, else marked base64."""
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(data).decode("ascii")}
+
+
+def batch_json(h: BatchHeader) -> dict:
+    return {
+        "position": h.position, "base_offset": h.base_offset, "last_offset": h.last_offset,
+        "count": h.record_count, "size": h.size, "magic": h.magic,
+        "base_timestamp": h.base_timestamp, "max_timestamp": h.max_timestamp,
+        "timestamp_type": h.timestamp_type.label, "compression": h.compression.label, "crc": h.crc,
+        "producer_id": h.producer_id, "producer_epoch": h.producer_epoch, "base_sequence": h.base_sequence,
+        "last_sequence": h.last_sequence, "partition_leader_epoch": h.partition_leader_epoch,
+        "transactional": h.is_transactional, "control": h.is_control,
+    }
+
+
+def record_json(r: Record, h: BatchHeader) -> dict:
+    """One record for `.records.jsonl` / `dump --json`, with the batch facts a reader needs."""
+    out = {
+        "offset": r.offset, "timestamp": r.timestamp, "timestamp_type": h.timestamp_type.label,
+        "key": payload(r.key), "value": payload(r.value),
+        "headers": [{"key": k, "value": payload(v)} for k, v in r.headers],
+        "batch": {"position": h.position, "base_offset": h.base_offset, "last_offset": h.last_offset,
+                  "producer_id": h.producer_id, "producer_epoch": h.producer_epoch,
+                  "transactional": h.is_transactional, "control": h.is_control},
+    }
+    if h.is_control:
+        marker = control_record(r)
+        out["control"] = {"type": marker.type, "coordinator_epoch": marker.coordinator_epoch}
+    return out
+
+
+def batch_line(h: BatchHeader, valid: bool) -> str:
+    """A batch as kafka-dump-log prints it."""
+    if h.magic >= 2:
+        head = (f"baseOffset: {h.base_offset} lastOffset: {h.last_offset} count: {h.record_count} "
+                f"baseSequence: {h.base_sequence} lastSequence: {h.last_sequence} producerId: {h.producer_id} "
+                f"producerEpoch: {h.producer_epoch} partitionLeaderEpoch: {h.partition_leader_epoch} "
+                f"isTransactional: {str(h.is_transactional).lower()} isControl: {str(h.is_control).lower()}")
+    else:
+        head = f"offset: {h.last_offset}"
+    return (f"{head} position: {h.position} {h.timestamp_type.label}: {h.max_timestamp} size: {h.size} "
+            f"magic: {h.magic} compresscodec: {h.compression.label} crc: {h.crc} isvalid: {str(valid).lower()}")
+
+
+def _text(data: bytes | None) -> str:
+    if data is None:
+        return "null"
+    return data.decode("utf-8", "backslashreplace")
+
+
+def record_line(r: Record, h: BatchHeader, *, print_data: bool) -> str:
+    """A record as kafka-dump-log's deep iteration prints it (`| offset: ...`)."""
+    line = (f"| offset: {r.offset} {h.timestamp_type.label}: {r.timestamp} "
+            f"keySize: {-1 if r.key is None else len(r.key)} valueSize: {-1 if r.value is None else len(r.value)}")
+    if h.magic >= 2:
+        line += f" headerKeys: [{','.join(k for k, _ in r.headers)}]"
+    if h.is_control:
+        marker = control_record(r)
+        if marker.coordinator_epoch is not None:
+            line += f" endTxnMarker: {marker.type} coordinatorEpoch: {marker.coordinator_epoch}"
+        else:
+            line += f" controlType: {marker.type}"
+    elif print_data:
+        line += f" key: {_text(r.key)} payload: {_text(r.value)}"
+    return line
