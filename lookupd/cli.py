@@ -75,14 +75,15 @@ def main(argv: list[str] | None = None) -> int:
     except LookupdError as err:
         print(f"lookupd {args.command}: {err}", file=sys.stderr)
         return 1
-    except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError) as err:
-        print(f"lookupd {args.command}: {err.strerror}: {err.filename}", file=sys.stderr)
-        return 1
     except BrokenPipeError:
         # `lookupd dump ... | head`: the reader went away; that is not an error.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except OSError as err:
+        where = f": {err.filename}" if err.filename else ""
+        print(f"lookupd {args.command}: {err.strerror or err}{where}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 
