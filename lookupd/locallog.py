@@ -17,7 +17,7 @@ import numpy as np
 
 from .batch import parse_header
 from .errors import InvalidArgument, OffsetOutOfRange, check_int64
-from .names import LOG_SUFFIX, parse_segment_file
+from .names import parse_segment_file
 from .segment import LogSegment
 from .txnindex import AbortedTxn
 
@@ -64,16 +64,21 @@ class ReadResult(NamedTuple):
     records: bytes
 
 
+_OTHER_SEGMENT_FILES = frozenset(("index", "timeindex", "txnindex", "snapshot"))
+
+
 def list_segments(directory: str) -> list[int]:
     """Sorted base offsets of the segments (those with a `.log`) in a partition directory."""
     bases = []
-    with os.scandir(directory) as it:
-        for entry in it:
-            name = entry.name
-            if name.endswith(LOG_SUFFIX) and len(name) == 24 and name[:20].isdigit():
-                bases.append(int(name[:20]))
-            else:
-                parse_segment_file(name)  # debug-logs what is skipped and why
+    for name in os.listdir(directory):
+        stem, _, suffix = name.partition(".")
+        if len(stem) == 20 and stem.isdigit():
+            if suffix == "log":
+                bases.append(int(stem))
+                continue
+            if suffix in _OTHER_SEGMENT_FILES:
+                continue
+        parse_segment_file(name)  # debug-logs what is skipped and why
     bases.sort()
     return bases
 
