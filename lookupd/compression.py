@@ -105,8 +105,9 @@ def compress(codec: Compression, data, *, magic: int = 2) -> bytes:
 
 
 def _check_size(size: int, max_size: int, codec: str) -> None:
+    """Refuse output of (at most, for lz4 and zstd) `size` bytes if that is over `max_size`."""
     if size > max_size:
-        raise _Bad(f"{codec} data would decompress to {size} bytes, more than the {max_size}-byte limit")
+        raise _Bad(f"{codec} data may decompress to {size} bytes, more than the {max_size}-byte limit")
 
 
 # gzip

@@ -1,0 +1,189 @@
+"""Codec tests: round trips, the framings Kafka's Java client writes, and bad input."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import struct
+import zlib
+
+import cramjam
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lookupd.batch import Compression
+from lookupd.compression import (LZ4_BLOCK_SIZE, SNAPPY_BLOCK_SIZE, SNAPPY_MAGIC, _lz4_header_checksum, compress,
+                                 decompress)
+from lookupd.errors import CorruptRecordError
+
+CODECS = list(Compression)
+COMPRESSED = [c for c in Compression if c is not Compression.NONE]
+POSITION = 987654
+
+
+def _data(n: int) -> bytes:
+    """Half-compressible bytes: text runs mixed with random bytes."""
+    rnd = os.urandom(n // 4)
+    text = (b"offset timestamp key value header batch segment " * (n // 40 + 1))[: n - len(rnd)]
+    return bytes(x for pair in zip(text, rnd) for x in pair) + text[len(rnd):]
+
+
+@settings(max_examples=60, deadline=None)
+@given(codec=st.sampled_from(CODECS), data=st.binary(max_size=3000))
+def test_round_trip(codec, data):
+    assert decompress(codec, compress(codec, data)) == data
+
+
+@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.parametrize("size", [0, 1, SNAPPY_BLOCK_SIZE, LZ4_BLOCK_SIZE + 1, 5 * LZ4_BLOCK_SIZE + 17])
+def test_round_trip_across_blocks(codec, size):
+    data = _data(size)
+    assert decompress(codec, memoryview(compress(codec, data))) == data
+
+
+def test_snappy_is_xerial_framed_in_32k_blocks():
+    data = _data(3 * SNAPPY_BLOCK_SIZE + 5)
+    out = compress(Compression.SNAPPY, data)
+    assert out[:16] == SNAPPY_MAGIC + struct.pack(">ii", 1, 1)
+    pos, blocks = 16, []
+    while pos < len(out):
+        (n,) = struct.unpack_from(">i", out, pos)
+        blocks.append(bytes(cramjam.snappy.decompress_raw(out[pos + 4:pos + 4 + n])))
+        pos += 4 + n
+    assert [len(b) for b in blocks] == [SNAPPY_BLOCK_SIZE] * 3 + [5]
+    assert b"".join(blocks) == data
+
+
+def test_snappy_raw_block_and_concatenated_streams():
+    data = _data(50000)
+    assert decompress(Compression.SNAPPY, bytes(cramjam.snappy.compress_raw(data))) == data
+    assert decompress(Compression.SNAPPY, b"\x00") == b""  # the raw block of nothing
+    two = compress(Compression.SNAPPY, b"first ") + compress(Compression.SNAPPY, b"second")
+    assert decompress(Compression.SNAPPY, two) == b"first second"
+
+
+def test_lz4_frame_is_what_kafka_reads():
+    data = _data(2 * LZ4_BLOCK_SIZE + 3) + os.urandom(LZ4_BLOCK_SIZE)  # the random block is stored uncompressed
+    out = compress(Compression.LZ4, data)
+    assert struct.unpack_from("<I", out)[0] == 0x184D2204
+    flg, bd = out[4], out[5]
+    assert flg == 0x60 and bd == 0x40  # version 1, independent blocks, no checksums, 64 KiB blocks
+    assert out[6] == _lz4_header_checksum(out[:6], broken=False)
+    assert out[-4:] == b"\x00\x00\x00\x00"
+    assert bytes(cramjam.lz4.decompress(out)) == data  # a stock LZ4 frame decoder agrees
+    raw_flags = []
+    pos = 7
+    while (n := struct.unpack_from("<I", out, pos)[0]) != 0:
+        raw_flags.append(bool(n & 0x80000000))
+        pos += 4 + (n & 0x7FFFFFFF)
+    assert True in raw_flags and False in raw_flags
+
+
+def test_lz4_broken_header_checksum_of_old_kafka():
+    data = _data(1000)
+    broken = compress(Compression.LZ4, data, magic=0)
+    assert broken[6] == _lz4_header_checksum(broken[:6], broken=True) != _lz4_header_checksum(broken[:6], False)
+    assert decompress(Compression.LZ4, broken) == data
+    bad = bytearray(broken)
+    bad[6] ^= 0xFF
+    with pytest.raises(CorruptRecordError, match="checksum"):
+        decompress(Compression.LZ4, bytes(bad), position=POSITION)
+
+
+def test_lz4_frames_from_other_writers():
+    data = _data(200000)
+    # cramjam's streaming encoder with independent blocks sets block and content checksums
+    c = cramjam.lz4.Compressor(block_linked=False, content_checksum=True)
+    c.compress(data)
+    framed = bytes(c.finish())
+    assert framed[4] & 0x34 == 0x34
+    assert decompress(Compression.LZ4, framed) == data
+    # bytes after the end mark are ignored, as Lz4BlockInputStream does
+    assert decompress(Compression.LZ4, compress(Compression.LZ4, data) + b"trailing") == data
+
+
+def test_lz4_dependent_blocks_are_refused():
+    """Like Kafka, which throws "Dependent block stream is unsupported" (cramjam's default frame is linked)."""
+    with pytest.raises(CorruptRecordError, match="independent blocks") as e:
+        decompress(Compression.LZ4, bytes(cramjam.lz4.compress(_data(200000))), position=POSITION)
+    assert str(POSITION) in str(e.value)
+
+
+def test_zstd_streaming_and_multi_frame():
+    data = _data(300000)
+    c = cramjam.zstd.Compressor()
+    c.compress(data[:100000])
+    c.compress(data[100000:])
+    streamed = bytes(c.finish())
+    assert streamed[4] & 0xE0 == 0  # frame header: no content size, as zstd-jni's streams
+    assert decompress(Compression.ZSTD, streamed) == data
+    skippable = struct.pack("<II", 0x184D2A50, 3) + b"abc"
+    two = compress(Compression.ZSTD, b"one ") + skippable + compress(Compression.ZSTD, b"two")
+    assert decompress(Compression.ZSTD, two) == b"one two"
+
+
+def test_gzip_members_and_trailing_bytes():
+    assert decompress(Compression.GZIP, gzip.compress(b"a") + gzip.compress(b"b")) == b"ab"
+    assert decompress(Compression.GZIP, gzip.compress(b"abc") + b"\x00junk") == b"abc"  # Java ignores it too
+
+
+@pytest.mark.parametrize("codec", COMPRESSED)
+def test_bombs_are_refused(codec):
+    data = bytes(4_000_000)
+    packed = compress(codec, data)
+    assert decompress(codec, packed, max_size=len(data) + 300_000) == data
+    with pytest.raises(CorruptRecordError, match="limit") as e:
+        decompress(codec, packed, path="/x/0.log", position=POSITION, max_size=len(data) // 2)
+    assert str(POSITION) in str(e.value) and codec.label in str(e.value)
+
+
+def test_zstd_bomb_bound_without_content_size():
+    c = cramjam.zstd.Compressor()
+    c.compress(bytes(8_000_000))
+    streamed = bytes(c.finish())
+    assert len(streamed) < 2000
+    with pytest.raises(CorruptRecordError, match="limit"):
+        decompress(Compression.ZSTD, streamed, max_size=1_000_000)
+
+
+@pytest.mark.parametrize("codec", COMPRESSED)
+@pytest.mark.parametrize("garbage", [b"", b"\x01", b"garbage that is no codec's output", os.urandom(300)])
+def test_garbage_raises_corrupt_record_error_with_position(codec, garbage):
+    with pytest.raises(CorruptRecordError) as e:
+        decompress(codec, garbage, path="/data/t-0/00000000000000000000.log", position=POSITION)
+    assert e.value.position == POSITION
+    assert str(POSITION) in str(e.value) and codec.label in str(e.value)
+
+
+@pytest.mark.parametrize("codec", COMPRESSED)
+def test_truncated_output_raises(codec):
+    packed = compress(codec, _data(100000))
+    for cut in (len(packed) // 2, len(packed) - 1):
+        with pytest.raises(CorruptRecordError):
+            decompress(codec, packed[:cut], position=POSITION)
+
+
+def test_unknown_codec_id():
+    with pytest.raises(CorruptRecordError, match="unknown compression codec id 6") as e:
+        decompress(6, b"x", position=POSITION)
+    assert str(POSITION) in str(e.value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(codec=st.sampled_from(COMPRESSED), data=st.binary(max_size=2000), flips=st.lists(
+    st.tuples(st.integers(0, 10**6), st.integers(1, 255)), max_size=4), cut=st.integers(0, 10**6))
+def test_mangled_payloads_never_escape_as_other_errors(codec, data, flips, cut):
+    packed = bytearray(compress(codec, data))
+    for where, xor in flips:
+        packed[where % len(packed)] ^= xor
+    if cut % 3 == 0:
+        del packed[cut % (len(packed) + 1):]
+    try:
+        decompress(codec, bytes(packed), position=POSITION)
+    except CorruptRecordError as e:
+        assert str(POSITION) in str(e)
+
+
+def test_gzip_is_real_gzip():
+    assert zlib.decompress(compress(Compression.GZIP, b"kafka"), 16 + zlib.MAX_WBITS) == b"kafka"
