@@ -11,15 +11,17 @@ Each codec reads what Kafka's Java client reads and writes what it would accept:
 * lz4: one LZ4 frame as Kafka's Lz4BlockInputStream reads it: independent blocks only,
   version 1, block size 64 KiB .. 4 MiB, optional content size skipped. The header
   checksum may be the correct one or the "broken" one old Kafka wrote for magic 0
-  (hashed from the frame magic on). Block and content checksums are skipped, not
-  verified (Kafka ignores the latter; the batch CRC covers both anyway); bytes after
-  the end mark are ignored.
+  (hashed from the frame magic on); Kafka skips the check for magic 0 and wants the
+  correct one otherwise, this accepts either for any magic. Block and content
+  checksums are skipped, not verified (Kafka checks only the former; the batch CRC
+  covers both anyway); bytes after the end mark are ignored, as in Kafka.
 * zstd: one or more zstd frames, with or without a content size (zstd-jni's streaming
   frames have none); skippable frames are allowed.
 
 Decompression bombs: the decompressed size is bounded before any output is allocated
-(snappy and lz4 declare their sizes per block, zstd per block up to 128 KiB, gzip is
-inflated with a cap) and anything above `max_size` is refused. The default is Kafka's
+(a snappy block declares its size, an lz4 block holds at most the frame's block size,
+a zstd block at most 128 KiB unless the frame declares its size; gzip is inflated with
+a cap) and anything that may exceed `max_size` is refused. The default is Kafka's
 own hard limit, Integer.MAX_VALUE: MemoryRecordsBuilder counts uncompressed bytes in
 an int, so no Kafka producer can write a bigger batch.
 """

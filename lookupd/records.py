@@ -25,7 +25,7 @@ from .batch import (COMPRESSION_MASK, LOG_OVERHEAD, NO_TIMESTAMP, TIMESTAMP_TYPE
 from .compression import decompress
 from .errors import CorruptRecordError
 
-Header = tuple[str, "bytes | None"]
+Header = tuple[str, bytes | None]
 
 
 class Record(NamedTuple):
@@ -71,7 +71,7 @@ class _Malformed(Exception):
 
 
 def _varint(data: bytes, p: int) -> tuple[int, int]:
-    """Zig-zag varint (int32) at `p` that is at least two bytes long: (value, next position)."""
+    """Zig-zag varint (int32) at `p`: (value, next position). The hot loops inline the short ones."""
     raw = 0
     for shift in range(0, 35, 7):
         b = data[p]
@@ -267,26 +267,38 @@ def decode_batch(header: BatchHeader, batch, *, path=None) -> list[Record]:
                      ControlRecord if header.is_control else Record, path, header.position)
 
 
-def _scan_v2(header: BatchHeader, batch, path):
-    """(offset, timestamp) of each record of a v2 batch, in batch order, skipping keys and values."""
+def _stamps_v2(header: BatchHeader, batch, path) -> list[tuple[int, int]]:
+    """(offset, timestamp) of each record of a v2 batch, in batch order.
+
+    Reads only each record's length, timestamp delta and offset delta, then jumps over
+    the rest: keys, values and headers are neither copied nor checked.
+    """
     count = header.record_count
     if count == 0:
-        return
+        return []
     data = _v2_records(header, batch, path)
     base_offset, base_ts = header.base_offset, header.base_timestamp
     fixed = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None
     n = len(data)
     p = 0
     i = 0
+    out = []
+    append = out.append
     zz = _ZZ
     try:
-        while i < count:
+        for i in range(count):
             b = data[p]
             if b < 0x80:
                 size = zz[b]
                 p += 1
             else:
-                size, p = _varint(data, p)
+                c = data[p + 1]
+                if c < 0x80:
+                    x = (b & 0x7F) | (c << 7)
+                    size = (x >> 1) ^ -(x & 1)
+                    p += 2
+                else:
+                    size, p = _varint(data, p)
             end = p + size
             if end > n or size < 0:
                 raise _Malformed(f"record size {size} but only {n - p} bytes remain")
@@ -295,7 +307,13 @@ def _scan_v2(header: BatchHeader, batch, path):
                 ts = zz[b]
                 p += 2
             else:
-                ts, p = _varlong(data, p + 1)
+                c = data[p + 2]
+                if c < 0x80:
+                    x = (b & 0x7F) | (c << 7)
+                    ts = (x >> 1) ^ -(x & 1)
+                    p += 3
+                else:
+                    ts, p = _varlong(data, p + 1)
             b = data[p]
             if b < 0x80:
                 od = zz[b]
@@ -304,19 +322,19 @@ def _scan_v2(header: BatchHeader, batch, path):
                 od, p = _varint(data, p)
             if p > end:
                 raise _Malformed(f"record size {size} is too small for its fields")
-            yield base_offset + od, base_ts + ts if fixed is None else fixed
+            append((base_offset + od, base_ts + ts if fixed is None else fixed))
             p = end
-            i += 1
     except IndexError:
         raise CorruptRecordError(path, header.position, _cut_off(i, count, n)) from None
     except _Malformed as e:
         raise CorruptRecordError(path, header.position, f"record {i} of {count}: {e}") from None
+    return out
 
 
-def _offsets_and_timestamps(header: BatchHeader, batch, path):
+def _offsets_and_timestamps(header: BatchHeader, batch, path) -> list[tuple[int, int]]:
     if header.magic >= 2:
-        return _scan_v2(header, batch, path)
-    return ((r.offset, r.timestamp) for r in _decode_legacy(header, batch, path))
+        return _stamps_v2(header, batch, path)
+    return [(r.offset, r.timestamp) for r in _decode_legacy(header, batch, path)]
 
 
 def find_timestamp(header: BatchHeader, batch, target_timestamp: int, starting_offset: int, *,
