@@ -20,7 +20,7 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from .batch import (COMPRESSION_MASK, LOG_OVERHEAD, NO_TIMESTAMP, TIMESTAMP_TYPE_MASK, V2_HEADER_SIZE,
+from .batch import (COMPRESSION_MASK, CONTROL_MASK, LOG_OVERHEAD, NO_TIMESTAMP, TIMESTAMP_TYPE_MASK, V2_HEADER_SIZE,
                     BatchHeader, Compression)
 from .compression import decompress
 from .errors import CorruptRecordError
@@ -60,6 +60,7 @@ CONTROL_TYPES = {0: "ABORT", 1: "COMMIT", 2: "LEADER_CHANGE", 3: "SNAPSHOT_HEADE
 # Zig-zag value of every one-byte varint: the common case costs one tuple lookup.
 _ZZ = tuple((b >> 1) ^ -(b & 1) for b in range(128))
 _new_tuple = tuple.__new__
+_CODECS = tuple(Compression)  # indexed by codec id: cheaper than calling the enum per batch
 _I16_I16 = struct.Struct(">hh")
 _I16_I32 = struct.Struct(">hi")
 _I32 = struct.Struct(">i")
@@ -108,6 +109,7 @@ def _parse_v2(data: bytes, count: int, base_offset: int, base_timestamp: int, fi
     i = 0
     out = []
     append = out.append
+    new = _new_tuple  # tuple.__new__(Record, fields): a Record without a Python-level __new__ call
     zz = _ZZ
     try:
         for i in range(count):
@@ -214,15 +216,15 @@ def _parse_v2(data: bytes, count: int, base_offset: int, base_timestamp: int, fi
                 headers = tuple(hs)
             if p != end:
                 raise _Malformed(f"record size {size} but its fields take {size + p - end} bytes")
-            append((base_offset + od, base_timestamp + ts if fixed_timestamp is None else fixed_timestamp,
-                    key, value, headers))
+            append(new(cls, (base_offset + od, base_timestamp + ts if fixed_timestamp is None else fixed_timestamp,
+                             key, value, headers)))
     except IndexError:
         raise CorruptRecordError(path, position, _cut_off(i, count, n)) from None
     except _Malformed as e:
         raise CorruptRecordError(path, position, f"record {i} of {count}: {e}") from None
     if p != n:
         raise CorruptRecordError(path, position, f"{n - p} bytes left after the batch's {count} records")
-    return list(map(_new_tuple, [cls] * count, out))
+    return out
 
 
 def _cut_off(i: int, count: int, n: int) -> str:
@@ -231,22 +233,21 @@ def _cut_off(i: int, count: int, n: int) -> str:
 
 def _codec(header: BatchHeader, path) -> Compression:
     codec = header.attributes & COMPRESSION_MASK
-    try:
-        return Compression(codec)
-    except ValueError:
-        raise CorruptRecordError(path, header.position, f"unknown compression codec id {codec}") from None
+    if codec >= len(_CODECS):
+        raise CorruptRecordError(path, header.position, f"unknown compression codec id {codec}")
+    return _CODECS[codec]
 
 
 def _v2_records(header: BatchHeader, batch, path) -> bytes:
     """The record bytes of a v2 batch, decompressed."""
     codec = _codec(header, path)
-    if len(batch) < header.size:
-        raise CorruptRecordError(path, header.position,
-                                 f"batch of {header.size} bytes cut off after {len(batch)} bytes")
-    body = memoryview(batch)[V2_HEADER_SIZE:header.size]
+    size = header.size
+    if len(batch) < size:
+        raise CorruptRecordError(path, header.position, f"batch of {size} bytes cut off after {len(batch)} bytes")
     if codec is Compression.NONE:
-        return body.tobytes()
-    return decompress(codec, body, path=path, position=header.position)
+        body = batch[V2_HEADER_SIZE:size]
+        return body if type(body) is bytes else bytes(body)
+    return decompress(codec, memoryview(batch)[V2_HEADER_SIZE:size], path=path, position=header.position)
 
 
 def decode_batch(header: BatchHeader, batch, *, path=None) -> list[Record]:
@@ -264,7 +265,7 @@ def decode_batch(header: BatchHeader, batch, *, path=None) -> list[Record]:
     data = _v2_records(header, batch, path)
     fixed = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None
     return _parse_v2(data, header.record_count, header.base_offset, header.base_timestamp, fixed,
-                     ControlRecord if header.is_control else Record, path, header.position)
+                     ControlRecord if header.attributes & CONTROL_MASK else Record, path, header.position)
 
 
 def _stamps_v2(header: BatchHeader, batch, path) -> list[tuple[int, int]]:
