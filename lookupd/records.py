@@ -20,8 +20,8 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from .batch import (COMPRESSION_MASK, CONTROL_MASK, LOG_OVERHEAD, NO_TIMESTAMP, TIMESTAMP_TYPE_MASK, V2_HEADER_SIZE,
-                    BatchHeader, Compression)
+from .batch import (COMPRESSION_MASK, CONTROL_MASK, LOG_OVERHEAD, NO_TIMESTAMP, RECORD_OVERHEAD_V0, TIMESTAMP_TYPE_MASK,
+                    V2_HEADER_SIZE, BatchHeader, Compression)
 from .compression import decompress
 from .errors import CorruptRecordError
 
@@ -419,6 +419,9 @@ def _legacy_message(mv: memoryview, start: int, end: int) -> tuple[int, int, int
 def _decode_legacy(header: BatchHeader, batch, path) -> list[Record]:
     position = header.position
     mv = memoryview(batch)
+    if header.size < LOG_OVERHEAD + RECORD_OVERHEAD_V0:
+        raise CorruptRecordError(path, position, f"message size {header.size - LOG_OVERHEAD} is below the "
+                                                 f"minimum of {RECORD_OVERHEAD_V0}")
     if len(mv) < header.size:
         raise CorruptRecordError(path, position, f"message of {header.size} bytes cut off after {len(mv)} bytes")
     try:
@@ -441,8 +444,8 @@ def _decode_legacy(header: BatchHeader, batch, path) -> list[Record]:
         # A partial message at the end ends the set, as in Kafka's DataLogInputStream.
         while p + LOG_OVERHEAD <= n:
             offset, size = struct.unpack_from(">qi", inner, p)
-            if size < 14:
-                raise _Malformed(f"inner message size {size} is below the minimum of 14")
+            if size < RECORD_OVERHEAD_V0:
+                raise _Malformed(f"inner message size {size} is below the minimum of {RECORD_OVERHEAD_V0}")
             end = p + LOG_OVERHEAD + size
             if end > n:
                 break

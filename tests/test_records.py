@@ -339,6 +339,10 @@ def test_legacy_corruption():
         assert str(POSITION) in str(e.value)
     with pytest.raises(CorruptRecordError, match=f"at byte {POSITION}: message of {len(v1)} bytes cut off"):
         decode_batch(parse(v1), v1[:-1])
+    tiny = bytearray(v1)
+    struct.pack_into(">i", tiny, 8, 5)
+    with pytest.raises(CorruptRecordError, match=f"at byte {POSITION}: message size 5 is below the minimum"):
+        decode_batch(parse(bytes(tiny)), bytes(tiny[:17]))
 
 
 def test_legacy_partial_inner_message_ends_the_set():
