@@ -65,6 +65,7 @@ _I16_I16 = struct.Struct(">hh")
 _I16_I32 = struct.Struct(">hi")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
+_OFFSET_SIZE = struct.Struct(">qi")  # the log overhead in front of every legacy message
 
 
 class _Malformed(Exception):
@@ -443,7 +444,7 @@ def _decode_legacy(header: BatchHeader, batch, path) -> list[Record]:
     try:
         # A partial message at the end ends the set, as in Kafka's DataLogInputStream.
         while p + LOG_OVERHEAD <= n:
-            offset, size = struct.unpack_from(">qi", inner, p)
+            offset, size = _OFFSET_SIZE.unpack_from(inner, p)
             if size < RECORD_OVERHEAD_V0:
                 raise _Malformed(f"inner message size {size} is below the minimum of {RECORD_OVERHEAD_V0}")
             end = p + LOG_OVERHEAD + size

@@ -237,6 +237,23 @@ def test_sequential_offsets_and_empty_batch():
     assert parse(empty).record_count == 0 and decode(empty) == []
 
 
+@pytest.mark.parametrize("call", [
+    lambda: build_batch([(1, None, None, ())] * 2, base_offset=0, offsets=[5, 5]),  # offsets must increase
+    lambda: build_batch([(1, None, None, ())], base_offset=10, offsets=[9]),  # below the base offset
+    lambda: build_batch([(1, None, None, ())], base_offset=0, offsets=[1 << 31]),  # delta past int32
+    lambda: build_batch([(1, None, None, ())], base_offset=0, offsets=[1, 2]),  # one offset per record
+    lambda: build_batch([(-5, None, None, ())], base_offset=0),  # negative timestamp other than -1
+    lambda: build_batch([(1, None, None, ())], base_offset=0, timestamp_type=TimestampType.LOG_APPEND_TIME),
+    lambda: build_legacy([(1, None, None, (("h", None),))], magic=1, base_offset=0),  # no headers before v2
+    lambda: build_legacy([(1, None, None, ())], magic=1, base_offset=0, compression=Compression.ZSTD),
+    lambda: build_legacy([(1, None, None, ())], magic=2, base_offset=0),
+    lambda: build_legacy([], magic=1, base_offset=0, compression=Compression.GZIP),
+])
+def test_builder_refuses_what_kafka_refuses(call):
+    with pytest.raises(ValueError):
+        call()
+
+
 def test_control_record_types():
     batch = build_control_batch(50, 123, producer_id=9, producer_epoch=2, commit=False, coordinator_epoch=17)
     h = parse(batch)
