@@ -4,7 +4,6 @@ byte, round-trip through every codec, and bad bytes fail as CorruptRecordError."
 from __future__ import annotations
 
 import base64
-import dataclasses
 import struct
 import zlib
 from collections import Counter
@@ -121,7 +120,7 @@ def _rebuild(b, h, data):
     lat = b["timestamp_type"] == "LogAppendTime"
     # LogAppendTime records are reported with the append time; the deltas keep the create
     # times, so take them from the batch read as CreateTime.
-    records = decode_batch(dataclasses.replace(h, attributes=h.attributes & ~0x08) if lat else h, data)
+    records = decode_batch(h._replace(attributes=h.attributes & ~0x08) if lat else h, data)
     return build_batch(records, base_offset=b["base_offset"],
                        timestamp_type=TimestampType.LOG_APPEND_TIME if lat else TimestampType.CREATE_TIME,
                        max_timestamp=b["max_timestamp"] if lat else None, producer_id=b["producer_id"],
@@ -422,7 +421,7 @@ def test_timestamp_scans_of_bad_records(body, count):
     with pytest.raises(CorruptRecordError, match=f"at byte {POSITION}"):
         find_timestamp(h, batch, 6000, 0)  # no record gets there: the scan reaches the fault
     with pytest.raises(CorruptRecordError, match=f"at byte {POSITION}"):
-        offset_of_max_timestamp(dataclasses.replace(h, max_timestamp=6000), batch)
+        offset_of_max_timestamp(h._replace(max_timestamp=6000), batch)
 
 
 def test_bad_crc_truncation_and_codec():
