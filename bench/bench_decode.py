@@ -1,0 +1,106 @@
+"""Record decoding: lookupd.records vs kafka-python's DefaultRecordBatch, same batches, same run.
+
+kafka-python finds no snappy/lz4/zstd library here, so it is given the same cramjam-backed
+decompressors lookupd uses: the comparison is of header and record parsing. Runs are
+interleaved (ours, theirs, ours, ...) and the median of each is reported.
+
+Run: python bench/bench_decode.py [--quick] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+from common import Figure, dump, print_table  # noqa: E402
+
+import reference as R  # noqa: E402
+from lookupd.batch import Compression, parse_header  # noqa: E402
+from lookupd.compression import decompress  # noqa: E402
+from lookupd.records import decode_batch  # noqa: E402
+
+
+def kafka_python():
+    """kafka-python's batch class, with cramjam-backed codecs where it has none of its own."""
+    import kafka.record.default_records as kd
+
+    kd.DefaultRecordBatch._assert_has_codec = lambda self, codec: None
+    kd.snappy_decode = lambda d: decompress(Compression.SNAPPY, d)
+    kd.lz4_decode = lambda d: decompress(Compression.LZ4, d)
+    kd.zstd_decode = lambda d: decompress(Compression.ZSTD, d)
+    return kd.DefaultRecordBatch
+
+
+def load(p: str) -> list[tuple[int, bytes]]:
+    files, out = {}, []
+    for b in R.batches(p):
+        path = R.log_dir(p) / f"{b['segment']:020d}.log"
+        if path not in files:
+            files[path] = path.read_bytes()
+        out.append((b["position"], files[path][b["position"]:b["position"] + b["size_in_bytes"]]))
+    return out
+
+
+def ours(batches) -> int:
+    n = 0
+    for pos, data in batches:
+        n += len(decode_batch(parse_header(data, 0, pos), data))
+    return n
+
+
+def theirs_with(cls):
+    def theirs(batches) -> int:
+        n = 0
+        for _, data in batches:
+            for r in cls(data):
+                r.key, r.value, r.headers
+                n += 1
+        return n
+    return theirs
+
+
+def run(quick: bool = False) -> list[Figure]:
+    theirs = theirs_with(kafka_python())
+    reps = 5 if quick else 15
+    figures = []
+    for p in ("plain-0", "compressed-0", "large-0") if not quick else ("plain-0", "compressed-0"):
+        batches = load(p)
+        if p == "large-0":
+            batches = batches[:50_000]
+        size = sum(len(d) for _, d in batches)
+        times: dict[str, list[float]] = {"lookupd": [], "kafka-python": []}
+        count = 0
+        for _ in range(reps):
+            for name, fn in (("lookupd", ours), ("kafka-python", theirs)):
+                gc.collect()
+                t0 = time.perf_counter()
+                count = fn(batches)
+                times[name].append(time.perf_counter() - t0)
+        for name, ts in times.items():
+            figures.append(Figure(f"decode {p}, {name}", "MB/s", [size / t / 1e6 for t in ts], group="decode",
+                                  params={"partition": p, "impl": name, "records": count, "bytes": size},
+                                  higher_is_better=True))
+            figures.append(Figure(f"decode {p}, {name}", "records/s", [count / t for t in ts], group="decode-records",
+                                  params={"partition": p, "impl": name, "records": count, "bytes": size},
+                                  higher_is_better=True))
+    return figures
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json", metavar="OUT")
+    args = ap.parse_args()
+    figures = run(args.quick)
+    print_table(figures)
+    if args.json:
+        dump(figures, args.json)
+
+
+if __name__ == "__main__":
+    main()
