@@ -49,10 +49,14 @@ def latency(path: str, n: int, calls: int, times: int) -> list[Figure]:
     return out
 
 
-def many(path: str, n: int, batch: int, times: int) -> list[Figure]:
+def many(path: str, n: int, batch: int, times: int, kind: str) -> list[Figure]:
+    """Bulk floor lookups: random targets, or sorted targets in the last 10% (a catching-up consumer)."""
     idx = OffsetIndex(path, 0)
     rng = np.random.default_rng(2)
-    targets = rng.integers(0, 3 * n, batch, dtype=np.int64)
+    if kind == "random":
+        targets = rng.integers(0, 3 * n, batch, dtype=np.int64)
+    else:
+        targets = np.sort(rng.integers(3 * n * 9 // 10, 3 * n, batch, dtype=np.int64))
     native = np.frombuffer(open(path, "rb").read(), ENTRY)["key"].astype(np.int32)
     rel = targets.astype(np.int32)  # the same dtype as the keys: numpy's best case
 
@@ -69,10 +73,10 @@ def many(path: str, n: int, batch: int, times: int) -> list[Figure]:
         return (time.perf_counter_ns() - t0) / batch
 
     return [
-        Figure(f"many-lookups ({batch:,} targets), lookupd", "ns/lookup", repeat(ours, times),
-               group="index-many", params={"entries": n, "batch": batch, "impl": "lookupd"}),
-        Figure(f"many-lookups ({batch:,} targets), numpy searchsorted", "ns/lookup", repeat(ceiling, times),
-               group="index-many", params={"entries": n, "batch": batch, "impl": "numpy"}),
+        Figure(f"many-lookups ({batch:,} {kind} targets), lookupd", "ns/lookup", repeat(ours, times),
+               group="index-many", params={"entries": n, "batch": batch, "targets": kind, "impl": "lookupd"}),
+        Figure(f"many-lookups ({batch:,} {kind} targets), numpy searchsorted", "ns/lookup", repeat(ceiling, times),
+               group="index-many", params={"entries": n, "batch": batch, "targets": kind, "impl": "numpy"}),
     ]
 
 
@@ -128,7 +132,8 @@ def run(quick: bool = False) -> list[Figure]:
         write_index(path, n)
         figures += latency(path, n, 20_000 if quick else 100_000, times)
         for batch in ((10_000,) if quick else (1_000, 10_000, 100_000)):
-            figures += many(path, n, batch, times)
+            for kind in ("random", "sorted-tail"):
+                figures += many(path, n, batch, times, kind)
         sizes = (250_000, 1_000_000) if quick else (62_500, 250_000, 1_000_000, 2_000_000)
         for size in sizes:
             for search in ("warm-section", "plain"):

@@ -94,7 +94,7 @@ def _search_sorted(keys: np.ndarray, targets: np.ndarray, ceiling: bool) -> np.n
     narrow = targets
     if keys.dtype == np.int32:
         narrow = np.clip(targets, -(1 << 31), (1 << 31) - 1).astype(np.int32)
-    if len(narrow) >= 64:
+    if len(narrow) >= 64 and not (narrow[1:] >= narrow[:-1]).all():
         order = np.argsort(narrow)
         slots = np.empty(len(narrow), np.int64)
         slots[order] = np.searchsorted(keys, narrow[order], side=side)
