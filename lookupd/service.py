@@ -1,0 +1,301 @@
+"""The daemon's method table, with no I/O: method name -> handler(LogManager, params).
+
+Handlers check the params' count and types (topic names, offsets and modes are checked by
+the core, which says what was wrong), call the core, and turn its NamedTuples and numpy
+arrays into plain maps and lists that msgpack can send. Every failure is a LookupdError
+whose `.code` goes on the wire; see `error_for` for everything else.
+
+Methods (params are positional):
+
+    ping []                                                   -> "pong"
+    auth [token]                                              -> true
+    stats []                                                  -> {uptime, requests, errors, connections, partitions,
+                                                                  segments, open_indexes, mapped_bytes, lazy_loads, evictions}
+    partitions []                                             -> [{topic, partition, log_dir, segments,
+                                                                   log_start_offset, log_end_offset}]
+    segments [topic, partition]                               -> [{base_offset, size, active, offset_index_entries,
+                                                                   time_index_entries, largest_timestamp}]
+    lookup_offset [topic, partition, offset, mode]            -> {segment, offset, position} | nil
+    lookup_timestamp [topic, partition, timestamp, mode]      -> {segment, timestamp, offset, position} | nil
+    resolve_offset [topic, partition, offset]                 -> {segment, base_offset, last_offset, position, size} | nil
+    offset_for_timestamp [topic, partition, timestamp]        -> {offset, timestamp, segment, position} | nil
+    aborted_transactions [topic, partition, start, end]       -> [{producer_id, first_offset, last_offset, last_stable_offset}]
+    read [topic, partition, offset, max_bytes]                -> {segment, position, next_offset, records: bin}
+    lookup_offsets [topic, partition, [offset...], mode]      -> {segment: [...], offset: [...], position: [...]}
+    resolve_offsets [topic, partition, [offset...]]           -> {segment, base_offset, last_offset, position, size: [...]}
+    offsets_for_timestamps [topic, partition, [timestamp...]] -> {offset, timestamp, segment, position: [...]}
+
+mode is "floor" or "ceiling"; columnar answers hold -1 where nothing matches.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hmac
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, NamedTuple
+
+import numpy as np
+
+from .errors import InvalidArgument, LookupdError, TooLarge, Unauthorized, Unavailable
+from .logmanager import LogManager
+
+log = logging.getLogger(__name__)
+
+
+class UnknownMethod(LookupdError):
+    code = "UNKNOWN_METHOD"
+
+
+@dataclass
+class Limits:
+    max_read_bytes: int = 8 << 20
+    max_batch_lookups: int = 1_000_000
+
+
+@dataclass
+class Counters:
+    """What the server counts, for `stats`."""
+
+    started: float = field(default_factory=time.monotonic)
+    requests: int = 0
+    errors: int = 0
+    connections: int = 0
+
+
+@dataclass
+class Session:
+    """Per-connection state: Unix socket peers are `trusted` (file permissions guard them)."""
+
+    trusted: bool
+    authenticated: bool = False
+
+
+# Where a method may run: "inline" on the event loop always (no file access), "hot" inline
+# only when the index it searches is mapped already, "thread" always in a worker thread.
+INLINE, HOT, THREAD = "inline", "hot", "thread"
+
+
+class Method(NamedTuple):
+    handler: Callable[["Service", list], Any]
+    params: tuple[str, ...]
+    where: str
+
+
+class Service:
+    """Dispatches requests for one LogManager; holds no sockets and no event loop."""
+
+    def __init__(self, manager: LogManager, *, limits: Limits | None = None, counters: Counters | None = None,
+                 token: str | None = None, inline_hot_lookups: bool = True):
+        self.manager = manager
+        self.limits = limits or Limits()
+        self.counters = counters or Counters()
+        self.token = token
+        self.inline_hot_lookups = inline_hot_lookups
+
+    # ------------------------------------------------------------------ dispatch
+
+    def method(self, name: str) -> Method:
+        m = METHODS.get(name)
+        if m is None:
+            raise UnknownMethod(f"unknown method {name!r:.80}; methods: {', '.join(sorted(METHODS))}")
+        return m
+
+    def authorize(self, session: Session, name: str) -> None:
+        """Raise Unauthorized unless the session may call `name`."""
+        if name != "auth" and not (session.trusted or session.authenticated or self.token is None):
+            raise Unauthorized("this connection must call auth [token] first (the daemon has a token configured)")
+
+    def needs_thread(self, name: str, params: list) -> bool:
+        """Whether the call may touch cold data (page in an index, read a .log or list files)."""
+        m = METHODS.get(name)
+        if m is None or m.where == INLINE:
+            return False
+        if m.where == THREAD:
+            return True
+        return not (self.inline_hot_lookups and self._hot(params))
+
+    def _hot(self, params: list) -> bool:
+        """lookup_offset: is the floor segment's offset index mapped? Bad params are cheap errors: hot."""
+        try:
+            llog = self.manager.get(params[0], params[1])
+            bases = llog.base_offsets
+            slot = bisect.bisect_right(bases, params[2]) - 1
+        except (LookupdError, IndexError, TypeError):
+            return True
+        return slot < 0 or llog.segment(bases[slot]).offset_index.is_open
+
+    def call(self, name: str, params: list, session: Session) -> Any:
+        """Run one method; raises LookupdError for anything the caller did wrong."""
+        self.authorize(session, name)
+        m = self.method(name)
+        if len(params) != len(m.params):
+            want = ", ".join(m.params) if m.params else "none"
+            raise InvalidArgument(f"{name} takes {len(m.params)} params ({want}), got {len(params)}")
+        if name == "auth":
+            return self._auth(session, params[0])
+        try:
+            return m.handler(self, params)
+        except FileNotFoundError as err:
+            # A segment the broker deleted after our last rescan: re-list that partition and retry once.
+            if m.params[:2] != ("topic", "partition"):
+                raise
+            try:
+                self.manager.get(params[0], params[1]).refresh()
+            except FileNotFoundError:
+                raise Unavailable(f"partition {params[0]}-{params[1]} was deleted while being read") from None
+            try:
+                return m.handler(self, params)
+            except FileNotFoundError:
+                raise Unavailable(f"{err.filename} vanished while being read (the broker is deleting "
+                                  f"segments); retry") from None
+
+    def _auth(self, session: Session, token: Any) -> bool:
+        if not isinstance(token, (str, bytes)):
+            raise InvalidArgument(f"token must be a string, got {type(token).__name__}")
+        if self.token is not None:
+            given = token.encode() if isinstance(token, str) else token
+            if not hmac.compare_digest(given, self.token.encode()):
+                raise Unauthorized("wrong token")
+        session.authenticated = True
+        return True
+
+    # ------------------------------------------------------------------ helpers
+
+    def _log(self, params: list):
+        return self.manager.get(params[0], params[1])
+
+    def _targets(self, values: Any, what: str) -> np.ndarray:
+        """A list of int64 values as an array; TOO_LARGE past max_batch_lookups."""
+        if not isinstance(values, list):
+            raise InvalidArgument(f"{what} must be an array of integers, got {type(values).__name__}")
+        if len(values) > self.limits.max_batch_lookups:
+            raise TooLarge(f"{len(values)} {what} in one call; the limit is {self.limits.max_batch_lookups} "
+                           f"(max_batch_lookups): split the list")
+        if not values:
+            return np.empty(0, np.int64)
+        try:
+            arr = np.asarray(values)
+        except (ValueError, OverflowError):
+            raise InvalidArgument(f"{what} must be a flat array of integers") from None
+        if arr.ndim != 1 or arr.dtype.kind not in "iu" or (arr.dtype.kind == "u" and int(arr.max()) >= 1 << 63):
+            kinds = {type(v).__name__ for v in values if isinstance(v, bool) or not isinstance(v, int)}
+            why = f"found {', '.join(sorted(kinds))}" if kinds else "a value is outside the int64 range"
+            raise InvalidArgument(f"{what} must be a flat array of int64 integers: {why}")
+        return arr.astype(np.int64, copy=False)
+
+
+def _row(t) -> dict | None:
+    return None if t is None else t._asdict()
+
+
+def _columns(cols: dict[str, np.ndarray], keys: tuple[str, ...]) -> dict[str, list]:
+    """numpy columns -> plain int lists (`tolist` is the fastest way into msgpack: see bench)."""
+    return {k: cols[k].tolist() for k in keys}
+
+
+def _ping(s: Service, p: list) -> str:
+    return "pong"
+
+
+def _stats(s: Service, p: list) -> dict:
+    c, m = s.counters, s.manager
+    cache = m.cache
+    return {"uptime": round(time.monotonic() - c.started, 3), "requests": c.requests, "errors": c.errors,
+            "connections": c.connections, "partitions": len(m.logs()), "segments": m.segment_count,
+            "open_indexes": cache.open_count, "mapped_bytes": cache.mapped_bytes,
+            "lazy_loads": cache.lazy_loads, "evictions": cache.evictions}
+
+
+def _partitions(s: Service, p: list) -> list:
+    return [llog.info() for llog in s.manager.logs()]
+
+
+def _segments(s: Service, p: list) -> list:
+    return s._log(p).segments_info()
+
+
+def _lookup_offset(s: Service, p: list) -> dict | None:
+    return _row(s._log(p).lookup_offset(p[2], p[3]))
+
+
+def _lookup_timestamp(s: Service, p: list) -> dict | None:
+    return _row(s._log(p).lookup_timestamp(p[2], p[3]))
+
+
+def _resolve_offset(s: Service, p: list) -> dict | None:
+    return _row(s._log(p).resolve_offset(p[2]))
+
+
+def _offset_for_timestamp(s: Service, p: list) -> dict | None:
+    r = s._log(p).offset_for_timestamp(p[2])
+    return None if r is None else {"offset": r.offset, "timestamp": r.timestamp, "segment": r.segment,
+                                   "position": r.position}
+
+
+def _aborted_transactions(s: Service, p: list) -> list:
+    return [t._asdict() for t in s._log(p).aborted_transactions(p[2], p[3])]
+
+
+def _read(s: Service, p: list) -> dict:
+    max_bytes = p[3]
+    if isinstance(max_bytes, int) and not isinstance(max_bytes, bool) and max_bytes > s.limits.max_read_bytes:
+        raise TooLarge(f"max_bytes {max_bytes} is above the daemon's limit of {s.limits.max_read_bytes} "
+                       f"(max_read_bytes): read in smaller pieces")
+    return s._log(p).read(p[2], max_bytes)._asdict()
+
+
+def _lookup_offsets(s: Service, p: list) -> dict:
+    llog = s._log(p)
+    return _columns(llog.lookup_offsets(s._targets(p[2], "offsets"), p[3]), ("segment", "offset", "position"))
+
+
+def _resolve_offsets(s: Service, p: list) -> dict:
+    llog = s._log(p)
+    return _columns(llog.resolve_offsets(s._targets(p[2], "offsets")),
+                    ("segment", "base_offset", "last_offset", "position", "size"))
+
+
+def _offsets_for_timestamps(s: Service, p: list) -> dict:
+    llog = s._log(p)
+    return _columns(llog.offsets_for_timestamps(s._targets(p[2], "timestamps")),
+                    ("offset", "timestamp", "segment", "position"))
+
+
+_TP = ("topic", "partition")
+METHODS: dict[str, Method] = {
+    "ping": Method(_ping, (), INLINE),
+    "auth": Method(None, ("token",), INLINE),  # connection state: handled by Service.call
+    "stats": Method(_stats, (), INLINE),
+    "partitions": Method(_partitions, (), THREAD),
+    "segments": Method(_segments, _TP, THREAD),
+    "lookup_offset": Method(_lookup_offset, _TP + ("offset", "mode"), HOT),
+    # Picking the segment reads every segment's largest timestamp (an fstat each, a pread
+    # of a cold time index): not a microsecond operation, so never inline.
+    "lookup_timestamp": Method(_lookup_timestamp, _TP + ("timestamp", "mode"), THREAD),
+    "resolve_offset": Method(_resolve_offset, _TP + ("offset",), THREAD),
+    "offset_for_timestamp": Method(_offset_for_timestamp, _TP + ("timestamp",), THREAD),
+    "aborted_transactions": Method(_aborted_transactions, _TP + ("start_offset", "end_offset"), THREAD),
+    "read": Method(_read, _TP + ("offset", "max_bytes"), THREAD),
+    "lookup_offsets": Method(_lookup_offsets, _TP + ("offsets", "mode"), THREAD),
+    "resolve_offsets": Method(_resolve_offsets, _TP + ("offsets",), THREAD),
+    "offsets_for_timestamps": Method(_offsets_for_timestamps, _TP + ("timestamps",), THREAD),
+}
+
+
+def error_for(err: BaseException, method: str = "?") -> dict:
+    """The wire error map for an exception raised by `Service.call`.
+
+    LookupdError: its own code and message. OSError (a file the broker removed or an I/O
+    error): UNAVAILABLE. Anything else is a bug: INTERNAL, logged with its traceback.
+    """
+    if isinstance(err, LookupdError):
+        return {"code": err.code, "message": str(err)}
+    if isinstance(err, OSError):
+        log.warning("%s: %s", method, err)
+        return {"code": Unavailable.code, "message": f"cannot read the log files right now: {err}"}
+    log.error("%s failed unexpectedly", method, exc_info=err)
+    return {"code": "INTERNAL", "message": f"internal error in {method}: {type(err).__name__}: {err} "
+                                          f"(logged by the daemon; please report it)"}
