@@ -1,0 +1,359 @@
+"""Clients for the lookup daemon, and `lookupd query`.
+
+`Client` is blocking and thread-safe: one socket, a lock around writes, and a reader thread
+that hands each response to the caller waiting for its msgid, so any number of threads can
+share one client and have calls in flight at once. `TrioClient` is the async equivalent
+for trio code. Both take a Unix socket path or "HOST:PORT", an optional token
+(sent with `auth` before anything else) and a per-call timeout, and raise:
+
+* RemoteError(code, message) for an error the daemon answered (a LookupdError: `.code` is
+  the wire code, e.g. "OFFSET_OUT_OF_RANGE");
+* Unavailable naming the address when the daemon cannot be reached, closes the connection,
+  or does not answer within the timeout.
+
+Convenience methods mirror the daemon's methods (see lookupd.service) and return what the
+daemon sends: maps with string keys, None where nothing matches, bytes for records.
+`lookupd query` prints results as JSON, with bytes as {"$base64": "<base64 text>"}.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import sys
+import threading
+from concurrent.futures import Future, TimeoutError as FutureTimeout
+from typing import Any
+
+import trio
+
+from . import rpc
+from .errors import LookupdError, Unavailable
+
+DEFAULT_SOCKET = os.path.join("run", "lookupd.sock")
+DEFAULT_MAX_RESPONSE_BYTES = 1 << 30  # columnar answers of a million targets run to tens of MB
+BYTES_MARKER = "$base64"
+
+
+class RemoteError(LookupdError):
+    """An error response from the daemon; `code` is its wire code."""
+
+    def __init__(self, code: str, message: str):
+        self.code = code
+        self.message = message
+        super().__init__(f"{code}: {message}")
+
+
+def _remote_error(error: Any) -> RemoteError:
+    if isinstance(error, dict):
+        return RemoteError(str(error.get("code", "INTERNAL")), str(error.get("message", error)))
+    return RemoteError("INTERNAL", repr(error))
+
+
+def default_address() -> str:
+    return os.environ.get("LOOKUPD_SOCKET") or DEFAULT_SOCKET
+
+
+def tcp_address(address: str) -> tuple[str, int] | None:
+    """(host, port) when `address` is "HOST:PORT" (no slash, numeric port), else None (a socket path)."""
+    if "/" in address:
+        return None
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        return None
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _unreachable(address: str, err: BaseException) -> Unavailable:
+    why = getattr(err, "strerror", None) or str(err) or type(err).__name__
+    hint = "" if tcp_address(address) else "; is `lookupd serve` running, and is this its --socket?"
+    return Unavailable(f"cannot reach lookupd at {address}: {why}{hint}")
+
+
+class _Methods:
+    """Typed wrappers over `call` (for TrioClient they return awaitables)."""
+
+    def call(self, method: str, *params: Any) -> Any:
+        raise NotImplementedError
+
+    def ping(self):
+        return self.call("ping")
+
+    def stats(self):
+        return self.call("stats")
+
+    def partitions(self):
+        return self.call("partitions")
+
+    def segments(self, topic: str, partition: int):
+        return self.call("segments", topic, partition)
+
+    def lookup_offset(self, topic: str, partition: int, offset: int, mode: str = "floor"):
+        return self.call("lookup_offset", topic, partition, offset, mode)
+
+    def lookup_timestamp(self, topic: str, partition: int, timestamp: int, mode: str = "floor"):
+        return self.call("lookup_timestamp", topic, partition, timestamp, mode)
+
+    def resolve_offset(self, topic: str, partition: int, offset: int):
+        return self.call("resolve_offset", topic, partition, offset)
+
+    def offset_for_timestamp(self, topic: str, partition: int, timestamp: int):
+        return self.call("offset_for_timestamp", topic, partition, timestamp)
+
+    def aborted_transactions(self, topic: str, partition: int, start_offset: int, end_offset: int):
+        return self.call("aborted_transactions", topic, partition, start_offset, end_offset)
+
+    def read(self, topic: str, partition: int, offset: int, max_bytes: int):
+        return self.call("read", topic, partition, offset, max_bytes)
+
+    def lookup_offsets(self, topic: str, partition: int, offsets: list[int], mode: str = "floor"):
+        return self.call("lookup_offsets", topic, partition, list(offsets), mode)
+
+    def resolve_offsets(self, topic: str, partition: int, offsets: list[int]):
+        return self.call("resolve_offsets", topic, partition, list(offsets))
+
+    def offsets_for_timestamps(self, topic: str, partition: int, timestamps: list[int]):
+        return self.call("offsets_for_timestamps", topic, partition, list(timestamps))
+
+
+# ====================================================================== blocking
+
+
+class Client(_Methods):
+    """Blocking, thread-safe client over one connection (use as a context manager)."""
+
+    def __init__(self, address: str | None = None, *, token: str | None = None, timeout: float = 30.0,
+                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES):
+        self.address = address or default_address()
+        self.timeout = timeout
+        tcp = tcp_address(self.address)
+        try:
+            if tcp:
+                self._sock = socket.create_connection(tcp, timeout=timeout)
+                self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            else:
+                self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                self._sock.settimeout(timeout)
+                self._sock.connect(self.address)
+        except OSError as err:
+            raise _unreachable(self.address, err) from None
+        self._sock.settimeout(None)  # the reader blocks; calls time out on their futures
+        self._conn = rpc.Connection("client", max_response_bytes)
+        self._write_lock = threading.Lock()
+        self._pending: dict[int, Future] = {}
+        self._closed: LookupdError | None = None
+        self._reader = threading.Thread(target=self._read_loop, name=f"lookupd-client {self.address}", daemon=True)
+        self._reader.start()
+        if token is not None:
+            self.call("auth", token)
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._reader.join(timeout=5)
+        self._sock.close()
+
+    def call(self, method: str, *params: Any, timeout: float | None = None) -> Any:
+        """Send one request and wait for its answer; several threads may call at once."""
+        fut: Future = Future()
+        with self._write_lock:
+            if self._closed is not None:
+                raise self._closed
+            msgid, data = self._conn.send_request(method, params)
+            self._pending[msgid] = fut
+            try:
+                self._sock.sendall(data)
+            except OSError as err:
+                self._pending.pop(msgid, None)
+                raise _unreachable(self.address, err) from None
+        wait = self.timeout if timeout is None else timeout
+        try:
+            error, result = fut.result(wait)
+        except FutureTimeout:
+            self._pending.pop(msgid, None)
+            raise Unavailable(f"no answer from lookupd at {self.address} to {method} within {wait} s") from None
+        if error is not None:
+            raise _remote_error(error)
+        return result
+
+    def _read_loop(self) -> None:
+        failure: LookupdError = Unavailable(f"lookupd at {self.address} closed the connection")
+        try:
+            while True:
+                event = self._conn.next_event()
+                if event is rpc.NEED_DATA:
+                    self._conn.receive_data(self._sock.recv(1 << 20))
+                elif event is rpc.CLOSED:
+                    break
+                elif isinstance(event, rpc.Response):
+                    fut = self._pending.pop(event.msgid, None)
+                    if fut is not None:
+                        fut.set_result((event.error, event.result))
+                elif isinstance(event, rpc.Notification):
+                    if event.method == rpc.ERROR_NOTIFICATION and event.params:
+                        failure = _remote_error(event.params[0])  # the daemon is about to close
+                else:  # a ProtocolError: the daemon sent something we cannot read
+                    failure = Unavailable(f"bad answer from lookupd at {self.address}: {event.message}")
+                    if event.fatal:
+                        break
+        except OSError as err:
+            failure = _unreachable(self.address, err)
+        with self._write_lock:
+            self._closed = failure
+            pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            fut.set_exception(failure)
+
+
+# ====================================================================== trio
+
+
+class TrioClient(_Methods):
+    """Async client over one connection: `async with await TrioClient.connect(path) as c: await c.ping()`.
+
+    No background task: whichever caller is waiting reads the stream for everyone and wakes
+    the others, so a client needs no nursery and may be shared by any number of tasks.
+    """
+
+    def __init__(self, stream: trio.abc.Stream, address: str, timeout: float, max_response_bytes: int):
+        self.address = address
+        self.timeout = timeout
+        self._stream = stream
+        self._conn = rpc.Connection("client", max_response_bytes)
+        self._send_lock = trio.Lock()
+        self._pending: set[int] = set()  # msgids whose callers still wait
+        self._answers: dict[int, tuple] = {}  # msgid -> (error, result)
+        self._reading = False
+        self._progress = trio.Event()
+        self._closed: LookupdError | None = None
+
+    @classmethod
+    async def connect(cls, address: str | None = None, *, token: str | None = None, timeout: float = 30.0,
+                      max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> "TrioClient":
+        address = address or default_address()
+        tcp = tcp_address(address)
+        try:
+            with trio.fail_after(timeout):
+                stream = await (trio.open_tcp_stream(*tcp) if tcp else trio.open_unix_socket(address))
+        except (OSError, trio.TooSlowError) as err:
+            raise _unreachable(address, err) from None
+        client = cls(stream, address, timeout, max_response_bytes)
+        if token is not None:
+            try:
+                await client.call("auth", token)
+            except BaseException:
+                await client.aclose()
+                raise
+        return client
+
+    async def __aenter__(self) -> "TrioClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await trio.aclose_forcefully(self._stream)
+
+    async def call(self, method: str, *params: Any, timeout: float | None = None) -> Any:
+        if self._closed is not None:
+            raise self._closed
+        msgid, data = self._conn.send_request(method, params)
+        wait = self.timeout if timeout is None else timeout
+        self._answers.pop(msgid, None)
+        self._pending.add(msgid)
+        try:
+            with trio.fail_after(wait):
+                async with self._send_lock:
+                    try:
+                        await self._stream.send_all(data)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError) as err:
+                        raise _unreachable(self.address, err) from None
+                while msgid not in self._answers:
+                    if self._closed is not None:
+                        raise self._closed
+                    if self._reading:
+                        await self._progress.wait()
+                    else:
+                        await self._read_some()
+        except trio.TooSlowError:
+            raise Unavailable(f"no answer from lookupd at {self.address} to {method} within {wait} s") from None
+        finally:
+            self._pending.discard(msgid)
+        error, result = self._answers.pop(msgid)
+        if error is not None:
+            raise _remote_error(error)
+        return result
+
+    async def _read_some(self) -> None:
+        """Read one chunk and hand out every answer in it (only one caller reads at a time)."""
+        self._reading = True
+        try:
+            try:
+                data = await self._stream.receive_some(1 << 20)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as err:
+                self._closed = _unreachable(self.address, err)
+                return
+            self._conn.receive_data(data)
+            while True:
+                event = self._conn.next_event()
+                if event is rpc.NEED_DATA:
+                    return
+                if event is rpc.CLOSED:
+                    self._closed = self._closed or Unavailable(f"lookupd at {self.address} closed the connection")
+                    return
+                if isinstance(event, rpc.Response):
+                    if event.msgid in self._pending:
+                        self._answers[event.msgid] = (event.error, event.result)
+                elif isinstance(event, rpc.Notification):
+                    if event.method == rpc.ERROR_NOTIFICATION and event.params:
+                        self._closed = _remote_error(event.params[0])  # the daemon is about to close
+                else:
+                    if event.fatal:
+                        self._closed = Unavailable(f"bad answer from lookupd at {self.address}: {event.message}")
+                        return
+        finally:
+            self._reading = False
+            self._progress.set()
+            self._progress = trio.Event()
+
+
+# ====================================================================== lookupd query
+
+
+def parse_arg(text: str) -> Any:
+    """A command-line param: its JSON value when it parses (5, [1,2], null), else the string itself."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def to_json(value: Any) -> str:
+    def encode(v: Any) -> Any:
+        if isinstance(v, (bytes, bytearray)):
+            return {BYTES_MARKER: base64.b64encode(v).decode()}
+        raise TypeError(f"cannot print a {type(v).__name__}")
+    return json.dumps(value, default=encode, indent=2)
+
+
+def run(args) -> int:
+    """`lookupd query METHOD ARG...`: print the result as JSON; errors exit 1 (via the cli)."""
+    token = None
+    if args.token_file:
+        with open(args.token_file, encoding="utf-8") as f:
+            token = f.read().strip()
+    with Client(args.socket or default_address(), token=token, timeout=args.timeout) as client:
+        result = client.call(args.method, *[parse_arg(a) for a in args.args])
+    sys.stdout.write(to_json(result) + "\n")
+    return 0
