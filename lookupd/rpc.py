@@ -131,6 +131,11 @@ class Connection:
                         return self._fail("INVALID_ARGUMENT", "the stream ended in the middle of a message")
                     return CLOSED
                 return NEED_DATA
+            except ValueError as err:
+                if "exceeds max_" in str(err):  # a length header above the frame limit: fail fast
+                    return self._fail("TOO_LARGE", f"a message is longer than the {self.max_frame_bytes}-byte "
+                                      f"frame limit ({err})")
+                return self._fail("INVALID_ARGUMENT", f"malformed msgpack ({type(err).__name__}: {err})")
             except Exception as err:  # noqa: BLE001 - any unpack failure leaves the stream unframeable
                 return self._fail("INVALID_ARGUMENT", f"malformed msgpack ({type(err).__name__}: {err})"
                                   if str(err) else f"malformed msgpack ({type(err).__name__})")

@@ -1,0 +1,167 @@
+"""msgpack-rpc framing without sockets: bytes in, events out."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+
+from lookupd import rpc
+
+
+def pack(*values) -> bytes:
+    return b"".join(msgpack.packb(v, use_bin_type=True) for v in values)
+
+
+def drain(conn: rpc.Connection) -> list:
+    out = []
+    while True:
+        ev = conn.next_event()
+        if ev is rpc.NEED_DATA or ev is rpc.CLOSED:
+            return out
+        out.append(ev)
+        if isinstance(ev, rpc.ProtocolError) and ev.fatal:
+            return out
+
+
+MESSAGES = [[0, 1, "ping", []], [2, "nvim_subscribe", ["x"]], [0, 4294967295, "lookup_offset", ["t", 0, 5, "floor"]],
+            [0, 3, "read", ["t", 0, 0, 1 << 20]]]
+EXPECTED = [rpc.Request(1, "ping", []), rpc.Notification("nvim_subscribe", ["x"]),
+            rpc.Request(4294967295, "lookup_offset", ["t", 0, 5, "floor"]), rpc.Request(3, "read", ["t", 0, 0, 1 << 20])]
+
+
+def test_coalesced_messages_in_one_chunk():
+    c = rpc.Connection()
+    c.receive_data(pack(*MESSAGES))
+    assert drain(c) == EXPECTED
+    assert c.next_event() is rpc.NEED_DATA
+
+
+@pytest.mark.parametrize("step", [1, 2, 3, 7, 64])
+def test_split_frames(step):
+    data = pack(*MESSAGES)
+    c = rpc.Connection()
+    got = []
+    for i in range(0, len(data), step):
+        c.receive_data(data[i:i + step])
+        got += drain(c)
+    assert got == EXPECTED
+
+
+def test_end_of_stream_between_and_inside_messages():
+    c = rpc.Connection()
+    c.receive_data(pack([0, 1, "ping", []]))
+    c.receive_data(b"")
+    assert drain(c) == [rpc.Request(1, "ping", [])]
+    assert c.next_event() is rpc.CLOSED
+    c = rpc.Connection()
+    c.receive_data(pack([0, 1, "ping", []])[:-1])
+    c.receive_data(b"")
+    ev = c.next_event()
+    assert isinstance(ev, rpc.ProtocolError) and ev.fatal and "middle" in ev.message
+
+
+def test_oversized_message_is_fatal_and_bounded():
+    c = rpc.Connection(max_frame_bytes=1024)
+    c.receive_data(pack([0, 1, "ping", []]))
+    c.receive_data(pack([0, 2, "x", ["a" * 5000]]))
+    evs = drain(c)
+    assert evs[0] == rpc.Request(1, "ping", [])
+    assert evs[1].fatal and evs[1].code == "TOO_LARGE"
+    assert c.next_event() == evs[1]  # broken for good
+    # the peer is told by an error notification
+    err = msgpack.unpackb(c.send_error(evs[1]))
+    assert err[0] == 2 and err[1] == "error" and err[2][0]["code"] == "TOO_LARGE"
+
+
+def test_many_small_values_cannot_exceed_the_frame():
+    """A huge array of tiny elements is parsed incrementally: the limit counts wire bytes."""
+    c = rpc.Connection(max_frame_bytes=4096)
+    c.receive_data(b"\x94\x00\x01\xa1x\xdc\x0b\xb8" + b"\x91\xc0" * 3000)  # 3000 arrays of one nil
+    ev = c.next_event()
+    assert ev.fatal and ev.code == "TOO_LARGE" and "4096-byte" in ev.message
+    c = rpc.Connection(max_frame_bytes=4096)
+    c.receive_data(b"\x94\x00\x01\xa1x\xdd\x00\x10\x00\x00")  # a header claiming 1M elements
+    ev = c.next_event()
+    assert ev.fatal and ev.code == "TOO_LARGE"
+
+
+def test_big_chunks_of_small_messages_are_fine():
+    """A chunk larger than the frame limit holding many small messages is not an oversized frame."""
+    c = rpc.Connection(max_frame_bytes=256)
+    msgs = [[0, i, "ping", []] for i in range(1000)]
+    c.receive_data(pack(*msgs))
+    assert [e.msgid for e in drain(c)] == list(range(1000))
+
+
+def test_malformed_msgpack_is_fatal():
+    c = rpc.Connection()
+    c.receive_data(pack([0, 1, "ping", []]) + b"\xc1" + pack([0, 2, "ping", []]))
+    evs = drain(c)
+    assert evs[0] == rpc.Request(1, "ping", [])
+    assert evs[1].fatal and evs[1].code == "INVALID_ARGUMENT" and "malformed" in evs[1].message
+
+
+@pytest.mark.parametrize("value, msgid, fragment", [
+    ({"a": 1}, None, "non-empty array, got map"),
+    ("hello", None, "got str"),
+    ([], None, "non-empty array"),
+    ([0, 5, "ping"], 5, "array of 3"),
+    ([0, 5, "ping", [], 1], 5, "array of 5"),
+    ([0, -1, "ping", []], None, "unsigned 32-bit"),
+    ([0, 1 << 32, "ping", []], None, "unsigned 32-bit"),
+    ([0, True, "ping", []], None, "unsigned 32-bit"),
+    ([0, 7, 12, []], 7, "method must be a string"),
+    ([0, 7, "ping", {"a": 1}], 7, "params must be an array"),
+    ([0, 7, "ping", "x"], 7, "params must be an array"),
+    ([1, 7, None, "x"], None, "does not accept a response"),
+    ([9, 7, "x", []], None, "type must be 0, 1 or 2"),
+    ([2, "x"], None, "notification"),
+    ([2, "x", 5], None, "notification"),
+])
+def test_invalid_messages_are_not_fatal(value, msgid, fragment):
+    c = rpc.Connection()
+    c.receive_data(pack(value, [0, 99, "ping", []]))
+    evs = drain(c)
+    assert len(evs) == 2, evs
+    assert isinstance(evs[0], rpc.ProtocolError) and not evs[0].fatal
+    assert evs[0].msgid == msgid and fragment in evs[0].message
+    assert evs[1] == rpc.Request(99, "ping", [])
+    answer = msgpack.unpackb(c.send_error(evs[0]))
+    if msgid is None:
+        assert answer[:2] == [2, "error"]
+    else:
+        assert answer[:2] == [1, msgid] and answer[2]["code"] == "INVALID_ARGUMENT" and answer[3] is None
+
+
+def test_bytes_method_names_and_bad_utf8():
+    c = rpc.Connection()
+    c.receive_data(pack([0, 1, b"ping", []]) + b"\x94\x00\x02\xa2\xff\xfe\x90")
+    evs = drain(c)
+    assert evs[0] == rpc.Request(1, "ping", [])
+    assert isinstance(evs[1], rpc.Request) and evs[1].method == "\udcff\udcfe"  # fails dispatch, not framing
+
+
+def test_client_side_round_trip():
+    client, server = rpc.Connection("client"), rpc.Connection("server")
+    ids = []
+    for method in ("ping", "stats"):
+        msgid, data = client.send_request(method, ())
+        ids.append(msgid)
+        server.receive_data(data)
+    reqs = drain(server)
+    assert [r.method for r in reqs] == ["ping", "stats"] and [r.msgid for r in reqs] == ids
+    # answered out of order
+    client.receive_data(server.send_response(ids[1], None, {"uptime": 1.5}) +
+                        server.send_response(ids[0], None, "pong") +
+                        server.send_notification("error", [rpc.error_map("X", "y")]))
+    assert drain(client) == [rpc.Response(ids[1], None, {"uptime": 1.5}), rpc.Response(ids[0], None, "pong"),
+                             rpc.Notification("error", [{"code": "X", "message": "y"}])]
+    client.receive_data(pack([0, 1, "ping", []]))
+    assert "does not accept a request" in client.next_event().message
+
+
+def test_binary_results_are_bin():
+    raw = rpc.Connection().send_response(1, None, {"records": b"\x00\x01"})
+    assert b"\xc4\x02\x00\x01" in raw
+    with pytest.raises((TypeError, ValueError, OverflowError)):
+        rpc.Connection().send_response(1, None, object())

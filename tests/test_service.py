@@ -1,0 +1,176 @@
+"""The method table without sockets: param checks, answer shapes, error codes, auth, thread policy."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+import reference as R
+from lookupd.errors import LookupdError
+from lookupd.logmanager import LogManager
+from lookupd.service import METHODS, Counters, Limits, Service, Session, error_for
+
+TRUSTED = Session(trusted=True)
+
+
+@pytest.fixture(scope="module")
+def service():
+    R.require()
+    lm = LogManager([R.LOGS])
+    yield Service(lm, limits=Limits(max_read_bytes=1 << 16, max_batch_lookups=1000), counters=Counters(requests=7))
+    lm.close()
+
+
+def call(service, method, *params, session=TRUSTED):
+    return service.call(method, list(params), session)
+
+
+def code(service, method, *params, session=TRUSTED) -> str:
+    with pytest.raises(LookupdError) as e:
+        call(service, method, *params, session=session)
+    return e.value.code
+
+
+def needs_records():
+    pytest.importorskip("lookupd.records", reason="lookupd/records.py (record decoding) is not in the tree yet")
+
+
+def test_ping_and_stats(service):
+    assert call(service, "ping") == "pong"
+    s = call(service, "stats")
+    assert set(s) == {"uptime", "requests", "errors", "connections", "partitions", "segments", "open_indexes",
+                      "mapped_bytes", "lazy_loads", "evictions"}
+    assert s["requests"] == 7 and s["partitions"] == len(R.PARTITIONS) and s["segments"] > len(R.PARTITIONS)
+
+
+def test_listings(service):
+    parts = call(service, "partitions")
+    assert [(p["topic"], p["partition"]) for p in parts] == sorted((p.rsplit("-", 1)[0], 0) for p in R.PARTITIONS)
+    assert set(parts[0]) == {"topic", "partition", "log_dir", "segments", "log_start_offset", "log_end_offset"}
+    segs = call(service, "segments", "plain", 0)
+    assert [s["base_offset"] for s in segs] == [s["base_offset"] for s in R.answers("plain-0")["segments"]]
+    assert set(segs[0]) == {"base_offset", "size", "active", "offset_index_entries", "time_index_entries",
+                            "largest_timestamp"}
+    assert segs[-1]["active"] and not segs[0]["active"]
+
+
+def test_lookups_shapes(service):
+    assert call(service, "lookup_offset", "plain", 0, 100, "floor") == {"segment": 0, "offset": 89, "position": 13079}
+    assert call(service, "lookup_offset", "bigbase", 0, 0, "floor") is None
+    r = call(service, "lookup_timestamp", "plain", 0, 1700000004000, "ceiling")
+    assert set(r) == {"segment", "timestamp", "offset", "position"} and r["timestamp"] >= 1700000004000
+    assert call(service, "resolve_offset", "plain", 0, 100) == {"segment": 0, "base_offset": 90, "last_offset": 111,
+                                                                "position": 25241, "size": 6513}
+    assert call(service, "resolve_offset", "plain", 0, 5000) is None  # the log end offset
+    txns = call(service, "aborted_transactions", "txn", 0, 0, 200)
+    assert txns and set(txns[0]) == {"producer_id", "first_offset", "last_offset", "last_stable_offset"}
+    r = call(service, "read", "plain", 0, 100, 10)
+    assert set(r) == {"segment", "position", "next_offset", "records"}
+    assert isinstance(r["records"], bytes) and len(r["records"]) == 6513 and r["next_offset"] == 112
+
+
+def test_offset_for_timestamp_shape(service):
+    needs_records()
+    r = call(service, "offset_for_timestamp", "plain", 0, 0)
+    assert r == {"offset": 0, "timestamp": r["timestamp"], "segment": 0, "position": 0}
+    assert call(service, "offset_for_timestamp", "plain", 0, 1 << 62) is None
+    cols = call(service, "offsets_for_timestamps", "plain", 0, [0, 1 << 62])
+    assert cols["offset"] == [0, -1] and set(cols) == {"offset", "timestamp", "segment", "position"}
+
+
+def test_columnar(service):
+    cols = call(service, "lookup_offsets", "plain", 0, [100, -5, 10**9], "floor")
+    assert cols == {"segment": [0, -1, cols["segment"][2]], "offset": [89, -1, cols["offset"][2]],
+                    "position": [13079, -1, cols["position"][2]]}
+    assert all(type(v) is int for v in cols["offset"])  # plain ints, not numpy scalars
+    cols = call(service, "resolve_offsets", "plain", 0, [100, 5000])
+    assert cols == {"segment": [0, -1], "base_offset": [90, -1], "last_offset": [111, -1], "position": [25241, -1],
+                    "size": [6513, -1]}
+    assert call(service, "lookup_offsets", "plain", 0, [], "ceiling") == {"segment": [], "offset": [], "position": []}
+
+
+@pytest.mark.parametrize("method, params, want", [
+    ("ping", [1], "INVALID_ARGUMENT"),
+    ("lookup_offset", ["plain", 0, 1], "INVALID_ARGUMENT"),
+    ("lookup_offset", ["plain", 0, 1, "sideways"], "INVALID_ARGUMENT"),
+    ("lookup_offset", ["plain", 0, "1", "floor"], "INVALID_ARGUMENT"),
+    ("lookup_offset", ["plain", 0, 1 << 63, "floor"], "INVALID_ARGUMENT"),
+    ("lookup_offset", ["../etc", 0, 1, "floor"], "INVALID_ARGUMENT"),
+    ("lookup_offset", ["plain", "0", 1, "floor"], "INVALID_ARGUMENT"),
+    ("lookup_offset", ["nosuch", 0, 1, "floor"], "UNKNOWN_PARTITION"),
+    ("lookup_offset", ["plain", 7, 1, "floor"], "UNKNOWN_PARTITION"),
+    ("resolve_offset", ["plain", 0, 5001], "OFFSET_OUT_OF_RANGE"),
+    ("resolve_offset", ["plain", 0, -1], "INVALID_ARGUMENT"),
+    ("aborted_transactions", ["txn", 0, 10, 5], "INVALID_ARGUMENT"),
+    ("read", ["plain", 0, 0, 1 << 17], "TOO_LARGE"),
+    ("read", ["plain", 0, 0, -1], "INVALID_ARGUMENT"),
+    ("lookup_offsets", ["plain", 0, list(range(1001)), "floor"], "TOO_LARGE"),
+    ("lookup_offsets", ["plain", 0, [1, 2.5], "floor"], "INVALID_ARGUMENT"),
+    ("lookup_offsets", ["plain", 0, [1, "2"], "floor"], "INVALID_ARGUMENT"),
+    ("lookup_offsets", ["plain", 0, [[1]], "floor"], "INVALID_ARGUMENT"),
+    ("lookup_offsets", ["plain", 0, [1 << 64], "floor"], "INVALID_ARGUMENT"),
+    ("lookup_offsets", ["plain", 0, [1 << 63], "floor"], "INVALID_ARGUMENT"),
+    ("lookup_offsets", ["plain", 0, 5, "floor"], "INVALID_ARGUMENT"),
+    ("resolve_offsets", ["plain", 0, [True]], "INVALID_ARGUMENT"),
+    ("no_such_method", [], "UNKNOWN_METHOD"),
+    ("auth", [], "INVALID_ARGUMENT"),
+    ("auth", [5], "INVALID_ARGUMENT"),
+])
+def test_rejections(service, method, params, want):
+    assert code(service, method, *params) == want
+
+
+def test_every_method_has_a_documented_arity(service):
+    for name, m in METHODS.items():
+        with pytest.raises(LookupdError) as e:
+            service.call(name, [None] * (len(m.params) + 1), TRUSTED)
+        assert e.value.code == "INVALID_ARGUMENT" and f"takes {len(m.params)} params" in str(e.value)
+
+
+def test_auth_with_a_token(service):
+    svc = Service(service.manager, token="s3cret")
+    tcp = Session(trusted=False)
+    assert code(svc, "ping", session=tcp) == "UNAUTHORIZED"
+    assert code(svc, "lookup_offset", "plain", 0, 1, "floor", session=tcp) == "UNAUTHORIZED"
+    assert code(svc, "auth", "wrong", session=tcp) == "UNAUTHORIZED"
+    assert code(svc, "ping", session=tcp) == "UNAUTHORIZED"
+    assert call(svc, "auth", "s3cret", session=tcp) is True
+    assert call(svc, "ping", session=tcp) == "pong"
+    assert call(svc, "ping", session=Session(trusted=True)) == "pong"  # Unix socket peers are trusted
+    # no token configured (a loopback TCP listener): nothing to check
+    assert call(service, "ping", session=Session(trusted=False)) == "pong"
+
+
+def test_error_mapping(caplog):
+    from lookupd.errors import OffsetOutOfRange
+    assert error_for(OffsetOutOfRange("x")) == {"code": "OFFSET_OUT_OF_RANGE", "message": "x"}
+    with caplog.at_level(logging.WARNING):
+        assert error_for(FileNotFoundError(2, "No such file", "/x.log"), "read")["code"] == "UNAVAILABLE"
+        assert not any(r.exc_info for r in caplog.records)
+        internal = error_for(ZeroDivisionError("boom"), "read")
+    assert internal["code"] == "INTERNAL" and "ZeroDivisionError" in internal["message"]
+    assert any(r.exc_info for r in caplog.records)  # a bug is logged with its traceback
+
+
+def test_thread_policy():
+    """Only lookup_offset on a mapped index runs inline; everything that may touch cold data uses a thread."""
+    R.require()
+    lm = LogManager([R.LOGS])
+    try:
+        svc = Service(lm)
+        p = ["large", 0, 1000, "floor"]
+        assert svc.needs_thread("lookup_offset", p)  # index not mapped yet
+        call(svc, "lookup_offset", *p)
+        assert lm.get("large", 0).segment(0).offset_index.is_open
+        assert not svc.needs_thread("lookup_offset", p)
+        assert svc.needs_thread("lookup_offset", ["large", 0, 200010, "floor"])  # the other segment is cold
+        assert not svc.needs_thread("lookup_offset", ["nosuch", 0, 1, "floor"])  # a cheap error
+        for m in ("ping", "stats", "auth"):
+            assert not svc.needs_thread(m, [])
+        for m in ("partitions", "segments", "lookup_timestamp", "resolve_offset", "offset_for_timestamp", "read",
+                  "aborted_transactions", "lookup_offsets", "resolve_offsets", "offsets_for_timestamps"):
+            assert svc.needs_thread(m, ["large", 0, 1000, "floor"])
+        assert Service(lm, inline_hot_lookups=False).needs_thread("lookup_offset", p)
+    finally:
+        lm.close()
