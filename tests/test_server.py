@@ -1,0 +1,272 @@
+"""The trio daemon in process over a temporary Unix socket (and TCP): concurrency, limits, faults."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import msgpack
+import pytest
+import trio
+
+import reference as R
+from daemon_helpers import RawPeer, copy_partition, running, short_dir  # noqa: F401 - fixture
+from lookupd.client import RemoteError, TrioClient
+from lookupd.errors import InvalidArgument, Unavailable
+from lookupd.server import Config, bind_unix, open_listeners, parse_tcp
+from lookupd.service import INLINE, METHODS, Method
+
+
+@pytest.fixture
+def sock(short_dir):
+    R.require()
+    return os.path.join(short_dir, "d.sock")
+
+
+@pytest.mark.trio
+async def test_answers_and_socket_mode(sock):
+    async with running(sock) as d:
+        assert oct(os.stat(sock).st_mode & 0o777) == "0o660"
+        async with await TrioClient.connect(sock) as c:
+            assert await c.ping() == "pong"
+            assert await c.resolve_offset("plain", 0, 100) == {"segment": 0, "base_offset": 90, "last_offset": 111,
+                                                                "position": 25241, "size": 6513}
+            with pytest.raises(RemoteError) as e:
+                await c.resolve_offset("plain", 0, 10**9)
+            assert e.value.code == "OFFSET_OUT_OF_RANGE"
+            stats = await c.stats()
+            assert stats["requests"] == 4 and stats["errors"] == 1 and stats["connections"] == 1
+    assert not os.path.exists(sock)  # removed on exit
+    assert d.counters.connections == 0
+
+
+@pytest.mark.trio
+async def test_responses_come_back_out_of_order(sock):
+    """A request waiting for a worker thread does not hold up the inline answers behind it."""
+    async with running(sock, blocking_threads=1) as d:
+        p = await RawPeer.unix(sock)
+        async with d.limiter:  # every worker thread is busy
+            slow = await p.request("resolve_offset", "plain", 0, 100)
+            fast = await p.request("ping")
+            assert (await p.recv())[1] == fast
+        assert (await p.recv())[1:] == [slow, None, {"segment": 0, "base_offset": 90, "last_offset": 111,
+                                                     "position": 25241, "size": 6513}]
+        await p.aclose()
+
+
+@pytest.mark.trio
+async def test_in_flight_limit_pauses_reading(sock):
+    async with running(sock, blocking_threads=1, max_in_flight_per_connection=4) as d:
+        p = await RawPeer.unix(sock)
+        async with d.limiter:
+            ids = [await p.request("segments", "plain", 0) for _ in range(6)]
+            ping = await p.request("ping")
+            with trio.move_on_after(0.3) as waited:
+                await p.recv()  # the ping is not even read: 4 requests are in flight
+            assert waited.cancelled_caught
+            other = await RawPeer.unix(sock)  # other connections are not affected
+            assert await other.call("ping") == (None, "pong")
+        got = [(await p.recv())[1] for _ in range(7)]
+        assert sorted(got) == sorted(ids + [ping])
+        await p.aclose()
+
+
+@pytest.mark.trio
+async def test_many_concurrent_requests_per_connection(sock):
+    async with running(sock) as d:
+        async with await TrioClient.connect(sock) as c:
+            results = {}
+
+            async def one(i):
+                results[i] = await c.lookup_offset("large", 0, i * 97, "floor")
+
+            async with trio.open_nursery() as n:
+                for i in range(500):
+                    n.start_soon(one, i)
+            assert len(results) == 500 and all(r["offset"] <= i * 97 for i, r in results.items())
+        assert d.counters.errors == 0
+
+
+@pytest.mark.trio
+async def test_idle_timeout(sock):
+    async with running(sock, idle_timeout_s=0.3):
+        p = await RawPeer.unix(sock)
+        assert await p.call("ping") == (None, "pong")
+        with trio.fail_after(5):
+            assert await p.recv() is None  # closed by the daemon
+
+
+@pytest.mark.trio
+async def test_garbage_stalled_and_vanishing_clients_do_not_affect_others(sock):
+    async with running(sock, max_frame_bytes=4096) as d:
+        good = await RawPeer.unix(sock)
+        stalled = await RawPeer.unix(sock)
+        await stalled.send_bytes(msgpack.packb([0, 1, "lookup_offset", ["plain", 0, 5, "floor"]])[:7])
+        garbage = await RawPeer.unix(sock)
+        await garbage.send_bytes(b"\xc1\xc1\xc1")
+        msg = await garbage.recv()
+        assert msg[:2] == [2, "error"] and msg[2][0]["code"] == "INVALID_ARGUMENT"
+        assert await garbage.recv() is None
+        big = await RawPeer.unix(sock)
+        await big.send_bytes(msgpack.packb([0, 1, "ping", ["x" * 10000]]))
+        msg = await big.recv()
+        assert msg[:2] == [2, "error"] and msg[2][0]["code"] == "TOO_LARGE"
+        assert await big.recv() is None
+        for _ in range(5):  # gone mid-request
+            v = await RawPeer.unix(sock)
+            await v.request("partitions")
+            await v.aclose()
+        invalid = await RawPeer.unix(sock)
+        await invalid.send_bytes(msgpack.packb([0, 9, "ping"]) + msgpack.packb({"x": 1}))
+        assert (await invalid.recv())[:2] == [1, 9]
+        assert (await invalid.recv())[:2] == [2, "error"]
+        assert await invalid.call("ping") == (None, "pong")  # still open
+        await invalid.send_bytes(msgpack.packb([2, "nvim_client_info", []]))  # ignored silently
+        assert await invalid.call("ping") == (None, "pong")
+        assert await good.call("lookup_offset", "plain", 0, 100, "floor") == \
+               (None, {"segment": 0, "offset": 89, "position": 13079})
+        await stalled.send_bytes(msgpack.packb([0, 1, "lookup_offset", ["plain", 0, 5, "floor"]])[7:])
+        assert (await stalled.recv())[1:3] == [1, None]  # finishing the frame later is fine
+        with trio.fail_after(5):
+            while d.counters.connections != 3:
+                await trio.sleep(0.01)
+
+
+@pytest.mark.trio
+async def test_internal_errors_are_answered_and_serving_goes_on(sock, monkeypatch, caplog):
+    monkeypatch.setitem(METHODS, "boom", Method(lambda s, p: 1 // 0, (), INLINE))
+    monkeypatch.setitem(METHODS, "unpackable", Method(lambda s, p: {"x": object()}, (), INLINE))
+    async with running(sock):
+        p = await RawPeer.unix(sock)
+        err, _ = await p.call("boom")
+        assert err["code"] == "INTERNAL" and "ZeroDivisionError" in err["message"]
+        err, _ = await p.call("unpackable")
+        assert err["code"] == "INTERNAL"
+        assert await p.call("ping") == (None, "pong")
+    assert "ZeroDivisionError" in caplog.text  # the bug is logged (with its traceback)
+
+
+@pytest.mark.trio
+async def test_max_connections(sock):
+    async with running(sock, max_connections=2):
+        a, b = await RawPeer.unix(sock), await RawPeer.unix(sock)
+        assert await a.call("ping") == (None, "pong")
+        assert await b.call("ping") == (None, "pong")
+        c = await RawPeer.unix(sock)
+        msg = await c.recv()
+        assert msg[:2] == [2, "error"] and msg[2][0]["code"] == "UNAVAILABLE"
+        assert await c.recv() is None
+        await a.aclose()
+        with trio.fail_after(5):
+            while True:
+                d = await RawPeer.unix(sock)
+                first = await d.request("ping")
+                msg = await d.recv()
+                if msg[:2] == [1, first]:
+                    break
+                await trio.sleep(0.05)
+
+
+@pytest.mark.trio
+async def test_tcp_needs_auth_when_a_token_is_set(sock, short_dir):
+    token_file = os.path.join(short_dir, "token")
+    with open(token_file, "w") as f:
+        f.write("let-me-in\n")
+    os.chmod(token_file, 0o600)
+    async with running(sock, tcp="127.0.0.1:0", auth_token_file=token_file) as d:
+        port = next(b.sock.getsockname()[1] for b in d.listeners if b.kind == "tcp")
+        p = RawPeer(await trio.open_tcp_stream("127.0.0.1", port))
+        err, _ = await p.call("lookup_offset", "plain", 0, 100, "floor")
+        assert err["code"] == "UNAUTHORIZED"
+        err, _ = await p.call("auth", "wrong")
+        assert err["code"] == "UNAUTHORIZED"
+        assert await p.call("auth", "let-me-in") == (None, True)
+        assert (await p.call("lookup_offset", "plain", 0, 100, "floor"))[0] is None
+        async with await TrioClient.connect(f"127.0.0.1:{port}", token="let-me-in") as c:
+            assert await c.ping() == "pong"
+        with pytest.raises(RemoteError, match="UNAUTHORIZED"):
+            await TrioClient.connect(f"127.0.0.1:{port}", token="nope")
+        unix = await RawPeer.unix(sock)  # Unix socket peers are trusted
+        assert await unix.call("ping") == (None, "pong")
+
+
+def test_non_loopback_tcp_needs_a_token(short_dir):
+    cfg = Config(log_dirs=["/x"], socket="", tcp="0.0.0.0:0")
+    with pytest.raises(InvalidArgument, match="auth_token_file"):
+        open_listeners(cfg, None)
+    assert parse_tcp("7000") == ("127.0.0.1", 7000) and parse_tcp(":7000") == ("127.0.0.1", 7000)
+    assert parse_tcp("[::1]:7000") == ("::1", 7000) and parse_tcp("10.0.0.1:1") == ("10.0.0.1", 1)
+    with pytest.raises(InvalidArgument):
+        parse_tcp("host:port")
+
+
+def test_socket_file_rules(short_dir):
+    path = os.path.join(short_dir, "sub", "d.sock")
+    b = bind_unix(path, 0o600)  # creates the directory
+    assert oct(os.stat(path).st_mode & 0o777) == "0o600"
+    with pytest.raises(Unavailable, match="already listening"):
+        bind_unix(path, 0o660)
+    b.sock.close()  # a stale socket file: nothing listens any more
+    bind_unix(path, 0o660).sock.close()
+    os.unlink(path)
+    open(path, "w").close()
+    with pytest.raises(InvalidArgument, match="not a socket"):
+        bind_unix(path, 0o660)
+
+
+def test_config_file_and_overrides(short_dir):
+    path = os.path.join(short_dir, "c.toml")
+    with open(path, "w") as f:
+        f.write('log_dirs = ["/a"]\nsocket_mode = 0o600\nidle_timeout_s = 5\nmax_frame_bytes = 65536\n')
+    cfg = Config.load(path, log_dirs=None, socket="/tmp/x.sock", tcp=None)
+    assert (cfg.log_dirs, cfg.socket, cfg.socket_mode, cfg.idle_timeout_s, cfg.max_frame_bytes) == \
+           (["/a"], "/tmp/x.sock", 0o600, 5.0, 65536)
+    assert Config.load(path, log_dirs=["/b"]).log_dirs == ["/b"]
+    with open(path, "w") as f:
+        f.write('log_dirs = ["/a"]\nmax_conections = 5\n')
+    with pytest.raises(InvalidArgument, match="unknown config key 'max_conections'"):
+        Config.load(path)
+    with open(path, "w") as f:
+        f.write('log_dirs = ["/a"]\nmax_connections = "many"\n')
+    with pytest.raises(InvalidArgument, match="max_connections"):
+        Config.load(path)
+    with pytest.raises(InvalidArgument, match="--log-dir"):
+        Config.load(None)
+
+
+@pytest.mark.trio
+async def test_graceful_stop_finishes_in_flight_requests(sock):
+    async with running(sock, blocking_threads=1) as d:
+        p = await RawPeer.unix(sock)
+        async with d.limiter:
+            msgid = await p.request("resolve_offset", "plain", 0, 100)
+            await trio.sleep(0.05)
+            d.stop()
+            await trio.sleep(0.1)
+            with pytest.raises(OSError):
+                await trio.open_unix_socket(sock)  # no longer accepting
+        msg = await p.recv()
+        assert msg[1] == msgid and msg[2] is None
+        assert await p.recv() is None
+
+
+@pytest.mark.trio
+async def test_rescan_picks_up_new_and_deleted_partitions(sock, short_dir):
+    logs = os.path.join(short_dir, "logs")
+    os.mkdir(logs)
+    copy_partition("plain-0", logs)
+    async with running(sock, log_dirs=[logs], rescan_interval_s=0.05) as d:
+        async with await TrioClient.connect(sock) as c:
+            assert [p["topic"] for p in await c.partitions()] == ["plain"]
+            await trio.to_thread.run_sync(copy_partition, "txn-0", logs)
+            with trio.fail_after(10):
+                while len(await c.partitions()) != 2:
+                    await trio.sleep(0.05)
+            assert (await c.resolve_offset("txn", 0, 5))["segment"] == 0
+            shutil.rmtree(os.path.join(logs, "plain-0"))
+            with trio.fail_after(10):
+                while len(await c.partitions()) != 1:
+                    await trio.sleep(0.05)
+            with pytest.raises(RemoteError, match="UNKNOWN_PARTITION"):
+                await c.lookup_offset("plain", 0, 1)
+    assert d.counters.connections == 0
