@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
+import subprocess
+import sys
 import tempfile
+import time
 from contextlib import asynccontextmanager
 
 import msgpack
@@ -13,6 +17,8 @@ import pytest
 import trio
 
 import reference as R
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture
@@ -117,3 +123,33 @@ def blocking_call(sock_path: str, method: str, *params, timeout: float = 30):
                 return msg[2], msg[3]
     finally:
         s.close()
+
+
+def start_daemon(args: list[str], cwd: str, sock: str) -> subprocess.Popen:
+    """`python -m lookupd serve ARGS` in `cwd`, returned once `sock` accepts connections."""
+    env = dict(os.environ, PYTHONPATH=REPO)
+    proc = subprocess.Popen([sys.executable, "-m", "lookupd", "serve", *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"daemon exited with {proc.returncode}: {proc.stderr.read()}")
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.connect(sock)
+            return proc
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise AssertionError("daemon did not start listening within 30 s")
+
+
+def stop_daemon(proc: subprocess.Popen) -> tuple[int, str]:
+    """SIGTERM, then (exit code, stderr)."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    return proc.returncode, proc.stderr.read()

@@ -16,10 +16,7 @@ import msgpack
 import pytest
 
 import reference as R
-from daemon_helpers import copy_partition, short_dir  # noqa: F401 - fixture
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
+from daemon_helpers import REPO, copy_partition, short_dir, start_daemon as start, stop_daemon as stop  # noqa: F401
 
 class Raw:
     """Blocking msgpack-rpc over a Unix socket: pipelines many requests, matches answers by msgid."""
@@ -51,33 +48,6 @@ class Raw:
 
     def close(self):
         self.sock.close()
-
-
-def start(args: list[str], cwd: str, sock: str) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=REPO)
-    proc = subprocess.Popen([sys.executable, "-m", "lookupd", "serve", *args], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"daemon exited with {proc.returncode}: {proc.stderr.read()}")
-        try:
-            Raw(sock).close()
-            return proc
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise AssertionError("daemon did not start listening within 30 s")
-
-
-def stop(proc: subprocess.Popen) -> tuple[int, str]:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise
-    return proc.returncode, proc.stderr.read()
 
 
 @pytest.fixture(scope="module")
