@@ -46,7 +46,7 @@ from . import rpc
 from .cache import IndexCache
 from .errors import InvalidArgument, Unavailable
 from .logmanager import LogManager
-from .service import Counters, Limits, Service, Session, error_for
+from .service import NEEDS_THREAD, Counters, Limits, Service, Session, error_for
 
 log = logging.getLogger(__name__)
 
@@ -519,13 +519,12 @@ class Daemon:
             self.counters.requests += 1
             error = result = None
             try:
-                if self.service.needs_thread(req.method, req.params):
+                result = self.service.call_inline(req.method, req.params, session)
+                if result is NEEDS_THREAD:
                     result = await trio.to_thread.run_sync(self.service.call, req.method, req.params, session,
                                                            limiter=self.limiter, abandon_on_cancel=True)
-                else:
-                    result = self.service.call(req.method, req.params, session)
             except Exception as err:  # noqa: BLE001 - every failure becomes an error response
-                error = error_for(err, req.method)
+                error, result = error_for(err, req.method), None
             try:
                 data = st.conn.send_response(req.msgid, error, result)
             except (TypeError, ValueError, OverflowError) as err:

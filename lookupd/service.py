@@ -76,6 +76,7 @@ class Session:
 # Where a method may run: "inline" on the event loop always (no file access), "hot" inline
 # only when the index it searches is mapped already, "thread" always in a worker thread.
 INLINE, HOT, THREAD = "inline", "hot", "thread"
+NEEDS_THREAD = object()  # call_inline's answer for a call that must go to a worker thread
 
 
 class Method(NamedTuple):
@@ -108,24 +109,38 @@ class Service:
         if name != "auth" and not (session.trusted or session.authenticated or self.token is None):
             raise Unauthorized("this connection must call auth [token] first (the daemon has a token configured)")
 
-    def needs_thread(self, name: str, params: list) -> bool:
-        """Whether the call may touch cold data (page in an index, read a .log or list files)."""
+    def call_inline(self, name: str, params: list, session: Session) -> Any:
+        """Run the call now if it cannot touch cold data, else return NEEDS_THREAD.
+
+        Inline: methods without file access, and lookup_offset when the offset index it
+        searches is mapped already (microseconds). Everything else may page an index in or
+        read a `.log` and belongs in a worker thread (`call`).
+        """
         m = METHODS.get(name)
         if m is None or m.where == INLINE:
-            return False
-        if m.where == THREAD:
-            return True
-        return not (self.inline_hot_lookups and self._hot(params))
+            return self.call(name, params, session)
+        if m.where == THREAD or not self.inline_hot_lookups:
+            return NEEDS_THREAD
+        index = self._floor_index(params)
+        if index is None:  # bad params or below the first segment: answered without the index
+            return self.call(name, params, session)
+        # Holding the index's lock keeps other threads from (re)mapping it under us: see _lookup_offset.
+        if not index.is_open or not index._lock.acquire(blocking=False):
+            return NEEDS_THREAD
+        try:
+            return self.call(name, params, session)
+        finally:
+            index._lock.release()
 
-    def _hot(self, params: list) -> bool:
-        """lookup_offset: is the floor segment's offset index mapped? Bad params are cheap errors: hot."""
+    def _floor_index(self, params: list):
+        """The offset index lookup_offset searches, None if it needs none (or the params are bad)."""
         try:
             llog = self.manager.get(params[0], params[1])
             bases = llog.base_offsets
             slot = bisect.bisect_right(bases, params[2]) - 1
         except (LookupdError, IndexError, TypeError):
-            return True
-        return slot < 0 or llog.segment(bases[slot]).offset_index.is_open
+            return None
+        return llog.segment(bases[slot]).offset_index if slot >= 0 else None
 
     def call(self, name: str, params: list, session: Session) -> Any:
         """Run one method; raises LookupdError for anything the caller did wrong."""
@@ -218,6 +233,23 @@ def _segments(s: Service, p: list) -> list:
 
 
 def _lookup_offset(s: Service, p: list) -> dict | None:
+    """Searched while holding the index's lock, once it is mapped.
+
+    Works around a race in the core: AbstractIndex._load publishes a new map before its
+    entry count, so a lock-free reader running meanwhile sees no entries and answers the
+    segment start. Mapping first (the core's own locking) and searching under the lock
+    (re-entrant: the inline path already holds it) never holds one index's lock while
+    the cache unmaps another. Drop this once the core publishes the map last.
+    """
+    index = s._floor_index(p)
+    while index is not None:
+        try:
+            index.valid_entries()  # maps it if needed
+        except LookupdError:
+            break  # the lookup below reports it
+        with index._lock:
+            if index.is_open:  # not unmapped meanwhile: holding the lock keeps it so
+                return _row(s._log(p).lookup_offset(p[2], p[3]))
     return _row(s._log(p).lookup_offset(p[2], p[3]))
 
 

@@ -9,7 +9,7 @@ import pytest
 import reference as R
 from lookupd.errors import LookupdError
 from lookupd.logmanager import LogManager
-from lookupd.service import METHODS, Counters, Limits, Service, Session, error_for
+from lookupd.service import METHODS, NEEDS_THREAD, Counters, Limits, Service, Session, error_for
 
 TRUSTED = Session(trusted=True)
 
@@ -160,17 +160,46 @@ def test_thread_policy():
     try:
         svc = Service(lm)
         p = ["large", 0, 1000, "floor"]
-        assert svc.needs_thread("lookup_offset", p)  # index not mapped yet
-        call(svc, "lookup_offset", *p)
+        assert svc.call_inline("lookup_offset", p, TRUSTED) is NEEDS_THREAD  # index not mapped yet
+        want = call(svc, "lookup_offset", *p)
         assert lm.get("large", 0).segment(0).offset_index.is_open
-        assert not svc.needs_thread("lookup_offset", p)
-        assert svc.needs_thread("lookup_offset", ["large", 0, 200010, "floor"])  # the other segment is cold
-        assert not svc.needs_thread("lookup_offset", ["nosuch", 0, 1, "floor"])  # a cheap error
-        for m in ("ping", "stats", "auth"):
-            assert not svc.needs_thread(m, [])
+        assert svc.call_inline("lookup_offset", p, TRUSTED) == want
+        assert svc.call_inline("lookup_offset", ["large", 0, 200010, "floor"], TRUSTED) is NEEDS_THREAD  # cold
+        with pytest.raises(LookupdError, match="not in the log dirs"):  # a cheap error is answered inline
+            svc.call_inline("lookup_offset", ["nosuch", 0, 1, "floor"], TRUSTED)
+        assert svc.call_inline("ping", [], TRUSTED) == "pong"
+        assert svc.call_inline("stats", [], TRUSTED)["partitions"] == len(R.PARTITIONS)
         for m in ("partitions", "segments", "lookup_timestamp", "resolve_offset", "offset_for_timestamp", "read",
                   "aborted_transactions", "lookup_offsets", "resolve_offsets", "offsets_for_timestamps"):
-            assert svc.needs_thread(m, ["large", 0, 1000, "floor"])
-        assert Service(lm, inline_hot_lookups=False).needs_thread("lookup_offset", p)
+            assert svc.call_inline(m, ["large", 0, 1000, "floor"], TRUSTED) is NEEDS_THREAD
+        assert Service(lm, inline_hot_lookups=False).call_inline("lookup_offset", p, TRUSTED) is NEEDS_THREAD
     finally:
         lm.close()
+
+
+def test_concurrent_first_lookups_agree():
+    """Threads racing to map the same cold index all get the right floor entry (not the segment start)."""
+    import threading
+    R.require()
+    for attempt in range(5):
+        lm = LogManager([R.LOGS])
+        try:
+            svc = Service(lm)
+            targets = [35222 + 997 * i for i in range(32)]
+            got = {}
+            barrier = threading.Barrier(8)
+
+            def worker(k):
+                barrier.wait()
+                for t in targets[k::8]:
+                    got[t] = call(svc, "lookup_offset", "large", 0, t, "floor")
+
+            threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+            # large-0 indexes every batch: the floor of t is t itself
+            assert {t: (g["segment"], g["offset"]) for t, g in got.items()} == {t: (0, t) for t in targets}
+        finally:
+            lm.close()
