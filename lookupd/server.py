@@ -478,27 +478,52 @@ class Daemon:
             await trio.aclose_forcefully(stream)
 
     async def _read_loop(self, st: "_ConnState", session: Session) -> None:
-        while True:
-            event = st.conn.next_event()
-            if event is rpc.NEED_DATA:
-                data = await self._receive(st)
-                if data is None:
+        """Read requests; answer inline ones at once, hand the rest to tasks with worker threads.
+
+        Inline answers to one chunk of input are written together (one system call for a
+        pipelined burst); a request that needs a thread takes one of the connection's
+        in-flight slots, and when none is free reading pauses until one is.
+        """
+        out: list[bytes] = []
+        try:
+            while True:
+                event = st.conn.next_event()
+                if event is rpc.NEED_DATA:
+                    await self._flush(st, out)
+                    data = await self._receive(st)
+                    if data is None:
+                        return
+                    st.conn.receive_data(data)
+                elif event is rpc.CLOSED:
                     return
-                st.conn.receive_data(data)
-            elif event is rpc.CLOSED:
-                return
-            elif isinstance(event, rpc.Request):
-                await st.slots.acquire()  # at the in-flight limit: stop reading until one finishes
-                st.nursery.start_soon(self._handle, st, session, event)
-            elif isinstance(event, rpc.Notification):
-                log.debug("%s: ignoring notification %r", st.peer, event.method)
-            else:
-                self.counters.errors += 1
-                log.info("%s: %s%s", st.peer, event.message, "; closing the connection" if event.fatal else "")
-                await self._send(st, st.conn.send_error(event))
-                if event.fatal:
-                    st.nursery.cancel_scope.cancel()
-                    return
+                elif isinstance(event, rpc.Request):
+                    self.counters.requests += 1
+                    try:
+                        result, error = self.service.call_inline(event.method, event.params, session), None
+                    except Exception as err:  # noqa: BLE001 - every failure becomes an error response
+                        result, error = None, error_for(err, event.method)
+                    if result is NEEDS_THREAD:
+                        if st.slots.value == 0:
+                            await self._flush(st, out)
+                        await st.slots.acquire()
+                        st.nursery.start_soon(self._in_thread, st, session, event)
+                    else:
+                        out.append(self._answer(st, event, error, result))
+                        if len(out) >= 64:
+                            await self._flush(st, out)
+                elif isinstance(event, rpc.Notification):
+                    log.debug("%s: ignoring notification %r", st.peer, event.method)
+                else:
+                    self.counters.errors += 1
+                    log.info("%s: %s%s", st.peer, event.message, "; closing the connection" if event.fatal else "")
+                    out.append(st.conn.send_error(event))
+                    if event.fatal:
+                        await self._flush(st, out)
+                        st.nursery.cancel_scope.cancel()
+                        return
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(1):
+                await self._flush(st, out)  # answers already computed still go out on the way down
 
     async def _receive(self, st: "_ConnState") -> bytes | None:
         """The next bytes (b"" at end of stream), None when the peer went idle or away."""
@@ -514,29 +539,35 @@ class Daemon:
                 log.info("%s: idle for %.0f s; closing", st.peer, self.cfg.idle_timeout_s)
                 return None
 
-    async def _handle(self, st: "_ConnState", session: Session, req: rpc.Request) -> None:
+    async def _in_thread(self, st: "_ConnState", session: Session, req: rpc.Request) -> None:
         try:
-            self.counters.requests += 1
-            error = result = None
             try:
-                result = self.service.call_inline(req.method, req.params, session)
-                if result is NEEDS_THREAD:
-                    result = await trio.to_thread.run_sync(self.service.call, req.method, req.params, session,
-                                                           limiter=self.limiter, abandon_on_cancel=True)
+                result, error = await trio.to_thread.run_sync(self.service.call, req.method, req.params, session,
+                                                              limiter=self.limiter, abandon_on_cancel=True), None
             except Exception as err:  # noqa: BLE001 - every failure becomes an error response
-                error, result = error_for(err, req.method), None
-            try:
-                data = st.conn.send_response(req.msgid, error, result)
-            except (TypeError, ValueError, OverflowError) as err:
-                error = error_for(err, req.method)
-                data = st.conn.send_response(req.msgid, error, None)
-            if error is not None:
-                self.counters.errors += 1
-                if error["code"] != "INTERNAL":  # INTERNAL was logged with its traceback already
-                    log.info("%s: %s rejected: %s %s", st.peer, req.method, error["code"], error["message"])
-            await self._send(st, data)
+                result, error = None, error_for(err, req.method)
+            await self._send(st, self._answer(st, req, error, result))
         finally:
             st.slots.release()
+
+    def _answer(self, st: "_ConnState", req: rpc.Request, error: dict | None, result: Any) -> bytes:
+        """The response bytes; counts and logs (one line) a rejected request."""
+        try:
+            data = st.conn.send_response(req.msgid, error, result)
+        except (TypeError, ValueError, OverflowError) as err:
+            error = error_for(err, req.method)
+            data = st.conn.send_response(req.msgid, error, None)
+        if error is not None:
+            self.counters.errors += 1
+            if error["code"] != "INTERNAL":  # INTERNAL was logged with its traceback already
+                log.info("%s: %s rejected: %s %s", st.peer, req.method, error["code"], error["message"])
+        return data
+
+    async def _flush(self, st: "_ConnState", out: list[bytes]) -> None:
+        if out:
+            data = b"".join(out)
+            out.clear()
+            await self._send(st, data)
 
     async def _send(self, st: "_ConnState", data: bytes) -> None:
         """Write one whole message; a peer that stopped reading or went away loses its connection."""
