@@ -25,6 +25,16 @@ Config file (TOML, `--config FILE`). Every key is optional; `--log-dir`, `--sock
 
 systemd: sockets passed by socket activation (LISTEN_FDS, Unix and TCP) replace `socket` and
 `tcp`; READY=1, STOPPING=1 and WATCHDOG=1 go to $NOTIFY_SOCKET (an `@` name is abstract).
+
+Structure: a nursery of listeners inside a nursery of connections inside the root nursery
+(rescans, signals, watchdog). Each connection is a reader task plus one task per request
+that needs a worker thread. Where work runs (see Service.call_inline): lookup_offset on an
+already mapped index runs on the event loop (~10 us; through trio.to_thread the same call
+costs ~200 us on 2 cores, and a daemon doing every lookup in threads has ~2.5x the
+single-client latency and a fifth of the 8-client throughput: bench/bench_daemon.py);
+anything that may page an index in or read a `.log` runs in a worker thread under a
+CapacityLimiter of `blocking_threads`, so a cold index on a slow disk stalls only its caller.
+`stats` counts `connections` currently open, `requests` and `errors` since start.
 """
 
 from __future__ import annotations
@@ -230,6 +240,9 @@ def bind_unix(path: str, mode: int) -> Bound:
     old = os.umask(0o777 & ~mode)  # no window in which the socket has looser permissions
     try:
         sock.bind(path)
+    except OSError as err:
+        sock.close()
+        raise Unavailable(f"cannot listen on {path}: {err.strerror or err}") from None
     finally:
         os.umask(old)
     os.chmod(path, mode)
