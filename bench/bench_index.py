@@ -103,8 +103,8 @@ def page_faults(directory: str, start_entries: int, lookups: int, search: str) -
     fd = os.open(path, os.O_RDWR)
     try:
         os.fsync(fd)
-        idx._map.mm.madvise(mmap.MADV_RANDOM)
-        idx._map.mm.madvise(mmap.MADV_DONTNEED)
+        idx._state.mapping.mm.madvise(mmap.MADV_RANDOM)
+        idx._state.mapping.mm.madvise(mmap.MADV_DONTNEED)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         fn = idx.floor_slot if search == "warm-section" else idx.plain_floor_slot
         rng = random.Random(3)

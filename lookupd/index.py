@@ -32,7 +32,7 @@ import os
 import struct
 import threading
 import weakref
-from typing import TYPE_CHECKING, Callable, TypeVar
+from typing import TYPE_CHECKING, Callable, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -142,6 +142,14 @@ class IndexMapping:
         return self.mm.size() if self.mm is not None else 0
 
 
+class _State(NamedTuple):
+    """What one look at an index found: its mapping, how many entries are valid, and any fault."""
+
+    mapping: "IndexMapping | _Missing"
+    entries: int
+    fault: CorruptIndexError | None
+
+
 class _Missing:
     """Stands in for the mapping of a file that does not exist (yet), or is empty."""
 
@@ -168,12 +176,10 @@ class AbstractIndex:
         self.path = os.fspath(path)
         self.base_offset = base_offset
         self._cache = cache
-        self._lock = threading.RLock()
-        self._map: IndexMapping | _Missing | None = None
-        self._entries = 0
+        self._lock = threading.RLock()  # serialises (re)mapping; searches never take it
+        self._state: _State | None = None
         self._live = False
-        self.fault: CorruptIndexError | None = None
-        self._native_cols: tuple[np.ndarray, np.ndarray] | None = None
+        self._native_cols: tuple[object, int, np.ndarray, np.ndarray] | None = None
         self.warm_entries = WARM_SECTION_BYTES // self.ENTRY_SIZE
         self._ZERO = bytes(self.ENTRY_SIZE)
 
@@ -184,12 +190,18 @@ class AbstractIndex:
 
     @property
     def is_open(self) -> bool:
-        return self._map is not None
+        return self._state is not None
 
     @property
     def mapped_bytes(self) -> int:
-        m = self._map
-        return m.length if m is not None else 0
+        st = self._state
+        return st.mapping.length if st is not None else 0
+
+    @property
+    def fault(self) -> CorruptIndexError | None:
+        """Why the index cannot be trusted, if it cannot (set when it is mapped or checked)."""
+        st = self._state
+        return st.fault if st is not None else None
 
     def close(self) -> None:
         """Unmap and close the file (a search still running keeps its map until it returns)."""
@@ -200,31 +212,29 @@ class AbstractIndex:
     def unmap(self) -> None:
         """Drop the mapping; the next lookup maps the file again (what the cache's eviction calls)."""
         with self._lock:
-            self._map = None
+            self._state = None
             self._native_cols = None
-            self._entries = 0
-            self.fault = None
 
     def set_live(self, live: bool) -> None:
         """Mark whether this belongs to the active segment (whose index may still grow)."""
         if live != self._live:
             with self._lock:
                 self._live = live
-                if self._map is not None:
+                if self._state is not None:
                     self._load()  # entries cut as "not yet valid" are judged again
 
-    def _ensure_open(self) -> IndexMapping | _Missing:
+    def _ensure_open(self) -> _State:
         with self._lock:
-            m = self._map
-            fresh = m is None
+            st = self._state
+            fresh = st is None
             if fresh:
-                m = self._load()
+                st = self._load()
         if fresh and self._cache is not None:
             self._cache.opened(self)  # outside our lock: it may unmap other indexes
-        return m
+        return st
 
-    def _load(self) -> IndexMapping | _Missing:
-        """(Re)map the file and work out its valid entries from scratch."""
+    def _load(self) -> _State:
+        """(Re)map the file, work out its valid entries from scratch, and publish both at once."""
         for _ in range(_RETRIES):
             before = _faults()
             try:
@@ -232,34 +242,38 @@ class AbstractIndex:
             except FileNotFoundError:
                 m = _MISSING  # LazyIndex creates the file on first access; until then it is empty
             if m.mm is None:
-                m = _MISSING
-            self._map = m
-            self._native_cols = None
-            self.fault = None
-            self._entries = 0
-            if m.mm is None:
-                return m
-            n = m.length // self.ENTRY_SIZE
-            count = self._ordered_prefix(m.mm, self._nonzero_prefix(m.mm, n))
-            if m.length % self.ENTRY_SIZE and self.fault is None:
-                self.fault = CorruptIndexError(
-                    self.path, n * self.ENTRY_SIZE,
-                    f"{self.KIND} size {m.length} is not a multiple of the entry size {self.ENTRY_SIZE}")
+                st = _State(_MISSING, 0, None)
+            else:
+                n = m.length // self.ENTRY_SIZE
+                count, fault = self._ordered_prefix(m.mm, self._nonzero_prefix(m.mm, n))
+                if m.length % self.ENTRY_SIZE and fault is None:
+                    fault = CorruptIndexError(
+                        self.path, n * self.ENTRY_SIZE,
+                        f"{self.KIND} size {m.length} is not a multiple of the entry size {self.ENTRY_SIZE}")
+                st = _State(m, count, fault)
             if _faults() == before:
-                self._entries = count
-                return m
+                self._state = st
+                return st
         raise CorruptIndexError(self.path, None, "the file kept shrinking while it was being read")
 
-    def _reload(self, why: str) -> None:
+    def _reload(self, why: str) -> _State:
         with self._lock:
             log.info("%s %s: mapping it again", self.path, why)
-            self._load()
+            return self._load()
+
+    def _publish(self, old: _State, new: _State) -> _State:
+        """Replace `old` by `new` unless someone remapped meanwhile; returns what is current."""
+        with self._lock:
+            if self._state is old:
+                self._state = new
+                return new
+            return self._state or old
 
     # ----------------------------------------------------------------- validity
 
     def _is_zero(self, mm, slot: int) -> bool:
         start = slot * self.ENTRY_SIZE
-        return mm[start:start + self.ENTRY_SIZE] == bytes(self.ENTRY_SIZE)
+        return mm[start:start + self.ENTRY_SIZE] == self._ZERO
 
     def _nonzero_prefix(self, mm, n: int) -> int:
         """Entries before the preallocated zero tail (binary search: O(log n) page touches)."""
@@ -282,16 +296,15 @@ class AbstractIndex:
         arr = np.frombuffer(buf, dtype=self._DTYPE, count=count)
         return arr["key"].astype(np.int64), arr["value"].astype(np.int64)
 
-    def _ordered_prefix(self, mm, count: int) -> int:
-        """Cut `count` at the first entry out of order, recording the fault."""
+    def _ordered_prefix(self, mm, count: int) -> tuple[int, CorruptIndexError | None]:
+        """The entries before the first one out of order, and the fault that entry is."""
         if count == 0:
-            return 0
+            return 0, None
         keys, values = self._columns(mm, count)
         bad = self._disorder(keys, values)
         if bad is None:
-            return count
-        self.fault = CorruptIndexError(self.path, bad * self.ENTRY_SIZE, self._disorder_reason(bad, keys, values))
-        return bad
+            return count, None
+        return bad, CorruptIndexError(self.path, bad * self.ENTRY_SIZE, self._disorder_reason(bad, keys, values))
 
     def _disorder(self, keys: np.ndarray, values: np.ndarray, prev: tuple[int, int] | None = None) -> int | None:
         """Slot (relative to `keys`) of the first entry that breaks the index's ordering, or None."""
@@ -309,32 +322,30 @@ class AbstractIndex:
 
     # ----------------------------------------------------------------- safe access
 
-    def _view(self, limit: int | None = None) -> tuple[IndexMapping | _Missing, int]:
-        """A mapping and a count of entries that are inside the file right now.
+    def _view(self, limit: int | None = None) -> _State:
+        """A snapshot (mapping, valid entries, fault) covering entries inside the file right now.
 
-        A live index first admits entries the broker appended. Without the SIGBUS guard an
-        `fstat` also confirms the file still covers the valid entries (a shrunk file is
-        remapped and revalidated); with the guard that costs nothing until it happens.
+        A live index first admits entries the broker appended. The file is checked to still
+        hold the valid entries (see `_intact`); a shrunk file is remapped and revalidated.
         `limit` (log size for the offset index, max offset for the time index) drops
         entries past what the `.log` holds: not yet written for the live segment,
-        corruption for a rolled one.
+        corruption for a rolled one. Snapshots are immutable and published whole, so a
+        search never pairs one mapping with another mapping's entry count.
         """
-        m = self._map
-        if m is None:
-            m = self._ensure_open()
+        st = self._state
+        if st is None:
+            st = self._ensure_open()
         elif self._cache is not None:
             self._cache.touch(self)
-        if m.mm is None:
-            m = self._reload_if_changed(m)
-        elif not self._intact(m, self._entries):
-            self._reload("shrank")
-        elif self._live and not (SIGBUS_GUARD and self._nothing_appended(m)):
-            self._follow(m)
-        m = self._map or _MISSING
-        n = self._entries
-        if limit is not None and n and m.mm is not None:
-            n = self._apply_limit(m, n, limit)
-        return m, n
+        if st.mapping.mm is None:
+            st = self._reload_if_changed(st)
+        elif not self._intact(st.mapping, st.entries):
+            st = self._reload("shrank")
+        elif self._live and not (SIGBUS_GUARD and self._nothing_appended(st)):
+            st = self._follow(st)
+        if limit is not None and st.entries and st.mapping.mm is not None:
+            st = self._apply_limit(st, limit)
+        return st
 
     def _intact(self, m: IndexMapping | _Missing, n: int) -> bool:
         """Whether the file still holds the first `n` entries.
@@ -350,48 +361,45 @@ class AbstractIndex:
             return m.mm[start:start + self.ENTRY_SIZE] != self._ZERO
         return m.size() >= n * self.ENTRY_SIZE
 
-    def _nothing_appended(self, m: IndexMapping) -> bool:
+    def _nothing_appended(self, st: _State) -> bool:
         """The slot after the last valid entry is still zero (one mapped read, no system call)."""
-        start = self._entries * self.ENTRY_SIZE
-        return start + self.ENTRY_SIZE <= m.length and m.mm[start:start + self.ENTRY_SIZE] == self._ZERO
+        start = st.entries * self.ENTRY_SIZE
+        return start + self.ENTRY_SIZE <= st.mapping.length and \
+            st.mapping.mm[start:start + self.ENTRY_SIZE] == self._ZERO
 
-    def _apply_limit(self, m: IndexMapping, n: int, limit: int) -> int:
-        cut = self._first_beyond(m.mm, n, limit)
-        if cut < n:
-            with self._lock:
-                if self._map is m and cut < self._entries:
-                    if not self._live and self.fault is None:
-                        self.fault = CorruptIndexError(self.path, cut * self.ENTRY_SIZE,
-                                                       self._beyond_reason(m.mm, cut, limit))
-                    self._entries = cut
-        return cut
+    def _apply_limit(self, st: _State, limit: int) -> _State:
+        cut = self._first_beyond(st.mapping.mm, st.entries, limit)
+        if cut == st.entries:
+            return st
+        fault = st.fault
+        if not self._live and fault is None:
+            fault = CorruptIndexError(self.path, cut * self.ENTRY_SIZE, self._beyond_reason(st.mapping.mm, cut, limit))
+        new = _State(st.mapping, cut, fault)
+        self._publish(st, new)
+        return new
 
-    def _reload_if_changed(self, m: IndexMapping | _Missing) -> IndexMapping | _Missing:
+    def _reload_if_changed(self, st: _State) -> _State:
         try:
             size = os.stat(self.path).st_size
         except FileNotFoundError:
             size = 0
-        if size:
-            self._reload("appeared")
-        return self._map or _MISSING
+        return self._reload("appeared") if size else st
 
-    def _follow(self, m: IndexMapping) -> None:
+    def _follow(self, st: _State) -> _State:
         """Admit entries appended since the last look (live index)."""
         E = self.ENTRY_SIZE
+        m = st.mapping
         while True:
-            n = self._entries
+            n = st.entries
             size = m.size()
             if size < n * E:
-                self._reload("shrank")
-                return
+                return self._reload("shrank")
             end = min(size, m.length) // E * E
             if end <= n * E:
-                if size > m.length:
-                    self._reload("grew past its mapping")
-                return
+                return self._reload("grew past its mapping") if size > m.length else st
             chunk = m.mm[n * E:min(end, n * E + _PROBE_BYTES)]
-            if chunk[:E] == bytes(E):
-                return
+            if chunk[:E] == self._ZERO:
+                return st
             k = len(chunk) // E
             keys, values = self._columns(chunk, k)
             zero = (keys == 0) & (values == 0)
@@ -400,12 +408,10 @@ class AbstractIndex:
             z = int(np.argmax(zero)) if zero.any() else k
             bad = self._disorder(keys[:z], values[:z], self._entry_raw(m.mm, n - 1) if n else None)
             good = z if bad is None else bad
-            with self._lock:
-                if self._map is m and self._entries == n:
-                    self._entries = n + good
-                    self._native_cols = None
-            if good < k:
-                return
+            new = self._publish(st, _State(m, n + good, st.fault))
+            if new.mapping is not m or good < k:
+                return new
+            st = new
 
     def _first_beyond(self, mm, n: int, limit: int) -> int:
         """First slot whose value lies beyond `limit`, n if none (the last entry is checked first)."""
@@ -425,11 +431,11 @@ class AbstractIndex:
         """Run `search(mm, n)` over checked entries; redo it if the file shrank meanwhile."""
         for _ in range(_RETRIES):
             before = _faults()
-            m, n = self._view(limit)
-            if self.fault is not None:
-                raise self.fault
-            result = search(m.mm, n)
-            if _faults() == before and self._intact(m, n):
+            st = self._view(limit)
+            if st.fault is not None:
+                raise st.fault
+            result = search(st.mapping.mm, st.entries)
+            if _faults() == before and self._intact(st.mapping, st.entries):
                 return result
             self._reload("was truncated while being read")
         raise CorruptIndexError(self.path, None, "the file kept shrinking while it was being read")
@@ -443,11 +449,11 @@ class AbstractIndex:
     @property
     def entries(self) -> int:
         """Valid entries right now (Kafka's `entries()` minus any preallocated tail)."""
-        return self._view()[1]
+        return self._view().entries
 
     def valid_entries(self, *, limit: int | None = None) -> int:
         """Valid entries given `limit`; never raises for corruption (see `fault`)."""
-        return self._view(limit)[1]
+        return self._view(limit).entries
 
     def sanity_check(self, *, limit: int | None = None) -> None:
         """Raise CorruptIndexError if the index breaks Kafka's rules (as `--index-sanity-check`)."""
@@ -548,14 +554,15 @@ class AbstractIndex:
     # ----------------------------------------------------------------- vectorised
 
     def _native(self, mm, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Native-order copies of both columns, kept while mapped (what bulk searches run on)."""
+        """Native-order copies of both columns of the first `n` entries of map `mm`, kept
+        while the index stays mapped (what bulk searches run on)."""
         cols = self._native_cols
-        if cols is None or len(cols[0]) != n:
+        if cols is None or cols[0] is not mm or cols[1] != n:
             arr = np.frombuffer(mm, dtype=self._DTYPE, count=n) if n else np.empty(0, self._DTYPE)
-            cols = (arr["key"].astype(self._DTYPE["key"].newbyteorder("=")),
+            cols = (mm, n, arr["key"].astype(self._DTYPE["key"].newbyteorder("=")),
                     arr["value"].astype(self._DTYPE["value"].newbyteorder("=")))
             self._native_cols = cols
-        return cols
+        return cols[2], cols[3]
 
     def _bulk(self, targets, limit: int | None, ceiling: bool):
         """(slots, none-mask, keys, values) for many search keys at once."""
@@ -610,11 +617,8 @@ class AbstractIndex:
                 return np.empty(0, np.int64), np.empty(0, np.int64)
             return self._absolute(*self._columns(mm, n))
 
-        if include_invalid:
-            m, _ = self._view(limit)  # corruption does not stop a dump
-            return search(m.mm, 0)
-        m, n = self._view(limit)
-        return search(m.mm, n)
+        st = self._view(limit)  # corruption does not stop a dump: the valid prefix is shown
+        return search(st.mapping.mm, st.entries)
 
     def _absolute(self, keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return keys, values
@@ -789,7 +793,7 @@ class TimeIndex(AbstractIndex):
         a timestamp search needs to pick a segment. None when the index is already mapped,
         missing, empty or ends in a preallocated zero tail: use `last_entry` then.
         """
-        if self._map is not None:
+        if self._state is not None:
             return None
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
