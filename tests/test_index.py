@@ -252,3 +252,36 @@ def test_cache_bounds_open_indexes(tmp_path):
     assert len(os.listdir("/proc/self/fd")) <= fds_before + 3  # one descriptor per map
     cache.clear()
     assert cache.open_count == 0
+
+
+def test_lookups_racing_maps_and_evictions_stay_right(tmp_path):
+    """Threads searching while another keeps unmapping the index: every answer is the true floor."""
+    import threading
+
+    n = 1_000_000  # big enough that mapping and validating it lets other threads run meanwhile
+    path = tmp_path / "race.index"
+    keys = np.arange(1, n + 1, dtype=">i4") * 2
+    np.stack([keys, keys * 4], axis=1).astype(">i4").tofile(path)
+    idx = OffsetIndex(path, 0)
+    stop = threading.Event()
+    wrong = []
+
+    def search(seed):
+        t = seed
+        while not stop.is_set():
+            t = (t * 1103515245 + 12345) % (2 * n)
+            want = (t // 2 * 2, t // 2 * 8) if t >= 2 else (0, 0)
+            got = idx.lookup(t)
+            if got != want:
+                wrong.append((t, got, want))
+
+    threads = [threading.Thread(target=search, args=(s,)) for s in range(4)]
+    for th in threads:
+        th.start()
+    for _ in range(40):
+        idx.unmap()
+        idx.lookup(0)
+    stop.set()
+    for th in threads:
+        th.join()
+    assert not wrong, wrong[:5]
