@@ -1,0 +1,304 @@
+"""Options of the `kafka-segments` data source: parsed and checked, with no Spark and no I/O.
+
+Names, JSON forms, precedence and refusals follow Spark's own Kafka source
+(KafkaSourceProvider.validateBatchOptions, getKafkaOffsetRangeLimit, JsonUtils), so a job can
+switch between `format("kafka")` and `format("kafka-segments")` by changing the format and the
+connection option. A mistake Spark rejects raises OptionError with Spark's message; option
+names are case-insensitive, as in Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass
+from typing import Mapping
+
+log = logging.getLogger(__name__)
+
+EARLIEST = -2  # in startingOffsets / endingOffsets JSON, as in Spark and Kafka's ListOffsets
+LATEST = -1
+
+DEFAULT_MAX_BYTES_PER_SPLIT = 128 << 20  # like spark.sql.files.maxPartitionBytes
+
+TopicPartition = tuple[str, int]
+
+
+class OptionError(ValueError):
+    """An option value or combination the source rejects (Spark's IllegalArgumentException)."""
+
+
+def tp_name(tp: TopicPartition) -> str:
+    """Kafka's TopicPartition.toString: `topic-partition`."""
+    return f"{tp[0]}-{tp[1]}"
+
+
+def tp_names(tps) -> str:
+    return "[" + ", ".join(tp_name(tp) for tp in sorted(tps)) + "]"
+
+
+@dataclass(frozen=True)
+class Bound:
+    """Where reading starts or ends: Spark's KafkaOffsetRangeLimit.
+
+    kind is "earliest", "latest", "offsets" (per-partition offsets, -2/-1 allowed),
+    "timestamps" (per-partition timestamps) or "timestamp" (one timestamp for all partitions).
+    """
+
+    kind: str
+    per_partition: tuple[tuple[TopicPartition, int], ...] = ()
+    timestamp: int | None = None
+
+    @property
+    def values(self) -> dict[TopicPartition, int]:
+        return dict(self.per_partition)
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """Which partitions to read: kind "assign" (partitions), "subscribe" (topics) or "subscribePattern"."""
+
+    kind: str
+    partitions: tuple[TopicPartition, ...] = ()
+    topics: tuple[str, ...] = ()
+    pattern: str = ""
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    strategy: Strategy
+    starting: Bound
+    ending: Bound
+    no_match_strategy: str  # startingOffsetsByTimestampStrategy: "error" or "latest"
+    include_headers: bool
+    fail_on_data_loss: bool
+    min_partitions: int | None
+    max_records_per_partition: int | None
+    max_bytes_per_split: int
+    read_committed: bool
+    address: str | dict[str, str]
+    token_file: str | None
+    read_from: str  # "auto", "files" or "daemon"
+
+
+ASSIGN, SUBSCRIBE, SUBSCRIBE_PATTERN = "assign", "subscribe", "subscribepattern"
+STRATEGY_KEYS = (SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN)
+ADDRESS = "lookupd.address"
+ADDRESS_EXAMPLE = '{"broker-1": "broker-1:9470", "broker-2": "broker-2:9470", "orders-0": "broker-2:9470"}'
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
+READ_FROM = ("auto", "files", "daemon")
+STREAM_ONLY = ("maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay")
+_UNSUPPORTED_KAFKA = {
+    "kafka.auto.offset.reset": (
+        "Kafka option 'auto.offset.reset' is not supported. Instead set the source option 'startingOffsets' "
+        "to 'earliest' or 'latest' to specify where to start."),
+    "kafka.key.deserializer": (
+        "Kafka option 'key.deserializer' is not supported as keys are deserialized as byte arrays with "
+        "ByteArrayDeserializer. Use DataFrame operations to explicitly deserialize the keys."),
+    "kafka.value.deserializer": (
+        "Kafka option 'value.deserializer' is not supported as values are deserialized as byte arrays with "
+        "ByteArrayDeserializer. Use DataFrame operations to explicitly deserialize the values."),
+    "kafka.enable.auto.commit": "Kafka option 'enable.auto.commit' is not supported",
+    "kafka.interceptor.classes": "Kafka option 'interceptor.classes' is not supported",
+}
+
+
+def parse_options(options: Mapping[str, str]) -> ReadOptions:
+    """Check `options` as Spark checks a batch Kafka read, in Spark's order; OptionError if rejected."""
+    opts = {str(k).lower(): str(v) for k, v in options.items()}
+    no_match = _no_match_strategy(opts)
+    starting = _bound(opts, "startingtimestamp", "startingoffsetsbytimestamp", "startingoffsets", "earliest")
+    if starting.kind == "latest":
+        raise OptionError("starting offset can't be latest for batch queries on Kafka")
+    for tp, off in starting.per_partition if starting.kind == "offsets" else ():
+        if off == LATEST:
+            raise OptionError(f"startingOffsets for {tp_name(tp)} can't be latest for batch queries on Kafka")
+        _check_offset("startingOffsets", tp, off)
+    ending = _bound(opts, "endingtimestamp", "endingoffsetsbytimestamp", "endingoffsets", "latest")
+    if ending.kind == "earliest":
+        raise OptionError("ending offset can't be earliest for batch queries on Kafka")
+    for tp, off in ending.per_partition if ending.kind == "offsets" else ():
+        if off == EARLIEST:
+            raise OptionError(f"ending offset for {tp_name(tp)} can't be earliest for batch queries on Kafka")
+        _check_offset("endingOffsets", tp, off)
+    strategy = _strategy(opts)
+    min_partitions = _positive_int(opts, "minpartitions", "minPartitions")
+    max_records = _positive_int(opts, "maxrecordsperpartition", "maxRecordsPerPartition")
+    max_bytes = _positive_int(opts, "maxbytespersplit", "maxBytesPerSplit") or DEFAULT_MAX_BYTES_PER_SPLIT
+    for key, message in _UNSUPPORTED_KAFKA.items():
+        if key in opts:
+            raise OptionError(message)
+    for key in STREAM_ONLY:
+        if key in opts:
+            log.warning("%s option ignored in batch queries", key)
+    _check_limits(starting, ending)
+    return ReadOptions(
+        strategy=strategy, starting=starting, ending=ending, no_match_strategy=no_match,
+        include_headers=_boolean(opts, "includeheaders", "includeHeaders", False),
+        fail_on_data_loss=_boolean(opts, "failondataloss", "failOnDataLoss", True),
+        min_partitions=min_partitions, max_records_per_partition=max_records, max_bytes_per_split=max_bytes,
+        read_committed=_isolation_level(opts) == "read_committed",
+        address=parse_address(opts.get(ADDRESS)), token_file=opts.get("lookupd.tokenfile") or None,
+        read_from=_choice(opts, "lookupd.readfrom", "lookupd.readFrom", READ_FROM, "auto"),
+    )
+
+
+def parse_address(value: str | None) -> str | dict[str, str]:
+    """`lookupd.address`: a socket path or HOST:PORT, or a JSON object of addresses (see routing)."""
+    if value is None or not value.strip():
+        raise OptionError(f"Option '{ADDRESS}' must be specified: the lookupd socket path or HOST:PORT, "
+                          f"or a JSON object of daemon addresses such as {ADDRESS_EXAMPLE}")
+    text = value.strip()
+    if not text.startswith("{"):
+        return text
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        parsed = None
+    if (not isinstance(parsed, dict) or not parsed
+            or not all(isinstance(v, str) and v.strip() for v in parsed.values())):
+        raise OptionError(f"Expected e.g. {ADDRESS_EXAMPLE} for option '{ADDRESS}', got {value}")
+    return {k: v.strip() for k, v in parsed.items()}
+
+
+# ---------------------------------------------------------------- pieces
+
+
+def _no_match_strategy(opts: dict[str, str]) -> str:
+    value = opts.get("startingoffsetsbytimestampstrategy", "error")
+    if value.lower() not in ("error", "latest"):
+        raise OptionError(f"startingOffsetsByTimestampStrategy must be 'error' or 'latest', got '{value}'")
+    return value.lower()
+
+
+def _bound(opts: dict[str, str], global_key: str, by_timestamp_key: str, offsets_key: str, default: str) -> Bound:
+    """getKafkaOffsetRangeLimit: global timestamp, then per-partition timestamps, then offsets."""
+    if global_key in opts:
+        text = opts[global_key].strip()
+        try:
+            return Bound("timestamp", timestamp=int(text))
+        except ValueError:
+            raise OptionError(f"Expected a single long value, got {text}") from None
+    if by_timestamp_key in opts:
+        example = '{"topicA": {"0": 123456789, "1": 123456789}, "topicB": {"0": 123456789, "1": 123456789}}'
+        return Bound("timestamps", _partition_map(opts[by_timestamp_key].strip(), example))
+    text = opts.get(offsets_key, default).strip()
+    if text.lower() in ("earliest", "latest"):
+        return Bound(text.lower())
+    return Bound("offsets", _partition_map(text, '{"topicA":{"0":23,"1":-1},"topicB":{"0":-2}}'))
+
+
+def _partition_map(text: str, example: str) -> tuple[tuple[TopicPartition, int], ...]:
+    """JsonUtils.partitionOffsets / partitionTimestamps: {"topic": {"partition": long}}."""
+    try:
+        parsed = json.loads(text)
+        out = []
+        for topic, parts in parsed.items():
+            for part, value in parts.items():
+                if isinstance(value, bool) or not isinstance(value, int) or not isinstance(topic, str):
+                    raise ValueError
+                out.append(((topic, int(part)), value))
+    except (ValueError, AttributeError, TypeError):
+        raise OptionError(f"Expected e.g. {example}, got {text}") from None
+    return tuple(sorted(out))
+
+
+def _check_offset(option: str, tp: TopicPartition, offset: int) -> None:
+    if offset < EARLIEST:
+        raise OptionError(f"{option} for {tp_name(tp)} is {offset}: an offset is >= 0, "
+                          f"or -2 for earliest, -1 for latest")
+
+
+def _strategy(opts: dict[str, str]) -> Strategy:
+    """validateGeneralOptions + strategy(): exactly one of assign, subscribe, subscribePattern."""
+    given = [k for k in STRATEGY_KEYS if k in opts]
+    names = ", ".join(STRATEGY_KEYS)
+    if not given:
+        raise OptionError(f"One of the following options must be specified for Kafka source: {names}. "
+                          f"See the docs for more details.")
+    if len(given) > 1:
+        raise OptionError(f"Only one of the following options can be specified for Kafka source: {names}. "
+                          f"See the docs for more details.")
+    key, value = given[0], opts[given[0]]
+    if key == ASSIGN:
+        if not value.strip().startswith("{"):
+            raise OptionError(f"No topicpartitions to assign as specified value for option 'assign' is '{value}'")
+        try:
+            parsed = json.loads(value)
+            tps = tuple(sorted({(t, p) for t, parts in parsed.items() for p in parts
+                                if isinstance(t, str) and isinstance(p, int) and not isinstance(p, bool)}))
+            if len(tps) != sum(len(parts) for parts in parsed.values()):
+                raise ValueError
+        except (ValueError, AttributeError, TypeError):
+            raise OptionError(f'Expected e.g. {{"topicA":[0,1],"topicB":[0,1]}}, got {value}') from None
+        return Strategy("assign", partitions=tps)
+    if key == SUBSCRIBE:
+        topics = tuple(t.strip() for t in value.split(",") if t.strip())
+        if not topics:
+            raise OptionError(f"No topics to subscribe to as specified value for option 'subscribe' is '{value}'")
+        return Strategy("subscribe", topics=topics)
+    pattern = value.strip()
+    if not pattern:
+        raise OptionError(f"Pattern to subscribe is empty as specified value for option 'subscribePattern' "
+                          f"is '{value}'")
+    try:
+        re.compile(pattern)
+    except re.error as err:
+        raise OptionError(f"subscribePattern '{value}' is not a valid regular expression: {err}") from None
+    return Strategy("subscribePattern", pattern=pattern)
+
+
+def _positive_int(opts: dict[str, str], key: str, name: str) -> int | None:
+    if key not in opts:
+        return None
+    try:
+        n = int(opts[key].strip())
+    except ValueError:
+        raise OptionError(f"{name} must be an integer, got '{opts[key]}'") from None
+    if n <= 0:
+        raise OptionError(f"{name} must be positive")
+    return n
+
+
+def _boolean(opts: dict[str, str], key: str, name: str, default: bool) -> bool:
+    """Scala's String.toBoolean: "true" or "false" in any case."""
+    if key not in opts:
+        return default
+    value = opts[key].strip().lower()
+    if value not in ("true", "false"):
+        raise OptionError(f"{name} must be 'true' or 'false', got '{opts[key]}'")
+    return value == "true"
+
+
+def _choice(opts: dict[str, str], key: str, name: str, allowed: tuple[str, ...], default: str) -> str:
+    value = opts.get(key, default).strip().lower()
+    if value not in allowed:
+        raise OptionError(f"{name} must be one of {', '.join(allowed)}; got '{opts[key]}'")
+    return value
+
+
+def _isolation_level(opts: dict[str, str]) -> str:
+    """`isolationLevel`, or Spark's way of saying it, `kafka.isolation.level`; both must agree."""
+    ours = _choice(opts, "isolationlevel", "isolationLevel", ISOLATION_LEVELS, "read_uncommitted")
+    theirs = _choice(opts, "kafka.isolation.level", "kafka.isolation.level", ISOLATION_LEVELS, ours)
+    if "isolationlevel" in opts and theirs != ours:
+        raise OptionError(f"isolationLevel '{ours}' and kafka.isolation.level '{theirs}' disagree; set one of them")
+    return theirs
+
+
+def _check_limits(starting: Bound, ending: Bound) -> None:
+    """checkOffsetLimitValidity: specific start and end name the same partitions, start <= end."""
+    for kind, what in (("offsets", "offset"), ("timestamps", "timestamp")):
+        if starting.kind != kind or ending.kind != kind:
+            continue
+        start, end = starting.values, ending.values
+        if set(start) != set(end):
+            raise OptionError(f"The specified start {what} and end {what} should have the same topic-partitions. "
+                              f"Topic-partitions for start {what}: {tp_names(start)}, "
+                              f"topic-partitions for end {what}: {tp_names(end)}.")
+        for tp, s in sorted(start.items()):
+            e = end[tp]
+            if s > e and s >= 0 and e >= 0:
+                raise OptionError(f"The specified start {what} {s} is greater than the end {what} {e} "
+                                  f"for topic {tp[0]} partition {tp[1]}.")
