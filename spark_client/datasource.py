@@ -1,0 +1,60 @@
+"""The `kafka-segments` Spark data source: Spark's Kafka source, read from the brokers' files.
+
+`spark.read.format("kafka-segments").option("lookupd.address", ...).option("subscribe", ...).load()`
+after `spark_client.register(spark)`. Options are checked when the DataFrame is loaded
+(spark_client.options); the daemons are asked when the read is planned (spark_client.planner),
+in the driver; each task reads one split (spark_client.reader).
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from .options import OptionError, ReadOptions, parse_options
+from .planner import plan
+from .reader import ReadSettings, read_split
+from .routing import Daemons
+from .schema import arrow_schema, kafka_schema
+
+FORMAT = "kafka-segments"
+
+
+class KafkaSegmentsDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> StructType:
+        return kafka_schema(parse_options(self.options).include_headers)
+
+    def reader(self, schema: StructType) -> "KafkaSegmentsReader":
+        options = parse_options(self.options)
+        if schema != kafka_schema(options.include_headers):
+            raise OptionError("Kafka source has a fixed schema and cannot be set with a custom one")
+        return KafkaSegmentsReader(options, schema)
+
+
+class KafkaSegmentsReader(DataSourceReader):
+    def __init__(self, options: ReadOptions, schema: StructType):
+        self.options = options
+        token = None
+        if options.token_file:
+            with open(options.token_file, encoding="utf-8") as f:
+                token = f.read().strip()
+        self.settings = ReadSettings(read_committed=options.read_committed, include_headers=options.include_headers,
+                                     read_from=options.read_from, fail_on_data_loss=options.fail_on_data_loss,
+                                     token=token, arrow_schema=arrow_schema(schema))
+
+    def partitions(self) -> Sequence[InputPartition]:
+        with Daemons(self.settings.token) as daemons:
+            splits = plan(self.options, daemons)
+        return splits or [InputPartition(None)]  # Spark wants at least one partition
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if partition.value is None:
+            return iter(())
+        return read_split(partition, self.settings)

@@ -1,0 +1,187 @@
+"""Planning a batch read: partitions to read, their [start, end) offsets, and the splits.
+
+Runs in the driver. Every bound is resolved through the daemons with columnar calls, one
+per partition and step (offsets_for_timestamps for timestamps, resolve_offsets for the
+batches at the bounds, the segment starts and the cut points), the partitions' calls in
+flight together over one connection per daemon. Errors mirror Spark's Kafka source.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+from .options import EARLIEST, LATEST, Bound, OptionError, ReadOptions, TopicPartition, tp_name, tp_names
+from .routing import Daemons, PartitionInfo, columnar, discover, route
+from .splits import Batch, PartitionRange, Segment, Split, build_splits, cut_targets, part_counts
+
+log = logging.getLogger(__name__)
+
+PLANNING_THREADS = 16
+
+DATA_LOSS = ("Some data may have been lost because they are not available in Kafka any more; either the data "
+             "was aged out by Kafka or the topic may have been deleted before all the data in the topic was "
+             "processed. If you don't want your query to fail on such cases, set the source option "
+             "failOnDataLoss to false. Reason: ")
+
+
+class DataLossError(RuntimeError):
+    """Requested records are gone (KAFKA_DATA_LOSS) and failOnDataLoss is true."""
+
+
+def plan(options: ReadOptions, daemons: Daemons) -> list[Split]:
+    """The splits of a batch read, in topic, partition and offset order."""
+    routes = discover(options.address, daemons)
+    infos = [route(routes, tp, options.address) for tp in select(options, routes)]
+    check_partitions(options, [i.tp for i in infos])
+    with ThreadPoolExecutor(min(PLANNING_THREADS, max(len(infos), 1))) as pool:
+        ranges = [r for r in pool.map(lambda i: resolve_range(options, daemons, i), infos) if r is not None]
+        counts = part_counts([r.bytes for r in ranges], options.min_partitions)
+
+        def cut(r: PartitionRange, parts: int) -> list[Split]:
+            targets = cut_targets(r, parts, options.max_bytes_per_split, options.max_records_per_partition)
+            return build_splits(r, _batches(daemons, r.info, targets) if targets else [])
+
+        return [s for splits in pool.map(cut, ranges, counts) for s in splits]
+
+
+def select(options: ReadOptions, routes: dict[TopicPartition, PartitionInfo]) -> list[TopicPartition]:
+    """The partitions the strategy names, sorted (assign: exactly those; subscribe: all of each topic)."""
+    s = options.strategy
+    if s.kind == "assign":
+        return list(s.partitions)
+    if s.kind == "subscribe":
+        missing = sorted(set(s.topics).difference(t for t, _ in routes))
+        if missing:
+            raise OptionError(f"topic(s) {', '.join(missing)} not found: no partition of them is served by lookupd "
+                              f"at {_where(options)}")
+        return sorted(tp for tp in routes if tp[0] in s.topics)
+    pattern = re.compile(s.pattern)
+    return sorted(tp for tp in routes if pattern.fullmatch(tp[0]))
+
+
+def check_partitions(options: ReadOptions, tps: list[TopicPartition]) -> None:
+    """Per-partition offsets or timestamps must name exactly the partitions being read (Spark's assert)."""
+    for bound, name in ((options.starting, "startingOffsets"), (options.ending, "endingOffsets")):
+        if bound.kind not in ("offsets", "timestamps") or set(bound.values) == set(tps):
+            continue
+        if bound.kind == "offsets":
+            raise OptionError(f"If {name} contains specific offsets, you must specify all TopicPartitions. "
+                              f"Use -1 for latest, -2 for earliest. "
+                              f"Specified: {tp_names(bound.values)} Assigned: {tp_names(tps)}")
+        raise OptionError(f"If starting/endingOffsetsByTimestamp contains specific offsets, you must specify all "
+                          f"topics. Specified: {tp_names(bound.values)} Assigned: {tp_names(tps)}")
+
+
+def resolve_range(options: ReadOptions, daemons: Daemons, info: PartitionInfo) -> PartitionRange | None:
+    """The partition's [start, end) and the batches and segments holding it; None when empty."""
+    client = daemons.client(info.address)
+    start, end = _offsets(options, client, info)
+    start, end = _check_data_loss(options, info, start, end)
+    if start > end:
+        raise OptionError(f"The resolved start offset {start} is greater than the resolved end offset {end} for "
+                          f"topic {info.topic} partition {info.partition}. Either the start is set too late for "
+                          f"the end (a timestamp against an offset, or an offset past the latest one), or the "
+                          f"partition is broken.")
+    if start == end:
+        return None
+    listing = [(s["base_offset"], s["size"]) for s in client.segments(info.topic, info.partition)]
+    bases = [b for b, _ in listing]
+    at = _batches(daemons, info, [start, end] + bases, keep_missing=True)
+    first, last = at[0], at[1]
+    if first is None:
+        return _lost(options, info, start, end, f"no batch holds offset {start} any more")
+    firsts = {b: (loc.base_offset if loc is not None and loc.segment == b else -1) for b, loc in zip(bases, at[2:])}
+    end_segment = last.segment if last is not None else bases[-1]
+    segments = tuple(Segment(b, size, firsts[b]) for b, size in listing if first.segment <= b <= end_segment)
+    if not segments or segments[0].base_offset != first.segment or segments[-1].base_offset != end_segment:
+        raise OptionError(f"the segments of {tp_name(info.tp)} changed while the read was planned; run it again")
+    end_position = last.position + last.size if last is not None else segments[-1].size
+    aborted = ()
+    if options.read_committed:
+        aborted = tuple((t["producer_id"], t["first_offset"], t["last_offset"])
+                        for t in client.aborted_transactions(info.topic, info.partition, start, end))
+    return PartitionRange(info, start, end, first, segments, end_position, aborted)
+
+
+def _offsets(options: ReadOptions, client, info: PartitionInfo) -> tuple[int, int]:
+    """Unresolved bounds -> offsets: earliest/latest from the daemon's listing, timestamps in one call."""
+    wanted = [_timestamp(b, info.tp) for b in (options.starting, options.ending)]
+    asked = [t for t in wanted if t is not None]
+    found = iter(client.offsets_for_timestamps(info.topic, info.partition, asked)["offset"] if asked else [])
+    start_ts, end_ts = wanted
+    if start_ts is not None:
+        start = next(found)
+        if start < 0:
+            if options.no_match_strategy == "error":
+                raise OptionError(f"No offset matched from request of topic-partition {tp_name(info.tp)} and "
+                                  f"timestamp {start_ts}.")
+            start = info.log_end_offset
+    else:
+        start = _offset(options.starting, info)
+    if end_ts is not None:
+        end = next(found)
+        if end < 0:
+            end = info.log_end_offset  # Spark: no match for an ending timestamp means latest
+    else:
+        end = _offset(options.ending, info)
+    return start, end
+
+
+def _timestamp(bound: Bound, tp: TopicPartition) -> int | None:
+    if bound.kind == "timestamp":
+        return bound.timestamp
+    if bound.kind == "timestamps":
+        return bound.values[tp]
+    return None
+
+
+def _offset(bound: Bound, info: PartitionInfo) -> int:
+    value = bound.values.get(info.tp, EARLIEST) if bound.kind == "offsets" else \
+        (EARLIEST if bound.kind == "earliest" else LATEST)
+    if value == EARLIEST:
+        return info.log_start_offset
+    if value == LATEST:
+        return info.log_end_offset
+    return value
+
+
+def _check_data_loss(options: ReadOptions, info: PartitionInfo, start: int, end: int) -> tuple[int, int]:
+    """Offsets outside [log start, log end]: an error with failOnDataLoss, else moved inside with a warning."""
+    lo, hi = info.log_start_offset, info.log_end_offset
+    if start < lo:
+        start = _lost(options, info, start, min(end, lo),
+                      f"starting offset for {tp_name(info.tp)} was {start} but the log starts at {lo} "
+                      f"(records deleted)", lo)
+        end = max(end, start)
+    if end > hi:
+        end = _lost(options, info, max(start, hi), end,
+                    f"ending offset for {tp_name(info.tp)} is {end} but the log ends at {hi}", hi)
+        start = min(start, end) if start <= hi else start
+    return start, end
+
+
+def _lost(options: ReadOptions, info: PartitionInfo, start: int, end: int, reason: str, instead=None):
+    """Report records [start, end) as lost: raise with failOnDataLoss, else warn and return `instead`."""
+    if options.fail_on_data_loss:
+        raise DataLossError(DATA_LOSS + reason)
+    log.warning("%s; skipping offsets [%d, %d) of %s (failOnDataLoss is false)", reason, start, end, tp_name(info.tp))
+    return instead
+
+
+def _batches(daemons: Daemons, info: PartitionInfo, offsets: list[int], keep_missing: bool = False) -> list:
+    """The batches holding `offsets` (one columnar resolve_offsets call); None or dropped where none does."""
+    cols = columnar(daemons.client(info.address), "resolve_offsets", info.topic, info.partition, offsets)
+    out = []
+    for row in zip(cols["segment"], cols["base_offset"], cols["last_offset"], cols["position"], cols["size"]):
+        if row[0] >= 0:
+            out.append(Batch(*row))
+        elif keep_missing:
+            out.append(None)
+    return out
+
+
+def _where(options: ReadOptions) -> str:
+    a = options.address
+    return a if isinstance(a, str) else ", ".join(dict.fromkeys(a.values()))

@@ -1,0 +1,239 @@
+"""Shared by the Spark tests: one local Spark session, lookupd daemons run as subprocesses, and
+the records each test partition holds, taken from Kafka's reference answers or from what the
+test wrote with lookupd's writer.
+
+Import the fixtures into a test module (`from spark_fixtures import spark, ...`). Each
+resource is made once per pytest process however many modules import it: Spark's local
+session takes ~10 s to start.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import os
+import shutil
+import sys
+import tempfile
+from contextlib import ExitStack
+
+import pytest
+
+import reference as R
+
+pyspark = pytest.importorskip("pyspark", reason="pyspark is not installed (pip install -e '.[spark]')")
+
+from lookupd.batch import TimestampType  # noqa: E402
+from lookupd.builder import build_batch  # noqa: E402
+from lookupd.demo import generate  # noqa: E402
+from lookupd.writer import LogWriter  # noqa: E402
+
+DEMO_RECORDS = 3000  # per partition of the sample topics
+TRIMMED_SEGMENTS_DELETED = 2
+
+_state: dict = {}
+_stack = ExitStack()
+atexit.register(_stack.close)
+
+
+def _once(name: str, make):
+    if name not in _state:
+        _state[name] = make()
+    return _state[name]
+
+
+# ---------------------------------------------------------------- Spark
+
+
+def _session():
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("no Java runtime (java on PATH or JAVA_HOME): local Spark cannot start")
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers run this interpreter, with lookupd installed
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    import spark_client
+
+    spark = (SparkSession.builder.master("local[2]").appName("kafka-lookupd tests")
+             .config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "2")
+             .config("spark.driver.memory", "1g")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    spark_client.register(spark)
+    _stack.callback(spark.stop)
+    return spark
+
+
+@pytest.fixture(scope="session")
+def spark():
+    return _once("spark", _session)
+
+
+# ---------------------------------------------------------------- data and daemons
+
+
+def _short_dir() -> str:
+    """A private dir with a short path: Unix socket paths are limited to 107 bytes."""
+    d = tempfile.mkdtemp(prefix="lkspark", dir="/tmp")
+    _stack.callback(shutil.rmtree, d, True)
+    return d
+
+
+def _daemon(name: str, log_dirs: list[str]) -> str:
+    from spark_client.examples.with_daemon import running_daemon
+
+    sock = os.path.join(_once("sockets", _short_dir), f"{name}.sock")
+    _stack.enter_context(running_daemon(log_dirs, sock))
+    return sock
+
+
+def write_trimmed(root: str) -> list[tuple]:
+    """trimmed-0: 60 batches of 5 records in 4 KiB segments, then its first segments deleted as
+    retention deletes them. Returns every record written: (offset, timestamp, key, value)."""
+    w = LogWriter(os.path.join(root, "trimmed-0"), segment_bytes=4096)
+    written = []
+    for b in range(60):
+        recs = [(1_767_225_600_000 + 1000 * (5 * b + i), f"k{5 * b + i}".encode(), b"v" * 60, ())
+                for i in range(5)]
+        w.append(build_batch(recs, base_offset=5 * b))
+        written += [(5 * b + i, ts, k, v) for i, (ts, k, v, _) in enumerate(recs)]
+    w.close()
+    part = os.path.join(root, "trimmed-0")
+    bases = sorted({name.split(".")[0] for name in os.listdir(part)})
+    for base in bases[:TRIMMED_SEGMENTS_DELETED]:
+        for suffix in (".log", ".index", ".timeindex"):
+            os.remove(os.path.join(part, base + suffix))
+    return written
+
+
+def _written():
+    root = os.path.join(_once("sockets", _short_dir), "data")
+    generate(root, records=DEMO_RECORDS)
+    return root, write_trimmed(root)
+
+
+@pytest.fixture(scope="session")
+def written_dir() -> str:
+    """A log dir written by lookupd's writer: the sample topics (orders x3, payments, clicks) and trimmed-0."""
+    return _once("written", _written)[0]
+
+
+@pytest.fixture(scope="session")
+def trimmed_records() -> list[tuple]:
+    return _once("written", _written)[1]
+
+
+@pytest.fixture(scope="session")
+def ref_daemon() -> str:
+    """Socket of a daemon over Kafka's reference corpus (skips without the corpus)."""
+    R.require()
+    return _once("ref_daemon", lambda: _daemon("ref", [str(R.LOGS)]))
+
+
+@pytest.fixture(scope="session")
+def written_daemon(written_dir) -> str:
+    """Socket of a daemon over the log dir written by lookupd's writer."""
+    return _once("written_daemon", lambda: _daemon("written", [written_dir]))
+
+
+def unreachable_socket() -> str:
+    """A socket path nothing listens on."""
+    return os.path.join(_once("sockets", _short_dir), "nobody.sock")
+
+
+# ---------------------------------------------------------------- expected records
+
+
+def _b64(text):
+    return None if text is None else base64.b64decode(text)
+
+
+def reference_rows(partition: str) -> list[tuple]:
+    """(offset, timestamp, timestampType, key, value, headers) of every non-control record Kafka
+    reported for a reference partition; headers as Spark shows them (None when there are none)."""
+    batches = R.batches(partition)
+    control = set()
+    types = []
+    for b in batches:
+        t = 1 if b["timestamp_type"] == "LogAppendTime" else 0
+        types.append((b["base_offset"], b["last_offset"], t))
+        if b.get("is_control"):
+            control.update(range(b["base_offset"], b["last_offset"] + 1))
+    type_of = {}
+    for base, last, t in types:
+        for o in range(base, last + 1):
+            type_of[o] = t
+    out = []
+    for r in R.answers(partition)["records"]:
+        if r["offset"] in control:
+            continue
+        headers = [(k, _b64(v)) for k, v in r["headers"]] or None
+        out.append((r["offset"], r["timestamp"], type_of[r["offset"]], _b64(r["key"]), _b64(r["value"]), headers))
+    return out
+
+
+def aborted_offsets(partition: str) -> set[int]:
+    """Offsets of records in aborted transactions, from Kafka's completed-transaction list and batches."""
+    spans = {}
+    for t in R.answers(partition)["completed_transactions_fed_to_updateTxnIndex"]:
+        if t["is_aborted"]:
+            spans.setdefault(t["producer_id"], []).append((t["first_offset"], t["last_offset"]))
+    out = set()
+    for b in R.batches(partition):
+        if b.get("is_transactional") and not b.get("is_control"):
+            for first, last in spans.get(b["producer_id"], ()):
+                if first <= b["base_offset"] <= last:
+                    out.update(range(b["base_offset"], b["last_offset"] + 1))
+    return out
+
+
+def core_rows(log_dir: str, topic: str, partition: int) -> list[tuple]:
+    """Rows like reference_rows for a partition lookupd's writer wrote, read with the core library."""
+    from lookupd.logmanager import LogManager
+    from lookupd.records import decode_batch
+
+    manager = LogManager([log_dir])
+    try:
+        out = []
+        for seg in manager.get(topic, partition).segments():
+            for h in seg.log.batches():
+                if h.is_control:
+                    continue
+                t = 1 if h.timestamp_type is TimestampType.LOG_APPEND_TIME else 0
+                for r in decode_batch(h, seg.log.read(h.position, h.size)):
+                    out.append((r.offset, r.timestamp, t, r.key, r.value, list(r.headers) or None))
+        return out
+    finally:
+        manager.close()
+
+
+def spark_rows(df) -> list[tuple]:
+    """A DataFrame's rows as (offset, timestamp ms, timestampType, key, value, headers), sorted by offset."""
+    return arrow_rows(df.toArrow())
+
+
+def arrow_rows(table) -> list[tuple]:
+    """Rows of an Arrow table of the data source's schema, as spark_rows gives them."""
+    import pyarrow as pa
+
+    millis = [None if us is None else us // 1000 for us in table["timestamp"].cast(pa.int64()).to_pylist()]
+    headers = table["headers"].to_pylist() if "headers" in table.column_names else [None] * table.num_rows
+    return sorted(zip(table["offset"].to_pylist(), millis, table["timestampType"].to_pylist(),
+                      table["key"].to_pylist(), table["value"].to_pylist(),
+                      [None if h is None else [(x["key"], x["value"]) for x in h] for h in headers]))
+
+
+def list_offsets(partition: str, timestamp: int) -> int | None:
+    """Kafka's ListOffsets for a timestamp, from the reference records and batches: the first segment
+    whose largest timestamp reaches it, then the first record there (offset order) at or after it."""
+    segment_of, largest = {}, {}
+    for b in R.batches(partition):
+        largest[b["segment"]] = max(largest.get(b["segment"], -1), b["max_timestamp"])
+        for o in range(b["base_offset"], b["last_offset"] + 1):
+            segment_of[o] = b["segment"]
+    target = next((s for s in sorted(largest) if largest[s] >= timestamp), None)
+    if target is None:
+        return None
+    return next((r["offset"] for r in R.answers(partition)["records"]
+                 if segment_of[r["offset"]] == target and r["timestamp"] >= timestamp), None)
