@@ -1,0 +1,209 @@
+"""The virtual tree: every path the mount answers, and what each one is. The layout, described once.
+
+    /                                   one directory per topic
+    /<topic>/                           one directory per partition number
+    /<topic>/<partition>/
+        <base>.log                      the segment's own files, bytes as on disk (true sizes,
+        <base>.index                    random access). .index/.timeindex/.txnindex appear
+        <base>.timeindex                only where they exist, and only when the log dir is
+        <base>.txnindex                 on this host (the daemon serves no index bytes)
+        <base>.records.jsonl            every record of the segment, one JSON object a line
+        <base>.index.txt                `offset: O position: P`, one entry a line
+        <base>.timeindex.txt            `timestamp: T offset: O`
+        <base>.txnindex.txt             `version: V producerId: P firstOffset: F lastOffset: L lastStableOffset: S`
+        partition.json                  log start/end offsets, segments with offset and time ranges
+        at-offset/                      navigation: names are resolved on lookup, never listed
+            <offset>.jsonl              records from <offset> to the end of the partition
+            <from>-<to>.jsonl           records with from <= offset < to
+        at-time/
+            <time>.jsonl                records from the first one with timestamp >= <time>
+            <from>--<to>.jsonl          records from ListOffsets(from) up to ListOffsets(to), excluded
+
+`<base>` is the segment's base offset as 20 digits, as in the log dir. Times are epoch
+milliseconds or ISO-8601 (`2026-01-01T10:00:00Z`, `2026-01-01T10:00:00.250+00:00`,
+`2026-01-01`; no zone means UTC). Names are strict: a topic that is not a legal Kafka name,
+a partition with leading zeros, a base offset that is not 20 digits, an unknown suffix or
+a navigation name that does not parse are ENOENT; a well-formed navigation name whose
+numbers cannot be valid (beyond int64, a range ending before it starts) is EINVAL.
+"""
+
+from __future__ import annotations
+
+import errno
+import re
+from datetime import datetime, timedelta, timezone
+from typing import NamedTuple
+
+from fuse import FuseOSError
+
+from lookupd.errors import InvalidArgument
+from lookupd.names import validate_topic
+
+RAW = ("log", "index", "timeindex", "txnindex")
+# Generated views of a segment, and the on-disk file each is made from (and shown beside).
+VIEWS = {"records.jsonl": "log", "index.txt": "index", "timeindex.txt": "timeindex", "txnindex.txt": "txnindex"}
+PARTITION_JSON = "partition.json"
+AT_OFFSET = "at-offset"
+AT_TIME = "at-time"
+NAV_DIRS = (AT_OFFSET, AT_TIME)
+
+INT64_MAX = (1 << 63) - 1
+_PARTITION = re.compile(r"0|[1-9][0-9]{0,9}")
+_SEGMENT = re.compile(r"([0-9]{20})\.(" + "|".join(re.escape(s) for s in (*RAW, *VIEWS)) + r")")
+_AT_OFFSET = re.compile(r"([0-9]+)(?:-([0-9]+))?\.jsonl")
+_DIGITS = re.compile(r"[0-9]+")
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+class Root(NamedTuple):
+    pass
+
+
+class Topic(NamedTuple):
+    topic: str
+
+
+class Partition(NamedTuple):
+    topic: str
+    partition: int
+
+
+class SegmentFile(NamedTuple):
+    """One of a segment's files: raw (`log`, `index`, ...) or a view (`records.jsonl`, ...)."""
+
+    topic: str
+    partition: int
+    base_offset: int
+    suffix: str
+
+    @property
+    def raw(self) -> bool:
+        return self.suffix in RAW
+
+    @property
+    def disk_suffix(self) -> str:
+        """The on-disk file this shows, or is made from."""
+        return VIEWS.get(self.suffix, self.suffix)
+
+
+class PartitionJson(NamedTuple):
+    topic: str
+    partition: int
+
+
+class NavDir(NamedTuple):
+    topic: str
+    partition: int
+    kind: str  # AT_OFFSET or AT_TIME
+
+
+class AtOffset(NamedTuple):
+    """Records with start <= offset < end (end None: to the end of the partition)."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int | None
+
+
+class AtTime(NamedTuple):
+    """Records from ListOffsets(start) up to ListOffsets(end), excluded (end None: to the end)."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int | None
+
+
+Node = Root | Topic | Partition | SegmentFile | PartitionJson | NavDir | AtOffset | AtTime
+DIRECTORIES = (Root, Topic, Partition, NavDir)
+
+
+def _missing() -> FuseOSError:
+    return FuseOSError(errno.ENOENT)
+
+
+def _int64(text: str) -> int:
+    if len(text) > 19 or int(text) > INT64_MAX:
+        raise FuseOSError(errno.EINVAL)
+    return int(text)
+
+
+def parse_time(text: str) -> int:
+    """Epoch milliseconds from digits or an ISO-8601 time (UTC unless it says otherwise)."""
+    if _DIGITS.fullmatch(text):
+        return _int64(text)
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise _missing() from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    ms = (when - _EPOCH) // timedelta(milliseconds=1)
+    if ms < 0:
+        raise FuseOSError(errno.EINVAL)
+    return ms
+
+
+def _range(start: int, end: int | None) -> tuple[int, int | None]:
+    if end is not None and end < start:
+        raise FuseOSError(errno.EINVAL)
+    return start, end
+
+
+def _nav(topic: str, partition: int, kind: str, name: str) -> AtOffset | AtTime:
+    if kind == AT_OFFSET:
+        m = _AT_OFFSET.fullmatch(name)
+        if m is None:
+            raise _missing()
+        end = m[2]
+        return AtOffset(topic, partition, *_range(_int64(m[1]), None if end is None else _int64(end)))
+    if not name.endswith(".jsonl"):
+        raise _missing()
+    parts = name[:-len(".jsonl")].split("--")
+    if len(parts) > 2 or not all(parts):
+        raise _missing()
+    times = [parse_time(p) for p in parts]
+    return AtTime(topic, partition, *_range(times[0], times[1] if len(times) == 2 else None))
+
+
+def parse(path: str) -> Node:
+    """The node a path names; FuseOSError ENOENT (or EINVAL, see above) for anything else."""
+    parts = [p for p in path.split("/") if p]
+    if not parts:
+        return Root()
+    try:
+        topic = validate_topic(parts[0])
+    except InvalidArgument:
+        raise _missing() from None
+    if len(parts) == 1:
+        return Topic(topic)
+    if not _PARTITION.fullmatch(parts[1]) or int(parts[1]) > (1 << 31) - 1:
+        raise _missing()
+    partition = int(parts[1])
+    if len(parts) == 2:
+        return Partition(topic, partition)
+    name = parts[2]
+    if len(parts) == 3:
+        if name == PARTITION_JSON:
+            return PartitionJson(topic, partition)
+        if name in NAV_DIRS:
+            return NavDir(topic, partition, name)
+        m = _SEGMENT.fullmatch(name)
+        if m is None or int(m[1]) > INT64_MAX:
+            raise _missing()
+        return SegmentFile(topic, partition, int(m[1]), m[2])
+    if len(parts) == 4 and name in NAV_DIRS:
+        return _nav(topic, partition, name, parts[3])
+    raise _missing()
+
+
+def segment_names(base_offset: int, on_disk: set[str]) -> list[str]:
+    """What a partition directory lists for one segment: its files on disk and their views."""
+    stem = f"{base_offset:020d}"
+    names = [f"{stem}.{s}" for s in RAW if s in on_disk]
+    names += [f"{stem}.{v}" for v, s in VIEWS.items() if s in on_disk]
+    return names
+
+
+PARTITION_EXTRAS = [PARTITION_JSON, *NAV_DIRS]
