@@ -1,0 +1,243 @@
+"""Where a partition's bytes come from: local files read with `pread`, or the daemon's `read`.
+
+Both sources answer the same two questions: the record batches from a point on (one
+segment, or across segments to the end of the partition), and the raw bytes of a segment
+file at any position. Local descriptors live in a bounded LRU cache: opening a file in the
+mount pins the descriptor it got (so a segment deleted while open keeps giving its old
+bytes), and reads never open anything. Through the daemon only `.log` bytes exist; a byte
+position is mapped to the batch holding it with `resolve_offset` (a binary search over
+the segment's offsets), since the daemon reads by offset.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import threading
+from collections import OrderedDict
+from typing import Iterator, NamedTuple
+
+from lookupd.batch import BatchHeader, frame_size, parse_header
+from lookupd.fileio import FileHandle
+from lookupd.names import segment_file_name
+
+from .catalog import Catalog, PartitionInfo
+from .daemon import DaemonLink
+
+READ_BYTES = 1 << 20  # one pread of a .log, one daemon `read`
+
+
+class Cursor(NamedTuple):
+    """A batch boundary: the segment, the byte position in its .log and the offset there."""
+
+    segment: int
+    position: int
+    offset: int
+
+
+Batch = tuple[BatchHeader, memoryview, Cursor]  # header, bytes, the cursor just after it
+
+
+def whole_batches(buf: bytes, position: int, path: str) -> Iterator[tuple[BatchHeader, memoryview]]:
+    """The complete batches at the front of `buf`, which starts at file `position`."""
+    mv = memoryview(buf)
+    off = 0
+    while (size := frame_size(buf, off, len(buf), position + off, path)) is not None:
+        yield parse_header(buf, off, position + off, path), mv[off:off + size]
+        off += size
+
+
+class Handles:
+    """Open read-only descriptors, at most `max_open`, least recently opened dropped first.
+
+    A dropped descriptor closes once no open file in the mount holds it (FileHandle's
+    finalizer). A cached descriptor is reused only while the path still names its file.
+    """
+
+    def __init__(self, max_open: int = 256):
+        self.max_open = max_open
+        self._lock = threading.Lock()
+        self._open: OrderedDict[str, tuple[FileHandle, int, int]] = OrderedDict()
+
+    def open(self, path: str) -> FileHandle:
+        st = os.stat(path)  # FileNotFoundError when the broker deleted it
+        with self._lock:
+            cached = self._open.get(path)
+            if cached is not None and cached[1:] == (st.st_dev, st.st_ino):
+                self._open.move_to_end(path)
+                return cached[0]
+        handle = FileHandle(path)
+        st = os.fstat(handle.fd)
+        with self._lock:
+            self._open[path] = (handle, st.st_dev, st.st_ino)
+            self._open.move_to_end(path)
+            while len(self._open) > self.max_open:
+                self._open.popitem(last=False)
+        return handle
+
+
+class LocalFile:
+    """A raw segment file open in the mount: reads are `pread`s on the pinned descriptor."""
+
+    def __init__(self, handle: FileHandle):
+        self._handle = handle
+
+    def read(self, size: int, offset: int) -> bytes:
+        return self._handle.pread(size, offset)
+
+
+class LocalSource:
+    """A partition whose directory is on this host."""
+
+    def __init__(self, part: PartitionInfo, catalog: Catalog, handles: Handles):
+        self.part = part
+        self._catalog = catalog
+        self._handles = handles
+
+    def path(self, base_offset: int, suffix: str) -> str:
+        return os.path.join(self.part.local_dir, segment_file_name(base_offset, "." + suffix))
+
+    def log_name(self, base_offset: int) -> str:
+        return self.path(base_offset, "log")
+
+    def open_raw(self, base_offset: int, suffix: str) -> LocalFile:
+        return LocalFile(self._handles.open(self.path(base_offset, suffix)))
+
+    def batches(self, cursor: Cursor, follow: bool) -> Iterator[Batch]:
+        """Batches from `cursor` to the end of its segment, and of the later ones if `follow`."""
+        segment, position = cursor.segment, cursor.position
+        while True:
+            path = self.log_name(segment)
+            handle = self._handles.open(path)
+            end = handle.size()
+            while position < end:
+                buf = handle.pread(min(READ_BYTES, end - position), position)
+                done = 0
+                for header, data in whole_batches(buf, position, path):
+                    done += len(data)
+                    yield header, data, Cursor(segment, position + done, header.last_offset + 1)
+                if done == 0:  # a batch longer than one read, or an incomplete one at the end
+                    size = frame_size(buf, 0, end - position, position, path)
+                    if size is None:
+                        break
+                    data = memoryview(handle.pread(size, position))
+                    header = parse_header(data, 0, position, path)
+                    done = size
+                    yield header, data, Cursor(segment, position + size, header.last_offset + 1)
+                position += done
+            nxt = self._catalog.segments(self.part).after(segment) if follow else None
+            if nxt is None:
+                return
+            segment, position = nxt.base_offset, 0
+
+
+class RemoteSource:
+    """A partition read through the daemon (its log dir is not on this host)."""
+
+    def __init__(self, part: PartitionInfo, catalog: Catalog, daemon: DaemonLink):
+        self.part = part
+        self._catalog = catalog
+        self._daemon = daemon
+
+    def log_name(self, base_offset: int) -> str:
+        return (f"{self.part.topic}-{self.part.partition}/{segment_file_name(base_offset, '.log')} "
+                f"(via lookupd at {self._daemon.address})")
+
+    def read(self, offset: int) -> dict:
+        return self._daemon.call("read", self.part.topic, self.part.partition, offset, READ_BYTES)
+
+    def resolve(self, offset: int) -> dict | None:
+        return self._daemon.call("resolve_offset", self.part.topic, self.part.partition, offset)
+
+    def open_raw(self, base_offset: int, suffix: str) -> "RemoteLog":
+        segments = self._catalog.segments(self.part)
+        nxt = segments.after(base_offset)
+        end = nxt.base_offset if nxt is not None else self.part.log_end_offset
+        return RemoteLog(self, base_offset, end)
+
+    def batches(self, cursor: Cursor, follow: bool) -> Iterator[Batch]:
+        offset = cursor.offset
+        while True:
+            r = self.read(offset)
+            if not r["records"] or (not follow and r["segment"] != cursor.segment):
+                return
+            label = self.log_name(r["segment"])
+            position = r["position"]
+            for header, data in whole_batches(r["records"], position, label):
+                position += len(data)
+                yield header, data, Cursor(r["segment"], position, header.last_offset + 1)
+            offset = r["next_offset"]
+
+
+class RemoteLog:
+    """One segment's `.log` through the daemon, addressed by byte position.
+
+    Known batch starts (position -> an offset inside that batch) are remembered; a read
+    far from any of them binary-searches the segment's offsets with `resolve_offset`.
+    """
+
+    def __init__(self, source: RemoteSource, base_offset: int, end_offset: int):
+        self._source = source
+        self._base = base_offset
+        self._end = end_offset  # offsets of this segment are below this
+        self._lock = threading.Lock()
+        self._starts = [0]
+        self._offsets = [base_offset]
+        self._chunk_at = 0
+        self._chunk = b""
+
+    def read(self, size: int, offset: int) -> bytes:
+        out = bytearray()
+        with self._lock:
+            while len(out) < size:
+                pos = offset + len(out)
+                if not self._chunk_at <= pos < self._chunk_at + len(self._chunk) and not self._fetch(pos):
+                    break
+                i = pos - self._chunk_at
+                out += self._chunk[i:i + size - len(out)]
+        return bytes(out)
+
+    def _learn(self, position: int, offset: int) -> None:
+        i = bisect.bisect_left(self._starts, position)
+        if i == len(self._starts) or self._starts[i] != position:
+            self._starts.insert(i, position)
+            self._offsets.insert(i, offset)
+
+    def _fetch(self, position: int) -> bool:
+        """Load the daemon's batches from the one holding `position`; False past the last batch."""
+        i = bisect.bisect_right(self._starts, position) - 1
+        offset = self._offsets[i]
+        if position - self._starts[i] > READ_BYTES:
+            offset = self._search(position, offset)
+            if offset is None:
+                return False
+        while True:
+            r = self._source.read(offset)
+            if r["segment"] != self._base or not r["records"]:
+                return False
+            records, at = r["records"], r["position"]
+            for header, data in whole_batches(records, at, self._source.log_name(self._base)):
+                self._learn(header.position, header.base_offset)
+            self._learn(at + len(records), r["next_offset"])
+            self._chunk_at, self._chunk = at, records
+            if position < at + len(records):
+                return position >= at
+            offset = r["next_offset"]
+
+    def _search(self, position: int, low: int) -> int | None:
+        """An offset of the batch holding `position`, by bisecting [low, segment end)."""
+        high = self._end
+        j = bisect.bisect_right(self._starts, position)
+        if j < len(self._starts):
+            high = min(high, self._offsets[j])
+        while low < high:
+            mid = (low + high) // 2
+            loc = self._source.resolve(mid)
+            if loc is None or loc["segment"] != self._base or loc["position"] > position:
+                high = mid
+                continue
+            self._learn(loc["position"], mid)
+            if position < loc["position"] + loc["size"]:
+                return mid
+            low = loc["last_offset"] + 1
+        return None

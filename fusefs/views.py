@@ -1,0 +1,150 @@
+"""The generated files: records as JSON lines, index entries as text lines, partition.json.
+
+Records are rendered with `lookupd.render.record_json`, the form `lookupd dump --json`
+prints, one batch at a time (CRC checked first: a corrupt batch is an error, not lines).
+Rendered batches are kept in a bounded LRU cache keyed by partition, segment, position
+and CRC, so a file read twice, or two readers of one segment, decode each batch once.
+Index entries are the ones lookupd treats as valid (an active segment's preallocated
+zero tail is not listed), as `lookupd dump` prints them.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import json
+import threading
+from collections import OrderedDict
+from typing import NamedTuple
+
+from lookupd.batch import BatchHeader, ensure_valid
+from lookupd.records import decode_batch
+from lookupd.render import record_json
+from lookupd.segment import LogSegment
+
+from .catalog import PartitionInfo, Segments
+from .sources import Cursor, LocalSource, RemoteSource
+from .stream import Pieces
+
+LINES_PER_PIECE = 4096
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+
+
+class Rendered(NamedTuple):
+    """One batch as JSON lines: the records' offsets, where each line starts (and the end), the bytes."""
+
+    offsets: list[int]
+    starts: list[int]
+    data: bytes
+
+    def between(self, first: int | None, end: int | None) -> tuple[bytes, bool]:
+        """Lines of the records with first <= offset < end, and whether a record at or past `end` was seen."""
+        i = 0 if first is None else bisect.bisect_left(self.offsets, first)
+        j = len(self.offsets) if end is None else bisect.bisect_left(self.offsets, end)
+        return self.data[self.starts[i]:self.starts[max(i, j)]], j < len(self.offsets)
+
+
+def render(header: BatchHeader, data: memoryview, where: str) -> Rendered:
+    ensure_valid(header, data, where)
+    records = decode_batch(header, data, path=where)
+    lines = [_dumps(record_json(r, header)) + "\n" for r in records]  # ASCII: one byte per character
+    return Rendered([r.offset for r in records], list(itertools.accumulate(map(len, lines), initial=0)),
+                    "".join(lines).encode("ascii"))
+
+
+class RenderCache:
+    """Rendered batches, least recently used dropped first beyond `max_bytes`."""
+
+    def __init__(self, max_bytes: int = 64 << 20):
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._items: OrderedDict[tuple, Rendered] = OrderedDict()
+        self._bytes = 0
+
+    def get(self, key: tuple, header: BatchHeader, data: memoryview, where: str) -> Rendered:
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is not None:
+                self._items.move_to_end(key)
+                return hit
+        rendered = render(header, data, where)
+        with self._lock:
+            if key not in self._items:
+                self._items[key] = rendered
+                self._bytes += len(rendered.data)
+                while self._bytes > self.max_bytes and len(self._items) > 1:
+                    self._bytes -= len(self._items.popitem(last=False)[1].data)
+        return rendered
+
+
+def record_lines(source: LocalSource | RemoteSource, cache: RenderCache, first: int | None, end: int | None,
+                 follow: bool, cursor: Cursor) -> Pieces:
+    """Producer: JSON lines of the records with first <= offset < end, from the batch at `cursor`
+    to the end of its segment, or of the partition if `follow`."""
+    part = source.part
+    for header, data, after in source.batches(cursor, follow):
+        if first is not None and header.last_offset < first:
+            yield b"", after
+            continue
+        key = (part.topic, part.partition, after.segment, header.position, header.crc)
+        piece, past_end = cache.get(key, header, data, source.log_name(after.segment)).between(first, end)
+        yield piece, after
+        if past_end or end is not None and header.last_offset >= end - 1:
+            return
+
+
+_INDEX_LINES = {
+    "index": "offset: %d position: %d\n",
+    "timeindex": "timestamp: %d offset: %d\n",
+    "txnindex": "version: %d producerId: %d firstOffset: %d lastOffset: %d lastStableOffset: %d\n",
+}
+
+
+def _index_columns(seg: LogSegment, suffix: str) -> tuple[list, Exception | None]:
+    if suffix == "index":
+        return seg.offset_index.entries_array(limit=seg.size()), seg.offset_index.fault
+    if suffix == "timeindex":
+        return seg.time_index.entries_array(limit=seg.time_index_limit(seg.size())), seg.time_index.fault
+    e = seg.txn_index.entries()
+    return [e[f] for f in ("version", "producer_id", "first_offset", "last_offset", "last_stable_offset")], None
+
+
+def index_lines(directory: str, base_offset: int, suffix: str, active: bool, cursor: int) -> Pieces:
+    """Producer: one line per valid entry of the segment's `.index`, `.timeindex` or `.txnindex`,
+    from entry number `cursor`; a corrupt index ends with its error after the valid entries."""
+    seg = LogSegment(directory, base_offset, live=active)
+    try:
+        columns, fault = _index_columns(seg, suffix)
+        rows = list(zip(*(c.tolist() for c in columns)))
+    finally:
+        seg.close()
+    fmt = _INDEX_LINES[suffix]
+    for i in range(cursor, len(rows), LINES_PER_PIECE):
+        yield "".join(fmt % row for row in rows[i:i + LINES_PER_PIECE]).encode("ascii"), i + LINES_PER_PIECE
+    if fault is not None:
+        raise fault
+
+
+def partition_json(part: PartitionInfo, segments: Segments) -> bytes:
+    """partition.json: log start and end offsets, and each segment's offset range, size and time range.
+
+    A segment's `end_offset` (exclusive) is the next segment's base offset, or the log end
+    offset. Its `time_range` [from, to] holds the timestamps for which ListOffsets (and
+    at-time/) search this segment: after every earlier segment's largest timestamp, up to
+    its own; null when an earlier segment already reaches further.
+    """
+    rows, reached = [], -1
+    for seg, nxt in zip(segments.list, [*segments.list[1:], None]):
+        largest = seg.largest_timestamp
+        rows.append({
+            "base_offset": seg.base_offset,
+            "end_offset": nxt.base_offset if nxt is not None else max(part.log_end_offset, seg.base_offset),
+            "size": seg.size, "active": seg.active, "largest_timestamp": largest,
+            "time_range": [reached + 1, largest] if largest > reached else None,
+            "offset_index_entries": seg.offset_index_entries, "time_index_entries": seg.time_index_entries,
+        })
+        reached = max(reached, largest)
+    doc = {"topic": part.topic, "partition": part.partition, "log_start_offset": part.log_start_offset,
+           "log_end_offset": part.log_end_offset, "log_dir": part.log_dir,
+           "read_from": "local files" if part.local_dir else "lookupd", "segments": rows}
+    return (json.dumps(doc, indent=2) + "\n").encode()
