@@ -1,0 +1,274 @@
+"""The file system: one method per system call the mount answers, in the style of fusepy's examples.
+
+What a path is comes from `fusefs.tree` (the layout), what exists from `fusefs.catalog`
+(the daemon's listings), bytes from `fusefs.sources` and generated content from
+`fusefs.views`, read through `fusefs.stream`.
+
+Attributes: directories 0555, files 0444, owned by the user who mounted. A segment's
+files carry the segment's largest record timestamp as mtime; raw files their true size;
+generated files size 0 (like /proc: the size is not known before the content is made)
+and are opened with direct I/O, so every read reaches the mount and tools read to the
+end of the content. Other files and directories carry the time of the mount.
+
+Errors: unknown paths ENOENT; offsets outside the partition ENOENT; writes of any kind
+EROFS (the mount is read-only, and fusepy's Operations refuses what is not defined
+here); the daemon unreachable, a file vanished mid-read or corrupt data: EIO, with the
+reason in the log (the same reason at most every 10 s).
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import itertools
+import logging
+import os
+import stat
+import threading
+import time
+from typing import Any
+
+from fuse import FuseOSError, Operations
+
+from lookupd.client import RemoteError
+from lookupd.errors import LookupdError
+from lookupd.server import sd_notify
+
+from . import tree
+from .catalog import Catalog, PartitionInfo
+from .sources import Cursor, Handles, LocalSource, RemoteSource
+from .stream import Pieces, Stream
+from .views import RenderCache, index_lines, partition_json, record_lines
+
+log = logging.getLogger(__name__)
+
+WARN_EVERY_S = 10.0
+_NOT_THERE = {"UNKNOWN_PARTITION", "OFFSET_OUT_OF_RANGE"}
+
+
+def _nothing(cursor: None) -> Pieces:
+    yield from ()
+
+
+def _once(content: bytes, cursor: None) -> Pieces:
+    yield content, None
+
+
+class KafkaFS(Operations):
+    """Kafka log dirs as a read-only tree of topics, partitions and segments (see fusefs.tree)."""
+
+    use_ns = True
+
+    def __init__(self, catalog: Catalog, handles: Handles | None = None, renders: RenderCache | None = None):
+        self.catalog = catalog
+        self.daemon = catalog.daemon
+        self.handles = handles or Handles()
+        self.renders = renders or RenderCache()
+        self.mounted_ns = time.time_ns()
+        self._owner = {"st_uid": os.getuid(), "st_gid": os.getgid()}
+        self._files: dict[int, Any] = {}
+        self._fh = itertools.count(1)
+        self._warned: dict[str, float] = {}
+        self._warn_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ errors
+
+    def __call__(self, op: str, *args):
+        try:
+            return super().__call__(op, *args)
+        except FuseOSError:
+            raise
+        except RemoteError as err:
+            if err.code in _NOT_THERE:
+                raise FuseOSError(errno.ENOENT) from None
+            if err.code == "INVALID_ARGUMENT":
+                raise FuseOSError(errno.EINVAL) from None
+            self._warn(op, args, err)
+        except LookupdError as err:  # the daemon unreachable, corrupt data
+            self._warn(op, args, err)
+        except FileNotFoundError:
+            raise FuseOSError(errno.EIO if op == "read" else errno.ENOENT) from None
+        except OSError as err:
+            self._warn(op, args, err)
+            raise FuseOSError(err.errno or errno.EIO) from None
+        except Exception:
+            log.exception("%s %s failed", op, args[0] if args else "")
+        raise FuseOSError(errno.EIO)
+
+    def _warn(self, op: str, args: tuple, err: Exception) -> None:
+        reason = f"{type(err).__name__}: {err}"
+        now = time.monotonic()
+        with self._warn_lock:
+            if now - self._warned.get(reason, -WARN_EVERY_S) < WARN_EVERY_S:
+                return
+            self._warned[reason] = now
+        log.warning("%s %s: %s; answering EIO", op, args[0] if args else "", reason)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def init(self, path: str) -> None:
+        log.info("mounted; lookups go to lookupd at %s", self.daemon.address)
+        sd_notify("READY=1\nSTATUS=mounted")
+
+    def destroy(self, path: str) -> None:
+        sd_notify("STOPPING=1")
+        self.daemon.close()
+
+    # ------------------------------------------------------------------ metadata
+
+    def getattr(self, path: str, fh=None) -> dict:
+        node = tree.parse(path)
+        if isinstance(node, tree.DIRECTORIES):
+            return self._attrs(stat.S_IFDIR | 0o555, nlink=2 + self._subdirectories(node))
+        if isinstance(node, tree.SegmentFile):
+            return self._segment_attrs(node)
+        self._check_exists(node)
+        return self._attrs(stat.S_IFREG | 0o444)
+
+    def readdir(self, path: str, fh) -> list[str]:
+        node = tree.parse(path)
+        if isinstance(node, tree.Root):
+            names = list(self.catalog.topics())
+        elif isinstance(node, tree.Topic):
+            names = [str(p) for p in self._partitions_of(node.topic)]
+        elif isinstance(node, tree.Partition):
+            names = self._partition_entries(self.catalog.partition(node.topic, node.partition))
+        elif isinstance(node, tree.NavDir):
+            self.catalog.partition(node.topic, node.partition)
+            names = []  # resolved on lookup, never listed
+        else:
+            raise FuseOSError(errno.ENOTDIR)
+        return [".", "..", *names]
+
+    def statfs(self, path: str) -> dict:
+        return {"f_bsize": 4096, "f_frsize": 4096, "f_namemax": 255}
+
+    # ------------------------------------------------------------------ data
+
+    def open(self, path: str, fi) -> int:
+        if fi.flags & os.O_ACCMODE != os.O_RDONLY:
+            raise FuseOSError(errno.EROFS)
+        node = tree.parse(path)
+        if isinstance(node, tree.DIRECTORIES):
+            raise FuseOSError(errno.EISDIR)
+        if isinstance(node, tree.SegmentFile) and node.raw:
+            self._segment_attrs(node)
+            part = self.catalog.partition(node.topic, node.partition)
+            opened = self._source(part).open_raw(node.base_offset, node.suffix)
+        else:
+            opened = Stream(*self._producer(node))
+            fi.direct_io = 1
+        fi.fh = next(self._fh)
+        self._files[fi.fh] = opened
+        return 0
+
+    def read(self, path: str, size: int, offset: int, fi) -> bytes:
+        return self._files[fi.fh].read(size, offset)
+
+    def release(self, path: str, fi) -> int:
+        opened = self._files.pop(fi.fh, None)
+        if isinstance(opened, Stream):
+            opened.close()
+        return 0
+
+    # ------------------------------------------------------------------ refused (fusepy allows these by default)
+
+    def utimens(self, path: str, times=None) -> int:
+        raise FuseOSError(errno.EROFS)
+
+    def setxattr(self, path: str, name: str, value: bytes, options: int, position: int = 0) -> int:
+        raise FuseOSError(errno.EROFS)
+
+    def removexattr(self, path: str, name: str) -> int:
+        raise FuseOSError(errno.EROFS)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _attrs(self, mode: int, *, nlink: int = 1, size: int = 0, blocks: int = 0, mtime_ns: int | None = None) -> dict:
+        t = self.mounted_ns if mtime_ns is None else mtime_ns
+        return {"st_mode": mode, "st_nlink": nlink, "st_size": size, "st_blocks": blocks, **self._owner,
+                "st_mtime": t, "st_ctime": t, "st_atime": t}
+
+    def _partitions_of(self, topic: str) -> list[int]:
+        partitions = self.catalog.topics().get(topic)
+        if partitions is None:
+            raise FuseOSError(errno.ENOENT)
+        return partitions
+
+    def _subdirectories(self, node: tree.Node) -> int:
+        """How many directories `node` holds (for st_nlink); ENOENT when it does not exist."""
+        if isinstance(node, tree.Root):
+            return len(self.catalog.topics())
+        if isinstance(node, tree.Topic):
+            return len(self._partitions_of(node.topic))
+        self.catalog.partition(node.topic, node.partition)
+        return len(tree.NAV_DIRS) if isinstance(node, tree.Partition) else 0
+
+    def _source(self, part: PartitionInfo) -> LocalSource | RemoteSource:
+        if part.local_dir is not None:
+            return LocalSource(part, self.catalog, self.handles)
+        return RemoteSource(part, self.catalog, self.daemon)
+
+    def _partition_entries(self, part: PartitionInfo) -> list[str]:
+        segments = self.catalog.segments(part)
+        names = []
+        if part.local_dir is not None:
+            on_disk = set(os.listdir(part.local_dir))
+            for base in segments.bases:
+                stem = f"{base:020d}."
+                names += tree.segment_names(base, {s for s in tree.RAW if stem + s in on_disk})
+        else:
+            for base in segments.bases:
+                names += tree.segment_names(base, {"log"})
+        return names + tree.PARTITION_EXTRAS
+
+    def _segment_attrs(self, node: tree.SegmentFile) -> dict:
+        part = self.catalog.partition(node.topic, node.partition)
+        seg = self.catalog.segment(part, node.base_offset)
+        mtime_ns = seg.largest_timestamp * 1_000_000
+        if part.local_dir is not None:
+            st = os.stat(LocalSource(part, self.catalog, self.handles).path(node.base_offset, node.disk_suffix))
+            size, blocks = st.st_size, st.st_blocks
+        elif node.disk_suffix == "log":
+            size, blocks = seg.size, (seg.size + 511) // 512
+        else:
+            raise FuseOSError(errno.ENOENT)  # index bytes are not served by the daemon
+        if not node.raw:
+            size = blocks = 0
+        return self._attrs(stat.S_IFREG | 0o444, size=size, blocks=blocks, mtime_ns=mtime_ns)
+
+    def _check_exists(self, node: tree.Node) -> None:
+        part = self.catalog.partition(node.topic, node.partition)
+        if isinstance(node, tree.AtOffset):
+            self._resolve_offset(part, node.start)  # ENOENT outside [log start, log end]
+
+    def _resolve_offset(self, part: PartitionInfo, offset: int) -> dict | None:
+        return self.daemon.call("resolve_offset", part.topic, part.partition, offset)
+
+    def _offset_for_timestamp(self, part: PartitionInfo, timestamp: int) -> dict | None:
+        return self.daemon.call("offset_for_timestamp", part.topic, part.partition, timestamp)
+
+    def _producer(self, node: tree.Node) -> tuple:
+        """(producer, start cursor) of a generated file."""
+        part = self.catalog.partition(node.topic, node.partition)
+        if isinstance(node, tree.PartitionJson):
+            return functools.partial(_once, partition_json(part, self.catalog.segments(part))), None
+        if isinstance(node, tree.SegmentFile):
+            self._segment_attrs(node)
+            if node.suffix == "records.jsonl":
+                produce = functools.partial(record_lines, self._source(part), self.renders, None, None, False)
+                return produce, Cursor(node.base_offset, 0, node.base_offset)
+            active = self.catalog.segment(part, node.base_offset).active
+            return functools.partial(index_lines, part.local_dir, node.base_offset, node.disk_suffix, active), 0
+        if isinstance(node, tree.AtOffset):
+            first, end = node.start, node.end
+            at = self._resolve_offset(part, first)
+        else:
+            at = self._offset_for_timestamp(part, node.start)
+            first = at["offset"] if at is not None else None
+            to = self._offset_for_timestamp(part, node.end) if node.end is not None and at is not None else None
+            end = to["offset"] if to is not None else None
+        if at is None:  # the log end, or no record that late
+            return _nothing, None
+        produce = functools.partial(record_lines, self._source(part), self.renders, first, end, True)
+        return produce, Cursor(at["segment"], at["position"], first)
