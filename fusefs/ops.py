@@ -26,7 +26,7 @@ import os
 import stat
 import threading
 import time
-from typing import Any
+from typing import NamedTuple
 
 from fuse import FuseOSError, Operations
 
@@ -36,7 +36,7 @@ from lookupd.server import sd_notify
 
 from . import tree
 from .catalog import Catalog, PartitionInfo
-from .sources import Cursor, Handles, LocalSource, RemoteSource
+from .sources import Cursor, Handles, LocalFile, LocalSource, RemoteLog, RemoteSource
 from .stream import Pieces, Stream
 from .views import RenderCache, index_lines, partition_json, record_lines
 
@@ -54,6 +54,16 @@ def _once(content: bytes, cursor: None) -> Pieces:
     yield content, None
 
 
+class OpenFile(NamedTuple):
+    content: LocalFile | RemoteLog | Stream
+    attrs: dict  # at open
+
+    def stat(self) -> dict:
+        if isinstance(self.content, LocalFile):  # a segment file may grow while open
+            return {**self.attrs, "st_size": self.content.size()}
+        return self.attrs
+
+
 class KafkaFS(Operations):
     """Kafka log dirs as a read-only tree of topics, partitions and segments (see fusefs.tree)."""
 
@@ -66,7 +76,7 @@ class KafkaFS(Operations):
         self.renders = renders or RenderCache()
         self.mounted_ns = time.time_ns()
         self._owner = {"st_uid": os.getuid(), "st_gid": os.getgid()}
-        self._files: dict[int, Any] = {}
+        self._files: dict[int, OpenFile] = {}
         self._fh = itertools.count(1)
         self._warned: dict[str, float] = {}
         self._warn_lock = threading.Lock()
@@ -117,13 +127,10 @@ class KafkaFS(Operations):
     # ------------------------------------------------------------------ metadata
 
     def getattr(self, path: str, fh=None) -> dict:
-        node = tree.parse(path)
-        if isinstance(node, tree.DIRECTORIES):
-            return self._attrs(stat.S_IFDIR | 0o555, nlink=2 + self._subdirectories(node))
-        if isinstance(node, tree.SegmentFile):
-            return self._segment_attrs(node)
-        self._check_exists(node)
-        return self._attrs(stat.S_IFREG | 0o444)
+        opened = self._files.get(fh.fh) if fh is not None else None
+        if opened is not None:  # fstat: what was opened, even if it is gone from the log dir since
+            return opened.stat()
+        return self._stat(tree.parse(path))
 
     def readdir(self, path: str, fh) -> list[str]:
         node = tree.parse(path)
@@ -149,26 +156,26 @@ class KafkaFS(Operations):
         if fi.flags & os.O_ACCMODE != os.O_RDONLY:
             raise FuseOSError(errno.EROFS)
         node = tree.parse(path)
+        attrs = self._stat(node)
         if isinstance(node, tree.DIRECTORIES):
             raise FuseOSError(errno.EISDIR)
         if isinstance(node, tree.SegmentFile) and node.raw:
-            self._segment_attrs(node)
             part = self.catalog.partition(node.topic, node.partition)
-            opened = self._source(part).open_raw(node.base_offset, node.suffix)
+            content = self._source(part).open_raw(node.base_offset, node.suffix)
         else:
-            opened = Stream(*self._producer(node))
+            content = Stream(*self._producer(node))
             fi.direct_io = 1
         fi.fh = next(self._fh)
-        self._files[fi.fh] = opened
+        self._files[fi.fh] = OpenFile(content, attrs)
         return 0
 
     def read(self, path: str, size: int, offset: int, fi) -> bytes:
-        return self._files[fi.fh].read(size, offset)
+        return self._files[fi.fh].content.read(size, offset)
 
     def release(self, path: str, fi) -> int:
         opened = self._files.pop(fi.fh, None)
-        if isinstance(opened, Stream):
-            opened.close()
+        if opened is not None and isinstance(opened.content, Stream):
+            opened.content.close()
         return 0
 
     # ------------------------------------------------------------------ refused (fusepy allows these by default)
@@ -188,6 +195,14 @@ class KafkaFS(Operations):
         t = self.mounted_ns if mtime_ns is None else mtime_ns
         return {"st_mode": mode, "st_nlink": nlink, "st_size": size, "st_blocks": blocks, **self._owner,
                 "st_mtime": t, "st_ctime": t, "st_atime": t}
+
+    def _stat(self, node: tree.Node) -> dict:
+        if isinstance(node, tree.DIRECTORIES):
+            return self._attrs(stat.S_IFDIR | 0o555, nlink=2 + self._subdirectories(node))
+        if isinstance(node, tree.SegmentFile):
+            return self._segment_attrs(node)
+        self._check_exists(node)
+        return self._attrs(stat.S_IFREG | 0o444)
 
     def _partitions_of(self, topic: str) -> list[int]:
         partitions = self.catalog.topics().get(topic)
@@ -254,7 +269,6 @@ class KafkaFS(Operations):
         if isinstance(node, tree.PartitionJson):
             return functools.partial(_once, partition_json(part, self.catalog.segments(part))), None
         if isinstance(node, tree.SegmentFile):
-            self._segment_attrs(node)
             if node.suffix == "records.jsonl":
                 produce = functools.partial(record_lines, self._source(part), self.renders, None, None, False)
                 return produce, Cursor(node.base_offset, 0, node.base_offset)

@@ -85,6 +85,9 @@ class LocalFile:
     def read(self, size: int, offset: int) -> bytes:
         return self._handle.pread(size, offset)
 
+    def size(self) -> int:
+        return self._handle.size()
+
 
 class LocalSource:
     """A partition whose directory is on this host."""
