@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import bisect
 import errno
+import functools
 import hashlib
 import json
 import os
@@ -90,6 +91,7 @@ def expected_records(p: str) -> list[dict]:
     return out
 
 
+@functools.lru_cache(maxsize=None)
 def largest_timestamps(p: str) -> dict[int, int]:
     """Each segment's largest record timestamp (LogSegment.largestTimestamp), from the batches."""
     out: dict[int, int] = {}
@@ -98,6 +100,7 @@ def largest_timestamps(p: str) -> dict[int, int]:
     return out
 
 
+@functools.lru_cache(maxsize=None)
 def record_times(p: str) -> list[tuple[int, int]]:
     """(offset, timestamp) of every record; large-0's are its single-record batches."""
     if p == "large-0":
