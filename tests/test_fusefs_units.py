@@ -1,0 +1,142 @@
+"""The FUSE view's parts that need no mount: path parsing, the lazily generated file, record slicing."""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+from fuse import FuseOSError
+
+from fusefs import tree
+from fusefs.catalog import Catalog
+from fusefs.daemon import DaemonLink
+from fusefs.ops import KafkaFS
+from fusefs.stream import CHECKPOINT, Stream
+from fusefs.views import render
+from lookupd.batch import parse_header
+from lookupd.builder import build_batch
+
+
+def refused(path: str) -> int:
+    with pytest.raises(FuseOSError) as e:
+        tree.parse(path)
+    return e.value.errno
+
+
+def test_paths_name_nodes():
+    assert tree.parse("/") == tree.Root()
+    assert tree.parse("/orders") == tree.Topic("orders")
+    assert tree.parse("/orders/12") == tree.Partition("orders", 12)
+    assert tree.parse("/orders/0/00000000000000001234.log") == tree.SegmentFile("orders", 0, 1234, "log")
+    view = tree.parse("/orders/0/00000000000000001234.timeindex.txt")
+    assert view == tree.SegmentFile("orders", 0, 1234, "timeindex.txt") and not view.raw
+    assert view.disk_suffix == "timeindex"
+    assert tree.parse("/orders/0/partition.json") == tree.PartitionJson("orders", 0)
+    assert tree.parse("/orders/0/at-time") == tree.NavDir("orders", 0, "at-time")
+    assert tree.parse("/orders/0/at-offset/42.jsonl") == tree.AtOffset("orders", 0, 42, None)
+    assert tree.parse("/orders/0/at-offset/42-42.jsonl") == tree.AtOffset("orders", 0, 42, 42)
+    assert tree.parse("/orders/0/at-time/1767225600000.jsonl") == tree.AtTime("orders", 0, 1767225600000, None)
+    day = tree.AtTime("orders", 0, 1767225600000, 1767312000000)
+    assert tree.parse("/orders/0/at-time/2026-01-01--2026-01-02T00:00:00Z.jsonl") == day
+    assert tree.parse("/orders/0/at-time/2026-01-01T01:00:00+01:00--1767312000000.jsonl") == day
+
+
+def test_times():
+    assert tree.parse_time("2026-01-01T00:00:00.250Z") == 1767225600250
+    assert tree.parse_time("2026-01-01T00:00:00.250") == 1767225600250  # no zone: UTC
+    assert tree.parse_time("0") == 0
+    assert tree.parse_time("1970-01-01") == 0
+
+
+@pytest.mark.parametrize("path, code", [
+    ("/orders/00", errno.ENOENT), ("/orders/+1", errno.ENOENT), ("/orders/2147483648", errno.ENOENT),
+    ("/ord ers", errno.ENOENT), ("/..", errno.ENOENT), ("/" + "t" * 250, errno.ENOENT),
+    ("/orders/0/1234.log", errno.ENOENT), ("/orders/0/00000000000000001234.logx", errno.ENOENT),
+    ("/orders/0/99999999999999999999.log", errno.ENOENT), ("/orders/0/at-offset", None),
+    ("/orders/0/at-offset/x.jsonl", errno.ENOENT), ("/orders/0/at-offset/4-2.jsonl", errno.EINVAL),
+    ("/orders/0/at-offset/9223372036854775808.jsonl", errno.EINVAL),
+    ("/orders/0/at-offset/1-99999999999999999999.jsonl", errno.EINVAL),
+    ("/orders/0/at-offset/1.jsonl/x", errno.ENOENT), ("/orders/0/partition.json/x", errno.ENOENT),
+    ("/orders/0/at-time/2026-02-30.jsonl", errno.ENOENT), ("/orders/0/at-time/1969-12-31.jsonl", errno.EINVAL),
+    ("/orders/0/at-time/2--1.jsonl", errno.EINVAL), ("/orders/0/at-time/1--.jsonl", errno.ENOENT),
+    ("/orders/0/at-time/\u0661\u0662.jsonl", errno.ENOENT), ("/orders/0/other", errno.ENOENT),
+])
+def test_names_that_cannot_be(path, code):
+    if code is None:
+        tree.parse(path)
+    else:
+        assert refused(path) == code
+
+
+def test_listing_names():
+    assert tree.segment_names(7, {"log", "timeindex"}) == [
+        "00000000000000000007.log", "00000000000000000007.timeindex",
+        "00000000000000000007.records.jsonl", "00000000000000000007.timeindex.txt"]
+
+
+def numbered(cursor: int):
+    """A producer of lines "0\\n", "1\\n", ... up to 399999, in pieces of 1000 lines."""
+    for start in range(cursor, 400_000, 1000):
+        yield "".join(f"{i}\n" for i in range(start, start + 1000)).encode(), start + 1000
+
+
+WHOLE = b"".join(piece for piece, _ in numbered(0))
+
+
+def test_stream_reads_like_a_file():
+    s = Stream(numbered, 0)
+    assert s.read(10, 0) == WHOLE[:10]
+    got, pos = b"", 0
+    while chunk := s.read(131072, pos):
+        got += chunk
+        pos += len(chunk)
+    assert got == WHOLE and len(WHOLE) > 2 * CHECKPOINT
+    for offset, size in ((5, 100), (len(WHOLE) - 7, 100), (CHECKPOINT + 3, 5000), (0, 1), (len(WHOLE) + 5, 10)):
+        assert s.read(size, offset) == WHOLE[offset:offset + size]
+    s.close()
+
+
+def test_stream_restarts_from_a_checkpoint_after_an_error():
+    starts = []
+    fail = {"at": 150_000}
+
+    def flaky(cursor: int):
+        starts.append(cursor)
+        for piece, after in numbered(cursor):
+            if after > fail["at"]:
+                fail["at"] = 10**9
+                raise OSError(errno.EIO, "daemon went away")
+            yield piece, after
+
+    s = Stream(flaky, 0)
+    with pytest.raises(OSError):
+        s.read(len(WHOLE), 0)
+    assert s.read(len(WHOLE), 0) == WHOLE
+    s.read(10, len(WHOLE) - 10)
+    behind = CHECKPOINT + 100_000
+    assert s.read(10, behind) == WHOLE[behind:behind + 10]
+    assert starts[0] == 0 and starts[-1] > 0  # the backward read resumed from a checkpoint, not from 0
+
+
+def test_rendered_batch_slices_by_offset():
+    batch = build_batch([(1000 + i, b"k%d" % i, b"v", ()) for i in range(5)], base_offset=10,
+                        offsets=[10, 11, 13, 14, 17])
+    r = render(parse_header(batch), memoryview(batch), "test")
+    every = r.data.splitlines(keepends=True)
+    assert r.between(None, None) == (r.data, False)
+    assert r.between(12, None) == (b"".join(every[2:]), False)
+    assert r.between(11, 14) == (b"".join(every[1:3]), True)
+    assert r.between(18, None) == (b"", False)
+    assert r.between(15, 16) == (b"", True)
+
+
+def test_the_class_refuses_writes_whatever_the_mount_options():
+    fs = KafkaFS(Catalog(DaemonLink("/nonexistent.sock"), log_dirs=[], same_host=True))
+    for call in (lambda: fs.utimens("/x", (0, 0)), lambda: fs.setxattr("/x", "user.a", b"1", 0),
+                 lambda: fs.removexattr("/x", "user.a"), lambda: fs.write("/x", b"1", 0, None),
+                 lambda: fs.create("/x", 0o644), lambda: fs.truncate("/x", 0), lambda: fs.mkdir("/x", 0o755),
+                 lambda: fs.unlink("/x"), lambda: fs.rename("/x", "/y"), lambda: fs.chmod("/x", 0o777),
+                 lambda: fs.chown("/x", 0, 0)):
+        with pytest.raises(FuseOSError) as e:
+            call()
+        assert e.value.errno == errno.EROFS
