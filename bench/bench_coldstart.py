@@ -24,13 +24,14 @@ from lookupd.builder import build_batch  # noqa: E402
 from lookupd.names import segment_file_name  # noqa: E402
 
 MEASURE = r"""
-import json, os, resource, sys, time
+import json, os, sys, time
 t0 = time.perf_counter()
 from lookupd.logmanager import LogManager
 t1 = time.perf_counter()
 lm = LogManager([sys.argv[1]])
 t2 = time.perf_counter()
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+# VmHWM, not ru_maxrss: the latter keeps the parent's peak across fork+exec.
+rss = next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM:"))
 log = lm.get("cold", 0)
 target = int(sys.argv[2])
 t3 = time.perf_counter()

@@ -1,0 +1,110 @@
+"""The benchmark suite: every benchmark in bench/, our numbers and the alternatives' in one run.
+
+    python bench/run.py [--quick] [--only index,decode,...] [--out bench/results]
+
+Writes `<out>/<date>-<host>.json` (validated against bench/results.schema.json) and PNG plots
+beside it, `<date>-<host>-<plot>.png`. These machines are noisy: only ratios taken in the
+same run mean anything, so every comparison is measured side by side and reported as one.
+`--quick` finishes in under 3 minutes, the full run in under 20.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib
+import json
+import os
+import socket
+import sys
+import time
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import Figure, machine, print_table  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SUITES = ["index", "decode", "coldstart", "daemon", "fuse", "spark"]
+SCHEMA = os.path.join(HERE, "results.schema.json")
+
+
+def ratio(name: str, figures: list[Figure], numerator: str, denominator: str, meaning: str) -> dict | None:
+    """median(numerator) / median(denominator), when both figures were measured in this run."""
+    by_name = {f.name: f for f in figures}
+    a, b = by_name.get(numerator), by_name.get(denominator)
+    if a is None or b is None or b.median == 0:
+        return None
+    return {"name": name, "value": a.median / b.median, "numerator": numerator, "denominator": denominator,
+            "meaning": meaning}
+
+
+def run_suites(names: list[str], quick: bool) -> tuple[list[Figure], list[dict], dict]:
+    figures: list[Figure] = []
+    ratios: list[dict] = []
+    status: dict[str, dict] = {}
+    for name in names:
+        t0 = time.monotonic()
+        mod = importlib.import_module(f"bench_{name}")
+        try:
+            got = mod.run(quick)
+        except Exception as err:  # a suite that cannot run here is recorded, not fatal
+            status[name] = {"ok": False, "error": f"{type(err).__name__}: {err}", "seconds": time.monotonic() - t0}
+            traceback.print_exc()
+            continue
+        figures += got
+        if hasattr(mod, "ratios"):
+            ratios += [r for r in mod.ratios(got) if r is not None]
+        status[name] = {"ok": True, "figures": len(got), "seconds": round(time.monotonic() - t0, 1)}
+        print(f"-- {name}: {len(got)} figures in {status[name]['seconds']} s", flush=True)
+    return figures, ratios, status
+
+
+def validate(doc: dict) -> None:
+    import jsonschema
+
+    with open(SCHEMA) as f:
+        jsonschema.validate(doc, json.load(f))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="short runs: the whole suite in under 3 minutes")
+    ap.add_argument("--only", default=",".join(SUITES), help=f"comma-separated subset of {','.join(SUITES)}")
+    ap.add_argument("--out", default=os.path.join(HERE, "results"), help="where results and plots go")
+    ap.add_argument("--no-plots", action="store_true")
+    args = ap.parse_args(argv)
+    names = [n for n in args.only.split(",") if n]
+    unknown = set(names) - set(SUITES)
+    if unknown:
+        ap.error(f"unknown suites: {', '.join(sorted(unknown))}")
+    started = dt.datetime.now(dt.timezone.utc)
+    figures, ratios, status = run_suites(names, args.quick)
+    doc = {
+        "schema": 1,
+        "date": started.isoformat(timespec="seconds"),
+        "quick": args.quick,
+        "machine": machine(),
+        "suites": status,
+        "figures": [f.as_dict() for f in figures],
+        "ratios": ratios,
+    }
+    validate(doc)
+    os.makedirs(args.out, exist_ok=True)
+    stem = f"{started:%Y-%m-%d}-{socket.gethostname()}" + ("-quick" if args.quick else "")
+    path = os.path.join(args.out, stem + ".json")
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+    print_table(figures)
+    for r in ratios:
+        print(f"{r['name']}: {r['value']:.2f}x  ({r['meaning']})")
+    if not args.no_plots:
+        from plots import plot_all
+
+        for png in plot_all(doc, os.path.join(args.out, stem)):
+            print("plot:", os.path.relpath(png))
+    print("results:", os.path.relpath(path))
+    return 0 if all(s["ok"] for s in status.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
