@@ -76,6 +76,7 @@ class Session:
 # Where a method may run: "inline" on the event loop always (no file access), "hot" inline
 # only when the index it searches is mapped already, "thread" always in a worker thread.
 INLINE, HOT, THREAD = "inline", "hot", "thread"
+_ATTEMPTS = 4  # tries of a partition method whose segment list changed underneath
 NEEDS_THREAD = object()  # call_inline's answer for a call that must go to a worker thread
 
 
@@ -118,19 +119,16 @@ class Service:
         """
         m = METHODS.get(name)
         if m is None or m.where == INLINE:
-            return self.call(name, params, session)
+            return self._dispatch(name, params, session)
         if m.where == THREAD or not self.inline_hot_lookups:
             return NEEDS_THREAD
         index = self._floor_index(params)
         if index is None:  # bad params or below the first segment: answered without the index
-            return self.call(name, params, session)
-        # Holding the index's lock keeps other threads from (re)mapping it under us: see _lookup_offset.
-        if not index.is_open or not index._lock.acquire(blocking=False):
+            return self._dispatch(name, params, session)
+        if not index.is_open:
             return NEEDS_THREAD
-        try:
-            return self.call(name, params, session)
-        finally:
-            index._lock.release()
+        result = self._dispatch(name, params, session)
+        return NEEDS_THREAD if _suspect(result, params) else result
 
     def _floor_index(self, params: list):
         """The offset index lookup_offset searches, None if it needs none (or the params are bad)."""
@@ -143,7 +141,17 @@ class Service:
         return llog.segment(bases[slot]).offset_index if slot >= 0 else None
 
     def call(self, name: str, params: list, session: Session) -> Any:
-        """Run one method; raises LookupdError for anything the caller did wrong."""
+        """Run one method (in a worker thread: it may block); raises LookupdError for caller mistakes."""
+        result = self._dispatch(name, params, session)
+        if name == "lookup_offset" and _suspect(result, params):
+            index = self._floor_index(params)
+            if index is not None:
+                with index._lock:  # wait out a (re)map of the index by another thread: see _suspect
+                    pass
+                result = self._dispatch(name, params, session)
+        return result
+
+    def _dispatch(self, name: str, params: list, session: Session) -> Any:
         self.authorize(session, name)
         m = self.method(name)
         if len(params) != len(m.params):
@@ -151,21 +159,39 @@ class Service:
             raise InvalidArgument(f"{name} takes {len(m.params)} params ({want}), got {len(params)}")
         if name == "auth":
             return self._auth(session, params[0])
-        try:
+        if m.params[:2] != ("topic", "partition"):
             return m.handler(self, params)
-        except FileNotFoundError as err:
-            # A segment the broker deleted after our last rescan: re-list that partition and retry once.
-            if m.params[:2] != ("topic", "partition"):
-                raise
+        return self._on_partition(m, params)
+
+    def _on_partition(self, m: Method, params: list) -> Any:
+        """Run a partition method against one consistent segment list.
+
+        The rescan thread may swap the partition's segment list while a call runs (the
+        broker rolled or deleted a segment), and the core reads that list more than once
+        per call: a range check against the old list and a floor slot in the new one can
+        answer with the wrong segment. LocalLog.refresh replaces the list object whenever
+        it changes, so an answer is kept only if the same list object was there before and
+        after; otherwise (or when a deleted file was missing) the call runs again.
+        """
+        llog = self.manager.get(params[0], params[1])
+        for _ in range(_ATTEMPTS):
+            before = llog.base_offsets
             try:
-                self.manager.get(params[0], params[1]).refresh()
+                result = m.handler(self, params)
             except FileNotFoundError:
-                raise Unavailable(f"partition {params[0]}-{params[1]} was deleted while being read") from None
-            try:
-                return m.handler(self, params)
-            except FileNotFoundError:
-                raise Unavailable(f"{err.filename} vanished while being read (the broker is deleting "
-                                  f"segments); retry") from None
+                try:
+                    llog.refresh()  # a segment deleted since the last rescan: re-list now
+                except FileNotFoundError:
+                    raise Unavailable(f"partition {params[0]}-{params[1]} was deleted while being read") from None
+                continue
+            except LookupdError:
+                if llog.base_offsets is before:
+                    raise
+                continue
+            if llog.base_offsets is before:
+                return result
+        raise Unavailable(f"the segments of {params[0]}-{params[1]} kept changing during the call "
+                          f"(the broker is rolling or deleting segments); retry")
 
     def _auth(self, session: Session, token: Any) -> bool:
         if not isinstance(token, (str, bytes)):
@@ -233,24 +259,20 @@ def _segments(s: Service, p: list) -> list:
 
 
 def _lookup_offset(s: Service, p: list) -> dict | None:
-    """Searched while holding the index's lock, once it is mapped.
+    return _row(s._log(p).lookup_offset(p[2], p[3]))
+
+
+def _suspect(result: Any, params: list) -> bool:
+    """Whether a lookup_offset answer may come from an index caught mid-(re)map.
 
     Works around a race in the core: AbstractIndex._load publishes a new map before its
-    entry count, so a lock-free reader running meanwhile sees no entries and answers the
-    segment start. Mapping first (the core's own locking) and searching under the lock
-    (re-entrant: the inline path already holds it) never holds one index's lock while
-    the cache unmaps another. Drop this once the core publishes the map last.
+    entry count, so a reader meanwhile sees no entries and answers a segment start. Such
+    answers (rare otherwise) are computed again once the index's lock is free. Drop this
+    once the core publishes the map last.
     """
-    index = s._floor_index(p)
-    while index is not None:
-        try:
-            index.valid_entries()  # maps it if needed
-        except LookupdError:
-            break  # the lookup below reports it
-        with index._lock:
-            if index.is_open:  # not unmapped meanwhile: holding the lock keeps it so
-                return _row(s._log(p).lookup_offset(p[2], p[3]))
-    return _row(s._log(p).lookup_offset(p[2], p[3]))
+    if result is None:
+        return params[3] == "ceiling"
+    return result["position"] == 0 and result["offset"] != params[2]
 
 
 def _lookup_timestamp(s: Service, p: list) -> dict | None:

@@ -157,5 +157,5 @@ async def test_broker_writes_under_load(short_dir):
             await cl.aclose()
     assert not wrong, wrong[:5]
     assert did["deleted"] and did["truncated"] is not None
-    assert answers["resolve"] > 500 and answers["lookup"] > 500, answers
+    assert answers["resolve"] > 100 and answers["lookup"] > 100, answers
     assert d.counters.connections == 0
