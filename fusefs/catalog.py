@@ -2,9 +2,9 @@
 
 Listings come from the daemon (`partitions`, `segments`), which rescans the log dirs
 itself, so partitions and segments that appear or go away on disk appear or go away here
-within the TTL plus the daemon's rescan interval. A stale entry is served while one
-thread refreshes it; a failed refresh drops the entry, so while the daemon is down every
-lookup that needs it fails rather than answering from an old listing.
+within the TTL plus the daemon's rescan interval (plus one listing's time: see TTLCache).
+While the daemon is down, lookups that need a listing fail, after at most one more answer
+from the old listing.
 
 A partition is read from local files when its directory is found under one of the
 mount's `--log-dir`s or, without `--log-dir`, under the log dir the daemon reports when
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import errno
+import logging
 import os
 import threading
 import time
@@ -24,6 +25,8 @@ from typing import Any, Callable, Hashable, NamedTuple
 from fuse import FuseOSError
 
 from .daemon import DaemonLink
+
+log = logging.getLogger(__name__)
 
 
 class PartitionInfo(NamedTuple):
@@ -63,8 +66,13 @@ class Segments:
 
 
 class TTLCache:
-    """Values fetched at most once per `ttl` seconds per key; one thread refreshes, the others
-    keep reading the stale value meanwhile (or wait, when there is none)."""
+    """Values fetched at most once per `ttl` seconds per key.
+
+    A stale value is answered at once while one background thread fetches the new one, so
+    a slow listing (thousands of segments) never holds up lookups after the first; a key
+    with no value yet is fetched by the caller (others wait for it). A failed background
+    fetch drops the value: the next caller fetches, and gets the error.
+    """
 
     def __init__(self, ttl: float):
         self.ttl = ttl
@@ -72,23 +80,29 @@ class TTLCache:
         self._locks: dict[Hashable, threading.Lock] = {}
 
     def get(self, key: Hashable, fetch: Callable[[], Any]) -> Any:
-        entry = self._entries.get(key)
-        if entry is not None and entry[0] > time.monotonic():
-            return entry[1]
         lock = self._locks.setdefault(key, threading.Lock())
-        if not lock.acquire(blocking=entry is None):
+        entry = self._entries.get(key)
+        if entry is not None:
+            if entry[0] <= time.monotonic() and lock.acquire(blocking=False):
+                threading.Thread(target=self._refresh, args=(key, fetch, lock), daemon=True,
+                                 name=f"refresh {key}").start()
             return entry[1]
-        try:
+        with lock:
             entry = self._entries.get(key)
-            if entry is not None and entry[0] > time.monotonic():
+            if entry is not None:
                 return entry[1]
-            try:
-                value = fetch()
-            except BaseException:
-                self._entries.pop(key, None)
-                raise
-            self._entries[key] = (time.monotonic() + self.ttl, value)
-            return value
+            return self._store(key, fetch())
+
+    def _store(self, key: Hashable, value: Any) -> Any:
+        self._entries[key] = (time.monotonic() + self.ttl, value)
+        return value
+
+    def _refresh(self, key: Hashable, fetch: Callable[[], Any], lock: threading.Lock) -> None:
+        try:
+            self._store(key, fetch())
+        except Exception as err:  # noqa: BLE001 - the next caller fetches again and reports it
+            self._entries.pop(key, None)
+            log.debug("refreshing %s failed: %s", key, err)
         finally:
             lock.release()
 
