@@ -43,6 +43,8 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--allow-other", action="store_true", help="let other users read the mount (FUSE allow_other)")
     m.add_argument("--ttl", type=float, default=1.0, metavar="SECONDS",
                    help="how long listings from the daemon are reused (default 1)")
+    m.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="how long one daemon call may take before the file operation fails with EIO (default 10)")
     m.add_argument("--token-file", metavar="FILE", help="shared-secret token for a TCP daemon")
     m.add_argument("--log-file", metavar="FILE", help="log here instead of stderr (foreground) or syslog")
 
@@ -93,8 +95,8 @@ def mount(args) -> int:
     for d in args.log_dirs:
         if not os.path.isdir(d):
             raise UsageError(f"--log-dir {d} does not exist or is not a directory")
-    if args.ttl <= 0:
-        raise UsageError("--ttl must be positive")
+    if args.ttl <= 0 or args.timeout <= 0:
+        raise UsageError("--ttl and --timeout must be positive")
     address = args.socket or default_address()
     same_host = tcp_address(address) is None
     if same_host:
@@ -106,7 +108,8 @@ def mount(args) -> int:
     with Client(address, token=token, timeout=5.0) as client:  # closed before FUSE forks into the background
         client.call("ping")
     _logging(args)
-    catalog = Catalog(DaemonLink(address, token=token), log_dirs=args.log_dirs, same_host=same_host, ttl=args.ttl)
+    catalog = Catalog(DaemonLink(address, token=token, timeout=args.timeout), log_dirs=args.log_dirs,
+                      same_host=same_host, ttl=args.ttl)
     try:
         FUSE(KafkaFS(catalog), mountpoint, raw_fi=True, foreground=args.foreground, ro=True,
              default_permissions=True, allow_other=args.allow_other, auto_unmount=True, max_read=MAX_READ,

@@ -1,10 +1,11 @@
 """The mount's link to the lookup daemon: one shared connection that comes back by itself.
 
 Every call goes over one thread-safe `lookupd.client.Client`. When the connection fails
-(the daemon stopped, restarted or never answered) the client is dropped and the call is
-tried once more on a fresh connection, so a restarted daemon is picked up by the next
-lookup; while it stays down, calls fail at once with `Unavailable` naming the address and
-the reason, and a new connection is tried at most every `retry_s` seconds.
+(the daemon stopped or restarted) the client is dropped and the call is tried once more
+on a fresh connection, so a restarted daemon is picked up by the next lookup; while it
+stays down, calls fail at once with `Unavailable` naming the address and the reason, and
+a new connection is tried at most every `retry_s` seconds. A call that times out fails
+alone: the connection stays if the daemon still answers a ping on it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 from typing import Any
 
 from lookupd.client import Client, RemoteError
-from lookupd.errors import Unavailable
+from lookupd.errors import LookupdError, Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,9 @@ class DaemonLink:
             client = self._connected()
             try:
                 return client.call(method, *params)
-            except Unavailable as err:  # connection-level: this client is finished
+            except Unavailable as err:
+                if self._alive(client):  # a slow answer (timeout), not a lost connection
+                    raise
                 self._drop(client, err)
                 if attempt == 2:
                     raise
@@ -47,6 +50,14 @@ class DaemonLink:
                 self._drop(client, err)  # e.g. refused for too many connections: start over next time
                 raise
         raise AssertionError("unreachable")
+
+    @staticmethod
+    def _alive(client: Client) -> bool:
+        try:
+            client.call("ping", timeout=2.0)
+        except LookupdError:
+            return False
+        return True
 
     def _connected(self) -> Client:
         client = self._client
