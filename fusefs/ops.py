@@ -147,6 +147,11 @@ class KafkaFS(Operations):
             raise FuseOSError(errno.ENOTDIR)
         return [".", "..", *names]
 
+    # No extended attributes: left undefined, the kernel learns that (ENOSYS) once and stops
+    # asking, instead of a round trip per file for each of the two that `ls -l` asks about.
+    getxattr = None
+    listxattr = None
+
     def statfs(self, path: str) -> dict:
         return {"f_bsize": 4096, "f_frsize": 4096, "f_namemax": 255}
 
