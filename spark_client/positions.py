@@ -30,8 +30,9 @@ def resolve_positions(df: DataFrame, address: str | dict[str, str], *, by: str |
 
     by="offset": adds segment, base_offset, last_offset, position and size of the batch holding
     the offset (resolve_offset). by="timestamp" (a timestamp column, or epoch milliseconds):
-    adds offset and offset_timestamp (Kafka's ListOffsets answer: the first record at or after
-    the time, with its timestamp; -2 earliest, -1 latest) and the batch columns for that offset.
+    adds offset, offset_timestamp, segment and position (offset_for_timestamp: Kafka's ListOffsets,
+    the first record at or after the time; -2 earliest, -1 latest) and the base_offset,
+    last_offset and size of the batch holding that offset.
     Columns are null where nothing matches. `by` defaults to "offset" if df has an offset column.
     `address` is a `lookupd.address` value (see spark_client.routing); the daemons must be
     reachable from the driver, which routes each partition before any task runs.
@@ -115,15 +116,17 @@ class _Resolver:
             rows = order[lo:hi]
             topic, partition = topics.dictionary[k >> 32].as_py(), k & 0xFFFFFFFF
             client = daemons.client(self._address(topic, partition))
+            batch_fields = BATCH_FIELDS
             if self.by == "timestamp":
                 found = columnar(client, "offsets_for_timestamps", topic, partition, targets[rows].tolist())
-                for name in names:
+                for name in ("offset", "timestamp", "segment", "position"):
                     out[name][rows] = found[name]
                 rows = rows[out["offset"][rows] >= 0]
+                batch_fields = ("base_offset", "last_offset", "size")  # none for the log end offset
             if len(rows):
                 offsets = out["offset"][rows] if self.by == "timestamp" else targets[rows]
                 located = columnar(client, "resolve_offsets", topic, partition, offsets.tolist())
-                for name in BATCH_FIELDS:
+                for name in batch_fields:
                     out[name][rows] = located[name]
         for name, values in out.items():
             # -1: nothing matched (ListOffsets also answers timestamp -1 for earliest and latest)
