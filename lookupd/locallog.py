@@ -8,15 +8,16 @@ until something is looked up in it.
 from __future__ import annotations
 
 import bisect
+import functools
 import logging
 import os
 import threading
-from typing import Iterator, NamedTuple
+from typing import Callable, Iterator, NamedTuple, TypeVar
 
 import numpy as np
 
 from .batch import parse_header
-from .errors import InvalidArgument, OffsetOutOfRange, check_int64
+from .errors import InvalidArgument, OffsetOutOfRange, Unavailable, check_int64
 from .names import parse_segment_file
 from .segment import LogSegment
 from .txnindex import AbortedTxn
@@ -83,6 +84,75 @@ def list_segments(directory: str) -> list[int]:
     return bases
 
 
+class SegmentList:
+    """The partition's segments as one call sees them: an immutable snapshot of the listing.
+
+    A rescan may replace the listing while a call runs (the broker rolled or deleted a
+    segment); a call that read it twice could range-check against one list and pick a
+    segment from the other. Each call takes one snapshot and answers from it alone.
+    """
+
+    __slots__ = ("log", "bases")
+
+    def __init__(self, log: "LocalLog", bases: list[int]):
+        self.log = log
+        self.bases = bases
+
+    def __len__(self) -> int:
+        return len(self.bases)
+
+    def segment(self, base_offset: int) -> LogSegment:
+        return self.log.segment(base_offset)
+
+    def segments(self, start: int = 0) -> Iterator[LogSegment]:
+        """Segments in offset order from list position `start`."""
+        for b in self.bases[max(start, 0):]:
+            yield self.log.segment(b)
+
+    def floor_slot(self, offset: int) -> int:
+        """List position of the segment holding `offset` (greatest base <= offset), -1 if none."""
+        return bisect.bisect_right(self.bases, offset) - 1
+
+    @property
+    def active(self) -> LogSegment | None:
+        return self.log.segment(self.bases[-1]) if self.bases else None
+
+    @property
+    def log_start_offset(self) -> int:
+        """First segment's base offset, or the broker's checkpointed log start if higher."""
+        first = self.bases[0] if self.bases else 0
+        cp = self.log.checkpointed_log_start
+        return max(first, cp) if cp is not None else first
+
+    @property
+    def log_end_offset(self) -> int:
+        """One past the last offset in the log (the active segment's next offset)."""
+        active = self.active
+        return active.read_next_offset() if active is not None else self.log_start_offset
+
+
+T = TypeVar("T")
+_ATTEMPTS = 3
+
+
+def _one_listing(method: Callable[..., T]) -> Callable[..., T]:
+    """Run a query against one SegmentList; if a segment's files vanished meanwhile (the
+    broker deleted it after our last listing), list the directory again and rerun."""
+    @functools.wraps(method)
+    def run(self: "LocalLog", *args, **kwargs) -> T:
+        for _ in range(_ATTEMPTS):
+            try:
+                return method(self, SegmentList(self, self._bases), *args, **kwargs)
+            except FileNotFoundError:
+                try:
+                    self.refresh()
+                except FileNotFoundError:
+                    raise Unavailable(f"partition {self.topic}-{self.partition} was deleted while being read") from None
+        raise Unavailable(f"segments of {self.topic}-{self.partition} kept disappearing while being read "
+                          f"(the broker is deleting them); retry")
+    return run
+
+
 class LocalLog:
     """Read-only view of one partition directory."""
 
@@ -137,6 +207,7 @@ class LocalLog:
         return self._bases
 
     def segment(self, base_offset: int) -> LogSegment:
+        """The segment at `base_offset` (made on first use; one not in the listing is not kept)."""
         seg = self._segments.get(base_offset)
         if seg is None:
             with self._lock:
@@ -144,38 +215,29 @@ class LocalLog:
                 if seg is None:
                     bases = self._bases
                     seg = LogSegment(self.dir, base_offset, self._cache, live=bool(bases) and base_offset == bases[-1])
-                    self._segments[base_offset] = seg
+                    i = bisect.bisect_left(bases, base_offset)
+                    if i < len(bases) and bases[i] == base_offset:
+                        self._segments[base_offset] = seg
         return seg
 
     def segments(self, start: int = 0) -> Iterator[LogSegment]:
         """Segments in offset order from list position `start`."""
-        bases = self._bases
-        for b in bases[start:]:
-            yield self.segment(b)
-
-    def _floor_slot(self, offset: int) -> int:
-        return bisect.bisect_right(self._bases, offset) - 1
+        return SegmentList(self, self._bases).segments(start)
 
     @property
     def active_segment(self) -> LogSegment | None:
-        bases = self._bases
-        return self.segment(bases[-1]) if bases else None
-
-    # ------------------------------------------------------------- offsets
+        return SegmentList(self, self._bases).active
 
     @property
     def log_start_offset(self) -> int:
         """First segment's base offset, or the broker's checkpointed log start if higher."""
-        bases = self._bases
-        first = bases[0] if bases else 0
-        cp = self.checkpointed_log_start
-        return max(first, cp) if cp is not None else first
+        return SegmentList(self, self._bases).log_start_offset
 
     @property
-    def log_end_offset(self) -> int:
+    @_one_listing
+    def log_end_offset(self, v: SegmentList) -> int:
         """One past the last offset in the log (the active segment's next offset)."""
-        active = self.active_segment
-        return active.read_next_offset() if active is not None else self.log_start_offset
+        return v.log_end_offset
 
     def _check_offset(self, offset: object, what: str = "offset") -> int:
         offset = check_int64(offset, what)
@@ -183,9 +245,9 @@ class LocalLog:
             raise InvalidArgument(f"{what} {offset} is negative")
         return offset
 
-    def _check_in_range(self, offset: int) -> int:
+    def _check_in_range(self, v: SegmentList, offset: int) -> int:
         """Offsets a fetch may start at: [log start, log end]; returns the log end offset."""
-        start, end = self.log_start_offset, self.log_end_offset
+        start, end = v.log_start_offset, v.log_end_offset
         if not start <= offset <= end:
             raise OffsetOutOfRange(f"offset {offset} is out of range for {self.topic}-{self.partition}: "
                                    f"the log holds [{start}, {end})")
@@ -193,52 +255,55 @@ class LocalLog:
 
     # ------------------------------------------------------------- index-level lookups
 
-    def lookup_offset(self, offset: int, mode: str = "floor") -> IndexPoint | None:
+    @_one_listing
+    def lookup_offset(self, v: SegmentList, offset: int, mode: str = "floor") -> IndexPoint | None:
         """Floor or ceiling over the partition's index points: each segment start (position 0)
         and every offset-index entry."""
         offset = self._check_offset(offset)
-        i = self._floor_slot(offset)
-        bases = self._bases
+        i = v.floor_slot(offset)
+        bases = v.bases
         if mode == "floor":
             if i < 0:
                 return None
-            seg = self.segment(bases[i])
+            seg = v.segment(bases[i])
             o, p = seg.offset_index_lookup(offset)
             return IndexPoint(seg.base_offset, o, p)
         if mode != "ceiling":
             raise InvalidArgument(f"mode must be 'floor' or 'ceiling', got {mode!r}")
         if i < 0:
             return IndexPoint(bases[0], bases[0], 0) if bases else None
-        seg = self.segment(bases[i])
+        seg = v.segment(bases[i])
         if offset <= seg.base_offset:
             return IndexPoint(seg.base_offset, seg.base_offset, 0)
-        slot = seg.offset_index.ceiling_slot(offset, limit=seg.size())
+        size = seg.size()
+        slot = seg.offset_index.ceiling_slot(offset, limit=size)
         if slot >= 0:
-            o, p = seg.offset_index.entry(slot, limit=seg.size())
+            o, p = seg.offset_index.entry(slot, limit=size)
             return IndexPoint(seg.base_offset, o, p)
         return IndexPoint(bases[i + 1], bases[i + 1], 0) if i + 1 < len(bases) else None
 
-    def _timestamp_segment(self, timestamp: int) -> int:
+    def _timestamp_segment(self, v: SegmentList, timestamp: int) -> int:
         """List position of the first segment whose largest timestamp >= target (ListOffsets), -1 if none."""
-        for i, b in enumerate(self._bases):
-            if self.segment(b).largest_timestamp() >= timestamp:
+        for i, seg in enumerate(v.segments()):
+            if seg.largest_timestamp() >= timestamp:
                 return i
         return -1
 
-    def lookup_timestamp(self, timestamp: int, mode: str = "floor") -> TimeIndexPoint | None:
+    @_one_listing
+    def lookup_timestamp(self, v: SegmentList, timestamp: int, mode: str = "floor") -> TimeIndexPoint | None:
         """Time-index-level floor or ceiling, in the segment ListOffsets would search."""
         timestamp = check_int64(timestamp, "timestamp")
         if mode not in ("floor", "ceiling"):
             raise InvalidArgument(f"mode must be 'floor' or 'ceiling', got {mode!r}")
-        i = self._timestamp_segment(timestamp)
+        i = self._timestamp_segment(v, timestamp)
         if i < 0:
             return None
         if mode == "floor":
-            seg = self.segment(self._bases[i])
+            seg = v.segment(v.bases[i])
             size = seg.size()
             ts, o = seg.time_index_lookup(timestamp, size)
             return TimeIndexPoint(seg.base_offset, ts, o, seg.offset_index_lookup(o, size)[1])
-        for seg in self.segments(i):
+        for seg in v.segments(i):
             size = seg.size()
             limit = seg.time_index_limit(size)
             slot = seg.time_index.ceiling_slot(timestamp, limit=limit)
@@ -249,48 +314,53 @@ class LocalLog:
 
     # ------------------------------------------------------------- exact answers
 
-    def resolve_offset(self, offset: int) -> BatchLocation | None:
+    @_one_listing
+    def resolve_offset(self, v: SegmentList, offset: int) -> BatchLocation | None:
         """The batch holding `offset` (or the first after it, across segments); None at the log end."""
         offset = self._check_offset(offset)
-        end = self._check_in_range(offset)
+        end = self._check_in_range(v, offset)
         if offset == end:
             return None
-        return self._find_batch(offset, self._floor_slot(offset))
+        return _find_batch(v, offset, v.floor_slot(offset))
 
-    def offset_for_timestamp(self, timestamp: int) -> OffsetAndTimestamp | None:
+    @_one_listing
+    def offset_for_timestamp(self, v: SegmentList, timestamp: int) -> OffsetAndTimestamp | None:
         """ListOffsets: the first record with timestamp >= target; -2 earliest, -1 latest, -3 max."""
         timestamp = check_int64(timestamp, "timestamp")
-        bases = self._bases
+        if timestamp < 0 and timestamp not in (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP):
+            raise InvalidArgument(f"timestamp {timestamp} is negative and not one of -1 (latest), "
+                                  f"-2 (earliest) or -3 (max timestamp)")
+        return self._offset_for_timestamp(v, timestamp)
+
+    def _offset_for_timestamp(self, v: SegmentList, timestamp: int) -> OffsetAndTimestamp | None:
+        bases = v.bases
         if timestamp == EARLIEST_TIMESTAMP:
-            start = self.log_start_offset
-            loc = self.resolve_offset(start) if bases else None
+            start = v.log_start_offset
+            loc = _find_batch(v, start, v.floor_slot(start)) if bases and start < v.log_end_offset else None
             seg = loc.segment if loc else (bases[0] if bases else start)
             return OffsetAndTimestamp(start, -1, seg, loc.position if loc else 0)
         if timestamp == LATEST_TIMESTAMP:
-            active = self.active_segment
+            active = v.active
             if active is None:
-                return OffsetAndTimestamp(self.log_start_offset, -1, self.log_start_offset, 0)
+                return OffsetAndTimestamp(v.log_start_offset, -1, v.log_start_offset, 0)
             return OffsetAndTimestamp(active.read_next_offset(), -1, active.base_offset, active.size())
         if timestamp == MAX_TIMESTAMP:
-            return self._max_timestamp()
-        if timestamp < 0:
-            raise InvalidArgument(f"timestamp {timestamp} is negative and not one of -1 (latest), "
-                                  f"-2 (earliest) or -3 (max timestamp)")
-        i = self._timestamp_segment(timestamp)
+            return self._max_timestamp(v)
+        i = self._timestamp_segment(v, timestamp)
         if i < 0:
             return None
-        seg = self.segment(bases[i])
-        found = seg.find_offset_by_timestamp(timestamp, self.log_start_offset)
+        seg = v.segment(bases[i])
+        found = seg.find_offset_by_timestamp(timestamp, v.log_start_offset)
         if found is None:
             return None
         return OffsetAndTimestamp(found.offset, found.timestamp, seg.base_offset, found.position, found.leader_epoch)
 
-    def _max_timestamp(self) -> OffsetAndTimestamp | None:
+    def _max_timestamp(self, v: SegmentList) -> OffsetAndTimestamp | None:
         """ListOffsets MAX_TIMESTAMP: the first record carrying the largest timestamp."""
         from .records import offset_of_max_timestamp
 
         best, best_seg = None, None
-        for seg in self.segments():
+        for seg in v.segments():
             ts = seg.max_timestamp_so_far()
             if best is None or ts[0] > best[0]:
                 best, best_seg = ts, seg
@@ -309,53 +379,57 @@ class LocalLog:
                                           header.partition_leader_epoch_or_none)
         return None
 
-    def aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+    @_one_listing
+    def aborted_transactions(self, v: SegmentList, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping [start, upper bound), collected as the fetch path does."""
         start_offset = self._check_offset(start_offset, "start offset")
         upper_bound_offset = self._check_offset(upper_bound_offset, "end offset")
         if upper_bound_offset < start_offset:
             raise InvalidArgument(f"end offset {upper_bound_offset} is before start offset {start_offset}")
         out: list[AbortedTxn] = []
-        for seg in self.segments(max(self._floor_slot(start_offset), 0)):
+        for seg in v.segments(v.floor_slot(start_offset)):
             txns, complete = seg.collect_aborted_txns(start_offset, upper_bound_offset)
             out.extend(txns)
             if complete:
                 break
         return out
 
-    def read(self, offset: int, max_bytes: int) -> ReadResult:
+    @_one_listing
+    def read(self, v: SegmentList, offset: int, max_bytes: int) -> ReadResult:
         """Whole batches from the one holding `offset`: at most `max_bytes`, but at least one batch."""
         offset = self._check_offset(offset)
         max_bytes = check_int64(max_bytes, "max_bytes")
         if max_bytes < 0:
             raise InvalidArgument(f"max_bytes {max_bytes} is negative")
-        end = self._check_in_range(offset)
-        i = max(self._floor_slot(offset), 0)
+        end = self._check_in_range(v, offset)
         if offset < end:
-            for seg in self.segments(i):
+            for seg in v.segments(v.floor_slot(offset)):
                 fetched = seg.read(offset, max_bytes, min_one_message=True)
                 if fetched is None:
                     continue
                 whole, next_offset = _whole_batches(fetched.records, seg)
-                return ReadResult(seg.base_offset, fetched.position, next_offset if whole else offset, fetched.records[:whole])
-        active = self.active_segment
+                return ReadResult(seg.base_offset, fetched.position, next_offset if whole else offset,
+                                  fetched.records[:whole])
+        active = v.active
         if active is None:
             return ReadResult(offset, 0, offset, b"")
         return ReadResult(active.base_offset, active.size(), end, b"")
 
     # ------------------------------------------------------------- listings
 
-    def info(self) -> dict:
+    @_one_listing
+    def info(self, v: SegmentList) -> dict:
         return {"topic": self.topic, "partition": self.partition, "log_dir": os.path.dirname(self.dir),
-                "segments": len(self._bases), "log_start_offset": self.log_start_offset,
-                "log_end_offset": self.log_end_offset}
+                "segments": len(v), "log_start_offset": v.log_start_offset, "log_end_offset": v.log_end_offset}
 
-    def segments_info(self) -> list[dict]:
-        return [seg.info() for seg in self.segments()]
+    @_one_listing
+    def segments_info(self, v: SegmentList) -> list[dict]:
+        return [seg.info() for seg in v.segments()]
 
     # ------------------------------------------------------------- columnar many-lookups
 
-    def lookup_offsets(self, offsets, mode: str = "floor") -> dict[str, np.ndarray]:
+    @_one_listing
+    def lookup_offsets(self, v: SegmentList, offsets, mode: str = "floor") -> dict[str, np.ndarray]:
         """Vectorised `lookup_offset`: arrays segment, offset, position (-1 where nothing matches)."""
         if mode not in ("floor", "ceiling"):
             raise InvalidArgument(f"mode must be 'floor' or 'ceiling', got {mode!r}")
@@ -364,7 +438,7 @@ class LocalLog:
         seg_out = np.full(n, -1, np.int64)
         off_out = np.full(n, -1, np.int64)
         pos_out = np.full(n, -1, np.int64)
-        bases = np.asarray(self._bases, dtype=np.int64)
+        bases = np.asarray(v.bases, dtype=np.int64)
         if n == 0 or len(bases) == 0:
             return {"segment": seg_out, "offset": off_out, "position": pos_out}
         slot = np.searchsorted(bases, t, side="right") - 1
@@ -374,7 +448,7 @@ class LocalLog:
             seg_out[below], off_out[below], pos_out[below] = bases[0], bases[0], 0
         for s in np.unique(slot[slot >= 0]):
             mask = slot == s
-            seg = self.segment(int(bases[s]))
+            seg = v.segment(int(bases[s]))
             o, p = seg.offset_index.lookup_many(t[mask], limit=seg.size(), ceiling=ceiling)
             if ceiling:
                 at_start = t[mask] <= seg.base_offset
@@ -390,7 +464,8 @@ class LocalLog:
             seg_out[mask], off_out[mask], pos_out[mask] = segs, o, p
         return {"segment": seg_out, "offset": off_out, "position": pos_out}
 
-    def resolve_offsets(self, offsets) -> dict[str, np.ndarray]:
+    @_one_listing
+    def resolve_offsets(self, v: SegmentList, offsets) -> dict[str, np.ndarray]:
         """Vectorised `resolve_offset` (out-of-range targets give -1 rather than an error).
 
         Targets are resolved in sorted order: each scan starts where the previous answer
@@ -399,10 +474,10 @@ class LocalLog:
         t = _int64_array(offsets, "offsets")
         n = len(t)
         out = {k: np.full(n, -1, np.int64) for k in BatchLocation._fields}
-        bases = np.asarray(self._bases, dtype=np.int64)
+        bases = np.asarray(v.bases, dtype=np.int64)
         if n == 0 or len(bases) == 0:
             return out
-        start, end = self.log_start_offset, self.log_end_offset
+        start, end = v.log_start_offset, v.log_end_offset
         slot = np.searchsorted(bases, t, side="right") - 1
         prev: BatchLocation | None = None
         for k in np.argsort(t, kind="stable"):
@@ -410,48 +485,50 @@ class LocalLog:
             if not start <= target < end:
                 continue
             if prev is None or target > prev.last_offset:
-                prev = self._find_batch(target, int(slot[k]), prev)
+                prev = _find_batch(v, target, int(slot[k]), prev)
                 if prev is None:
                     continue
             for field, value in zip(BatchLocation._fields, prev):
                 out[field][k] = value
         return out
 
-    def _find_batch(self, target: int, slot: int, hint: BatchLocation | None = None) -> BatchLocation | None:
-        """translateOffset from the floor segment on, starting at `hint` when it is in the same segment."""
-        for seg in self.segments(max(slot, 0)):
-            from_pos = hint.position if hint is not None and hint.segment == seg.base_offset else 0
-            found = seg.translate_offset(target, from_pos)
-            if found is not None:
-                return BatchLocation(seg.base_offset, found.base_offset, found.offset, found.position, found.size)
-        return None
-
-    def offsets_for_timestamps(self, timestamps) -> dict[str, np.ndarray]:
+    @_one_listing
+    def offsets_for_timestamps(self, v: SegmentList, timestamps) -> dict[str, np.ndarray]:
         """Vectorised `offset_for_timestamp`: arrays offset, timestamp, segment, position (-1 where none)."""
         t = _int64_array(timestamps, "timestamps")
         n = len(t)
         out = {k: np.full(n, -1, np.int64) for k in ("offset", "timestamp", "segment", "position")}
         if n == 0:
             return out
-        bases = self._bases
-        largest = np.maximum.accumulate(np.array([self.segment(b).largest_timestamp() for b in bases], dtype=np.int64)) \
+        bases = v.bases
+        largest = np.maximum.accumulate(np.array([seg.largest_timestamp() for seg in v.segments()], dtype=np.int64)) \
             if bases else np.empty(0, np.int64)
-        start = self.log_start_offset
+        start = v.log_start_offset
         for k in np.argsort(t, kind="stable"):
             ts = int(t[k])
-            if ts < 0:
-                r = self.offset_for_timestamp(ts) if ts >= MAX_TIMESTAMP else None
-            else:
+            r = None
+            if ts >= 0:
                 i = int(np.searchsorted(largest, ts, side="left"))
-                r = None
                 if i < len(bases):
-                    seg = self.segment(bases[i])
+                    seg = v.segment(bases[i])
                     found = seg.find_offset_by_timestamp(ts, start)
                     if found is not None:
                         r = OffsetAndTimestamp(found.offset, found.timestamp, seg.base_offset, found.position)
+            elif ts >= MAX_TIMESTAMP:
+                r = self._offset_for_timestamp(v, ts)
             if r is not None:
                 out["offset"][k], out["timestamp"][k], out["segment"][k], out["position"][k] = r[:4]
         return out
+
+
+def _find_batch(v: SegmentList, target: int, slot: int, hint: BatchLocation | None = None) -> BatchLocation | None:
+    """translateOffset from the floor segment on, starting at `hint` when it is in the same segment."""
+    for seg in v.segments(slot):
+        from_pos = hint.position if hint is not None and hint.segment == seg.base_offset else 0
+        found = seg.translate_offset(target, from_pos)
+        if found is not None:
+            return BatchLocation(seg.base_offset, found.base_offset, found.offset, found.position, found.size)
+    return None
 
 
 def _int64_array(values, what: str) -> np.ndarray:
