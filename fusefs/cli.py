@@ -119,9 +119,16 @@ def mount(args) -> int:
     return 0
 
 
+def is_mounted(path: str) -> bool:
+    """Whether something is mounted at `path`, without touching it (a stuck mount would hang a stat)."""
+    escaped = path.replace("\\", "\\134").replace(" ", "\\040").replace("\t", "\\011").replace("\n", "\\012")
+    with open("/proc/self/mounts") as f:
+        return any(line.split(" ")[1] == escaped for line in f)
+
+
 def umount(args) -> int:
     mountpoint = os.path.abspath(args.mountpoint)
-    if not os.path.ismount(mountpoint):
+    if not is_mounted(mountpoint):
         raise UsageError(f"{mountpoint} is not a mount point")
     tool = shutil.which("fusermount") or shutil.which("fusermount3")
     if tool is not None:

@@ -202,6 +202,8 @@ class KafkaFS(Operations):
                 "st_mtime": t, "st_ctime": t, "st_atime": t}
 
     def _stat(self, node: tree.Node) -> dict:
+        if isinstance(node, tree.Root):  # answered without the daemon, so umount works while it is down
+            return self._attrs(stat.S_IFDIR | 0o555, nlink=1)  # 1: subdirectories not counted
         if isinstance(node, tree.DIRECTORIES):
             return self._attrs(stat.S_IFDIR | 0o555, nlink=2 + self._subdirectories(node))
         if isinstance(node, tree.SegmentFile):
@@ -217,8 +219,6 @@ class KafkaFS(Operations):
 
     def _subdirectories(self, node: tree.Node) -> int:
         """How many directories `node` holds (for st_nlink); ENOENT when it does not exist."""
-        if isinstance(node, tree.Root):
-            return len(self.catalog.topics())
         if isinstance(node, tree.Topic):
             return len(self._partitions_of(node.topic))
         self.catalog.partition(node.topic, node.partition)
