@@ -130,9 +130,15 @@ class Mount:
         return status
 
 
+def mounted_at(path: str) -> bool:
+    """Whether /proc/self/mounts lists `path` (a dead or stuck mount cannot be stat'ed)."""
+    with open("/proc/self/mounts") as f:
+        return any(line.split()[1] == path for line in f)
+
+
 def unmount(path: str) -> None:
     """Lazy-unmount `path` if anything is still mounted there."""
-    if os.path.ismount(path):
+    if mounted_at(path):
         subprocess.run([FUSERMOUNT, "-u", "-z", path], capture_output=True)
 
 

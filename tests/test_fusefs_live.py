@@ -131,8 +131,16 @@ def test_written_data_live(tmp_path):
         got = []
         for base in segment_bases(view):
             got += lines(os.path.join(view, stem(base) + ".records.jsonl"))
-            assert read(os.path.join(view, stem(base) + ".log")) == read(str(part / (stem(base) + ".log")))
         assert [record_fields(r) for r in got] == prod.records
+        rng = random.Random(1)
+        for name in os.listdir(part):  # every file on disk, as it is
+            real = read(str(part / name))
+            assert os.stat(os.path.join(view, name)).st_size == len(real), name
+            assert read(os.path.join(view, name)) == real, name
+            with open(os.path.join(view, name), "rb") as f:
+                for _ in range(5):
+                    pos = rng.randrange(len(real) + 1)
+                    assert os.pread(f.fileno(), 3000, pos) == real[pos:pos + 3000], (name, pos)
         assert any(r["batch"]["transactional"] for r in got)
         txn = [n for n in os.listdir(view) if n.endswith(".txnindex.txt")]
         assert len(txn) == 1 and "producerId: 7" in read(os.path.join(view, txn[0])).decode()
@@ -278,6 +286,7 @@ def test_background_mount_and_umount():
             done = fusefs("umount", root)
             assert done.returncode == 1 and "busy" in done.stderr and "--lazy" in done.stderr
             busy.close()
+            daemon.stop()  # unmounting needs no daemon
             assert fusefs("umount", root).returncode == 0
             assert not os.path.ismount(root)
             assert "mounted; lookups go to lookupd" in open(os.path.join(d, "bg.log")).read()
