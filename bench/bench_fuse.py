@@ -1,0 +1,262 @@
+"""The FUSE view: raw `.log` reads through the mount vs from disk, records per second through
+`.records.jsonl`, and `ls -lR` over 10,000 segments (1,000 with --quick).
+
+A log dir is written here with lookupd's writer, then served by `lookupd serve` and mounted
+with `fusefs mount --foreground`, both as subprocesses, as in production. Reads are warm on
+both sides: the segment is read from disk once before measuring, so the direct reads and the
+mount's own `pread`s both come from the page cache, and the two are measured interleaved in
+the same run. The mount keeps no page cache of its own across opens (no keep_cache), so every
+byte measured through it goes through the FUSE process. Records per second are measured on a
+segment not read before (nothing in the mount's rendered-batch cache), and the same rendering
+in process, without FUSE, beside it.
+
+Run: python bench/bench_fuse.py [--quick] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import Figure, dump, print_table  # noqa: E402
+
+from lookupd.builder import build_batch  # noqa: E402
+from lookupd.client import Client  # noqa: E402
+from lookupd.errors import LookupdError  # noqa: E402
+from lookupd.writer import LogWriter  # noqa: E402
+
+T0 = 1_767_225_600_000
+MiB = 1 << 20
+
+
+# ------------------------------------------------------------------ data
+
+
+def write_big(part: str, size: int) -> None:
+    """One segment of `size` bytes: batches of 100 records of ~160 bytes."""
+    w = LogWriter(part, segment_bytes=1 << 31)
+    offset = 0
+    while w.segment is None or w.segment.size < size:
+        recs = [(T0 + offset + i, b"key-%d" % (offset + i), b'{"n": %d, "pad": "%s"}' % (offset + i, b"x" * 128), ())
+                for i in range(100)]
+        w.append(build_batch(recs, base_offset=offset))
+        offset += 100
+    w.close(trim_active=True)
+
+
+def write_records(part: str, segments: int, segment_bytes: int) -> int:
+    """`segments` segments of typical records (keys, JSON values, a header); returns records per segment."""
+    w = LogWriter(part, segment_bytes=segment_bytes)
+    offset = 0
+    while len(os.listdir(part)) < 3 * (segments + 1):
+        recs = [(T0 + 10 * (offset + i), b"user-%d" % ((offset + i) % 997),
+                 b'{"order": %d, "cents": %d, "currency": "EUR", "city": "Lisbon"}' % (offset + i, 31 * i),
+                 (("trace", b"%016x" % (offset + i)),)) for i in range(50)]
+        w.append(build_batch(recs, base_offset=offset))
+        offset += 50
+    w.close(trim_active=True)
+    first, second = sorted(int(n[:20]) for n in os.listdir(part) if n.endswith(".log"))[:2]
+    return second - first
+
+
+def write_many(part: str, segments: int) -> None:
+    """`segments` rolled segments of one 5-record batch each."""
+    w = LogWriter(part, max_index_size=4096)
+    for i in range(segments):
+        w.append(build_batch([(T0 + 5 * i + k, b"k", b"x" * 50, ()) for k in range(5)], base_offset=5 * i))
+        w.roll()
+    w.close(trim_active=True)
+
+
+# ------------------------------------------------------------------ the daemon and the mount
+
+
+def _wait(ready, proc: subprocess.Popen, what: str) -> None:
+    deadline = time.monotonic() + 60
+    while not ready():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not start (exit status {proc.poll()})")
+        time.sleep(0.05)
+
+
+def _pings(sock: str) -> bool:
+    try:
+        with Client(sock, timeout=2) as c:
+            return c.call("ping") == "pong"
+    except LookupdError:
+        return False
+
+
+class Mounted:
+    """`lookupd serve` and `fusefs mount --foreground` over `logs`, taken down on exit."""
+
+    def __init__(self, logs: str, workdir: str):
+        self.sock = os.path.join(workdir, "lookupd.sock")
+        self.root = os.path.join(workdir, "mnt")
+        os.makedirs(self.root)
+        self.procs: list[subprocess.Popen] = []
+        self.logs = logs
+
+    def __enter__(self) -> "Mounted":
+        if not os.path.exists("/dev/fuse") or not shutil.which("fusermount"):
+            raise RuntimeError("FUSE is not available here (/dev/fuse, fusermount)")
+        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        daemon = subprocess.Popen([sys.executable, "-m", "lookupd", "serve", "--log-dir", self.logs,
+                                   "--socket", self.sock], **quiet)
+        self.procs.append(daemon)
+        _wait(lambda: _pings(self.sock), daemon, "lookupd serve")
+        # A long --timeout: the daemon's listing of 10,000 segments takes minutes (see `run`).
+        mount = subprocess.Popen([sys.executable, "-m", "fusefs", "mount", self.root, "--socket", self.sock,
+                                  "--foreground", "--timeout", "600"], **quiet)
+        self.procs.append(mount)
+        _wait(lambda: os.path.ismount(self.root), mount, "fusefs mount")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for proc in reversed(self.procs):
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        if os.path.ismount(self.root):
+            subprocess.run(["fusermount", "-u", "-z", self.root])
+
+
+# ------------------------------------------------------------------ measurements
+
+
+def read_mb_s(path: str) -> float:
+    """Sequential read of the whole file in 1 MiB reads (the same loop for both sides)."""
+    buf = bytearray(MiB)
+    total = 0
+    t0 = time.perf_counter()
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buf):
+            total += n
+    return total / (time.perf_counter() - t0) / 1e6
+
+
+def records_per_s(path: str) -> float:
+    t0 = time.perf_counter()
+    with open(path, "rb") as f:
+        count = sum(1 for _ in f)
+    return count / (time.perf_counter() - t0)
+
+
+def in_process_records_per_s(part_dir: str, topic: str, base: int) -> float:
+    """The mount's rendering of one segment, without FUSE or the daemon."""
+    from fusefs.catalog import PartitionInfo
+    from fusefs.sources import Cursor, Handles, LocalSource
+    from fusefs.views import RenderCache, record_lines
+
+    part = PartitionInfo(topic, 0, 0, 0, os.path.dirname(part_dir), part_dir)
+    t0 = time.perf_counter()
+    count = sum(piece.count(b"\n") for piece, _ in record_lines(LocalSource(part, None, Handles()), RenderCache(),
+                                                                  None, None, False, Cursor(base, 0, base)))
+    return count / (time.perf_counter() - t0)
+
+
+def seconds(cmd: list[str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - t0
+
+
+def run(quick: bool = False) -> list[Figure]:
+    times = 3 if quick else 7
+    big_size = (128 if quick else 1024) * MiB
+    rec_segment = (2 if quick else 16) * MiB
+    # The daemon's `segments` listing is quadratic in the segment count today (IndexCache.opened sums
+    # every open index's size on each open): 1,000 segments take ~1.5 s, 10,000 over a minute.
+    many = 1_000 if quick else 10_000
+    figures = []
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR", "/var/tmp")) as d:
+        logs = os.path.join(d, "logs")
+        write_big(os.path.join(logs, "big-0"), big_size)
+        per_segment = write_records(os.path.join(logs, "records-0"), times + 2, rec_segment)
+        write_many(os.path.join(logs, "many-0"), many)
+        with Mounted(logs, d) as m:
+            name = f"{0:020d}.log"
+            disk, mounted = os.path.join(logs, "big-0", name), os.path.join(m.root, "big", "0", name)
+            size = os.path.getsize(disk)
+            read_mb_s(disk), read_mb_s(mounted)  # warm-up: the file is in the page cache for both
+            direct, through = [], []
+            for _ in range(times):
+                direct.append(read_mb_s(disk))
+                through.append(read_mb_s(mounted))
+            params = {"bytes": size, "read_size": MiB, "cache": "warm"}
+            figures.append(Figure(f"sequential read of a {size // MiB} MiB .log, from disk (warm)", "MB/s", direct,
+                                  group="fuse-read", params={**params, "path": "direct"}, higher_is_better=True))
+            figures.append(Figure(f"sequential read of a {size // MiB} MiB .log, through the mount (warm)", "MB/s",
+                                  through, group="fuse-read", params={**params, "path": "mount"},
+                                  higher_is_better=True))
+
+            bases = sorted(int(n[:20]) for n in os.listdir(os.path.join(logs, "records-0")) if n.endswith(".log"))
+            jsonl = [os.path.join(m.root, "records", "0", f"{b:020d}.records.jsonl") for b in bases[:times + 1]]
+            records_per_s(jsonl[-1])  # warm-up on a segment not measured
+            params = {"records_per_segment": per_segment, "segment_bytes": rec_segment, "batch_records": 50}
+            figures.append(Figure(f"records per second through .records.jsonl ({per_segment:,}-record segments)",
+                                  "records/s", [records_per_s(p) for p in jsonl[:times]], group="fuse-records",
+                                  params={**params, "path": "mount"}, higher_is_better=True))
+            part_dir = os.path.join(logs, "records-0")
+            figures.append(Figure("records per second, the same rendering in process (no FUSE, no daemon)",
+                                  "records/s", [in_process_records_per_s(part_dir, "records", b) for b in bases[:times]],
+                                  group="fuse-records", params={**params, "path": "in-process"},
+                                  higher_is_better=True))
+            big_jsonl = os.path.join(m.root, "big", "0", f"{0:020d}.records.jsonl")
+            figures.append(Figure(f"head -c 4096 of the {size // MiB} MiB segment's .records.jsonl", "ms",
+                                  [1000 * seconds(["head", "-c", "4096", big_jsonl]) for _ in range(times)],
+                                  group="fuse-records", params={"segment_bytes": size}))
+
+            tree = os.path.join(m.root, "many")
+            t0 = time.perf_counter()
+            entries = subprocess.run(["ls", "-lR", tree], capture_output=True, check=True).stdout.count(b"\n")
+            first = time.perf_counter() - t0
+            again = []
+            for _ in range(times):
+                time.sleep(1.1)  # past the mount's TTL and the kernel's attribute cache: every entry asked again
+                again.append(seconds(["ls", "-lR", tree]))
+            params = {"segments": many, "lines": entries}
+            figures.append(Figure(f"ls -lR over {many:,} segments through the mount, caches expired", "s", again,
+                                  group="fuse-ls", params={**params, "path": "mount"}))
+            # The first listing includes the daemon's first `segments` call, which maps every index.
+            figures.append(Figure(f"ls -lR over {many:,} segments through the mount, first after mounting", "s",
+                                  [first], group="fuse-ls", params={**params, "path": "mount-first"}))
+            figures.append(Figure(f"ls -lR over the {many:,} segments' log dir itself", "s",
+                                  [seconds(["ls", "-lR", os.path.join(logs, "many-0")]) for _ in range(times)],
+                                  group="fuse-ls", params={**params, "path": "direct"}))
+    return figures
+
+
+def ratios(figures: list[Figure]) -> list[dict | None]:
+    from run import ratio
+
+    read = [f.name for f in figures if f.group == "fuse-read"]
+    recs = [f.name for f in figures if f.group == "fuse-records" and f.unit == "records/s"]
+    return [ratio("fuse read throughput vs disk", figures, read[1], read[0],
+                  "sequential .log reads through the mount as a fraction of direct reads (both warm)"),
+            ratio("fuse records/s vs in-process", figures, recs[0], recs[1],
+                  "records per second through the mount as a fraction of the same rendering in process")]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json", metavar="OUT")
+    args = ap.parse_args()
+    figures = run(args.quick)
+    print_table(figures)
+    if args.json:
+        dump(figures, args.json)
+
+
+if __name__ == "__main__":
+    main()
