@@ -16,7 +16,8 @@ once the index is mapped), and they share the machine's cores with the load gene
 
     python bench/bench_daemon.py [--quick] [--json FILE]
 
-prints a table and the results as JSON (`--quick` finishes in well under a minute).
+prints a table and the results as JSON (`--quick` finishes in well under a minute);
+`bench/run.py --only daemon` runs the same measurements repeated, as figures.
 """
 
 from __future__ import annotations
@@ -366,6 +367,130 @@ def stop(proc: subprocess.Popen) -> None:
         proc.kill()
 
 
+# ====================================================================== one run
+
+
+class Servers:
+    """lookupd (inline hot lookups), redis-server loaded with the same index points, and lookupd
+    with every lookup in a worker thread, for the length of a `with` block."""
+
+    def __init__(self, logs: str):
+        self.logs = logs
+
+    def __enter__(self) -> "Servers":
+        self.tmp = tempfile.mkdtemp(prefix="lkdbench", dir="/tmp")
+        self.procs: list[subprocess.Popen] = []
+        try:
+            proc, self.lookupd = start_lookupd(self.tmp, self.logs, inline=True)
+            self.procs.append(proc)
+            proc, self.threaded = start_lookupd(self.tmp, self.logs, inline=False)
+            self.procs.append(proc)
+            rd = start_redis(self.tmp)
+            self.redis = None
+            if rd is not None:
+                self.procs.append(rd[0])
+                load_redis(rd[1], index_points(self.logs))
+                self.redis = rd[1]
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for p in self.procs:
+            stop(p)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def answers_agree(servers: Servers, targets: list[int]) -> bool | None:
+    """Whether lookupd and redis give the same floor points (this also maps lookupd's index)."""
+    lw = LookupdWire()
+    lk = [a for _, a in sorted(roundtrip(connect(servers.lookupd), lw, b"".join(lw.request(t) for t in targets),
+                                         len(targets)))]
+    lw = LookupdWire()
+    roundtrip(connect(servers.threaded), lw, b"".join(lw.request(t) for t in targets), len(targets))
+    if servers.redis is None:
+        return None
+    rw = RespWire()
+    return lk == roundtrip(connect(servers.redis), rw, b"".join(rw.request(t) for t in targets), len(targets))
+
+
+def one_pass(servers: Servers, targets: list[int], secs: float) -> dict:
+    results: dict = {"lookupd": {}, "redis": {}}
+    runs = {"lookupd": servers.lookupd}
+    if servers.redis is None:
+        results["redis"] = {"skipped": "redis-server not found (apt-get install redis-server)"}
+    else:
+        runs["redis"] = servers.redis
+    for name, path in runs.items():
+        r = results[name]
+        r["latency"] = latency(name, path, targets, secs)
+        r["throughput"] = [throughput(name, path, c, secs) for c in (1, 8, 64)]
+        r["pipelined"] = pipelined(name, path, targets, secs)
+    results["lookupd"]["columnar"] = columnar(servers.lookupd, targets, secs, 100_000)
+    results["lookupd_all_threaded"] = {"latency": latency("lookupd", servers.threaded, targets, secs),
+                                       "throughput": [throughput("lookupd", servers.threaded, 8, secs)]}
+    results["policy_in_process"] = policy_micro(servers.logs, min(secs, 2.0))
+    return results
+
+
+def targets_list() -> list[int]:
+    rnd = random.Random(1)
+    return [rnd.randrange(200_025) for _ in range(200_000)]
+
+
+# ====================================================================== bench/run.py suite
+
+
+def run(quick: bool = False) -> list:
+    """Figures for bench/run.py: every measurement of `one_pass`, repeated."""
+    from common import Figure
+
+    repeats, secs = (3, 0.6) if quick else (5, 2.0)
+    targets = targets_list()
+    with Servers(os.environ.get("KAFKA_REFERENCE_LOGS", DEFAULT_LOGS)) as servers:
+        if answers_agree(servers, targets[:500]) is False:
+            raise RuntimeError("lookupd and redis answered differently: the benchmark would compare nonsense")
+        passes = [one_pass(servers, targets, secs) for _ in range(repeats)]
+    figures = []
+    names = {"lookupd": "lookupd", "redis": "redis", "lookupd_all_threaded": "lookupd, every lookup in a thread"}
+    for key, label in names.items():
+        if "latency" not in passes[0].get(key, {}):
+            continue
+        for pct in (50, 99):
+            figures.append(Figure(f"{label}: floor lookup round trip p{pct}", "us",
+                                  [p[key]["latency"][f"p{pct}_us"] for p in passes], group="daemon-latency",
+                                  params={"percentile": pct, "server": label}))
+        for i, t in enumerate(passes[0][key]["throughput"]):
+            figures.append(Figure(f"{label}: lookups/s, {t['clients']} concurrent clients", "lookups/s",
+                                  [p[key]["throughput"][i]["per_s"] for p in passes], group="daemon-throughput",
+                                  params={"clients": t["clients"], "server": label}, higher_is_better=True))
+        if "pipelined" in passes[0][key]:
+            figures.append(Figure(f"{label}: lookups/s, one connection pipelining 64", "lookups/s",
+                                  [p[key]["pipelined"]["per_s"] for p in passes], group="daemon-throughput",
+                                  params={"clients": 1, "depth": 64, "server": label}, higher_is_better=True))
+    figures.append(Figure("lookupd: lookups/s in lookup_offsets calls of 100,000", "lookups/s",
+                          [p["lookupd"]["columnar"]["per_s"] for p in passes], group="daemon-throughput",
+                          params={"targets_per_call": 100_000, "server": "lookupd"}, higher_is_better=True))
+    for key, label in (("inline_us", "on the event loop"), ("via_thread_us", "through trio.to_thread")):
+        figures.append(Figure(f"hot lookup_offset in process, {label}", "us",
+                              [p["policy_in_process"][key] for p in passes], group="daemon-policy",
+                              params={"where": key}))
+    return figures
+
+
+def ratios(figures: list) -> list:
+    from run import ratio
+
+    return [ratio("lookupd vs redis, single-client p50 latency", figures, "lookupd: floor lookup round trip p50",
+                  "redis: floor lookup round trip p50", "round trip of one floor lookup over a Unix socket"),
+            ratio("lookupd vs redis, 8 clients", figures, "lookupd: lookups/s, 8 concurrent clients",
+                  "redis: lookups/s, 8 concurrent clients", "lookups per second with 8 closed-loop clients"),
+            ratio("inline vs threaded hot lookups, 8 clients", figures, "lookupd: lookups/s, 8 concurrent clients",
+                  "lookupd, every lookup in a thread: lookups/s, 8 concurrent clients",
+                  "daemon throughput with hot lookups on the event loop over all lookups in worker threads")]
+
+
 # ====================================================================== main
 
 
@@ -377,48 +502,11 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--json", metavar="FILE", help="also write the results here")
     args = ap.parse_args(argv)
     secs = 1.5 if args.quick else 5.0
-    rnd = random.Random(1)
-    targets = [rnd.randrange(200_025) for _ in range(200_000)]
-    tmp = tempfile.mkdtemp(prefix="lkdbench", dir="/tmp")
-    results: dict = {"machine": {"cpus": os.cpu_count()}, "seconds_per_run": secs, "lookupd": {}, "redis": {}}
-    procs = []
-    try:
-        lk, lk_sock = start_lookupd(tmp, args.logs, inline=True)
-        procs.append(lk)
-        rd = start_redis(tmp)
-        servers = {"lookupd": lk_sock}
-        if rd is None:
-            results["redis"] = {"skipped": "redis-server not found (apt-get install redis-server)"}
-        else:
-            procs.append(rd[0])
-            load_redis(rd[1], index_points(args.logs))
-            servers["redis"] = rd[1]
-        # Same answers from both (and the index mapped before timing).
-        sample = targets[:200]
-        lw = LookupdWire()
-        lk_answers = [a for _, a in sorted(roundtrip(connect(lk_sock), lw, b"".join(lw.request(t) for t in sample),
-                                                     len(sample)))]
-        if rd is not None:
-            rw = RespWire()
-            rd_answers = roundtrip(connect(rd[1]), rw, b"".join(rw.request(t) for t in sample), len(sample))
-            results["answers_agree"] = lk_answers == rd_answers
-        for name, path in servers.items():
-            r = results[name]
-            r["latency"] = latency(name, path, targets, secs)
-            r["throughput"] = [throughput(name, path, c, secs) for c in (1, 8, 64)]
-            r["pipelined"] = pipelined(name, path, targets, secs)
-        results["lookupd"]["columnar"] = columnar(lk_sock, targets, secs, 100_000)
-        # The inline/thread policy: the same daemon with every lookup in a worker thread.
-        lk2, lk2_sock = start_lookupd(tmp, args.logs, inline=False)
-        procs.append(lk2)
-        roundtrip(connect(lk2_sock), LookupdWire(), LookupdWire().request(5), 1)
-        results["lookupd_all_threaded"] = {"latency": latency("lookupd", lk2_sock, targets, secs),
-                                           "throughput": [throughput("lookupd", lk2_sock, 8, secs)]}
-        results["policy_in_process"] = policy_micro(args.logs, min(secs, 2.0))
-    finally:
-        for p in procs:
-            stop(p)
-        shutil.rmtree(tmp, ignore_errors=True)
+    targets = targets_list()
+    with Servers(args.logs) as servers:
+        agree = answers_agree(servers, targets[:500])
+        results = {"machine": {"cpus": os.cpu_count()}, "seconds_per_run": secs, "answers_agree": agree,
+                   **one_pass(servers, targets, secs)}
     print_table(results)
     print(json.dumps(results, indent=2))
     if args.json:
