@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 
 import msgpack
 import pytest
@@ -270,3 +271,33 @@ async def test_rescan_picks_up_new_and_deleted_partitions(sock, short_dir):
             with pytest.raises(RemoteError, match="UNKNOWN_PARTITION"):
                 await c.lookup_offset("plain", 0, 1)
     assert d.counters.connections == 0
+
+
+@pytest.mark.trio
+async def test_blocking_client_shared_by_threads(sock, short_dir):
+    from lookupd.client import Client
+
+    async with running(sock):
+        def work():
+            results = []
+            with Client(sock, timeout=30) as c:
+                def worker(k):
+                    for i in range(50):
+                        results.append(c.lookup_offset("large", 0, k * 1000 + i)["offset"] == k * 1000 + i)
+                threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                with pytest.raises(RemoteError) as e:
+                    c.read("plain", 0, 0, 1 << 40)
+                assert e.value.code == "TOO_LARGE"
+            return results
+
+        results = await trio.to_thread.run_sync(work)
+        assert len(results) == 400 and all(results)
+    missing = os.path.join(short_dir, "nothing.sock")
+    with pytest.raises(Unavailable, match=f"cannot reach lookupd at {missing}"):
+        Client(missing)
+    with pytest.raises(Unavailable, match="cannot reach lookupd at 127.0.0.1:1"):
+        Client("127.0.0.1:1")
