@@ -1,0 +1,169 @@
+"""Spark jobs through lookupd: bulk position lookups vs one request per row; reading the sample data
+with the kafka-segments source vs a single-process loop over the same files.
+
+A local Spark session (local[2]: this machine's cores) and a `lookupd serve` subprocess over a
+sample log dir (`lookupd demo-data`; 20,000 records per topic with --quick, 200,000 without).
+
+Run: python bench/bench_spark.py [--quick] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import Figure, dump, print_table, repeat  # noqa: E402
+
+from lookupd.demo import generate  # noqa: E402
+from lookupd.filerecords import FileRecords  # noqa: E402
+from lookupd.records import decode_batch  # noqa: E402
+
+
+def spark_session():
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    import spark_client
+
+    spark = (SparkSession.builder.master("local[2]").appName("bench_spark").config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    spark_client.register(spark)
+    return spark
+
+
+def timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def _per_row(address: str):
+    """mapPartitions function: one connection per task, one resolve_offset request per row."""
+    def resolve(rows):
+        from lookupd.client import Client
+
+        with Client(address) as client:
+            for r in rows:
+                yield client.resolve_offset(r["topic"], r["partition"], r["offset"])
+    return resolve
+
+
+def positions(spark, address: str, partitions: list[dict], bulk_rows: int, per_row_rows: int,
+              times: int) -> list[Figure]:
+    """Rows of random in-range offsets: resolve_positions vs a request per row, both in Spark."""
+    from spark_client import resolve_positions
+
+    rng = random.Random(7)
+    rows = []
+    for _ in range(bulk_rows):
+        p = rng.choice(partitions)
+        rows.append((p["topic"], p["partition"], rng.randrange(p["log_start_offset"], p["log_end_offset"])))
+    schema = "topic string, partition int, offset long"
+    bulk = spark.createDataFrame(rows, schema).repartition(2).cache()
+    few = spark.createDataFrame(rows[:per_row_rows], schema).repartition(2).cache()
+    bulk.count(), few.count()
+
+    def columnar() -> float:
+        return bulk_rows / timed(lambda: resolve_positions(bulk, address).write.format("noop").mode("overwrite")
+                                 .save())
+
+    def one_by_one() -> float:
+        return per_row_rows / timed(lambda: few.rdd.mapPartitions(_per_row(address)).count())
+
+    params = {"rows": bulk_rows, "tasks": 2}
+    return [
+        Figure("resolve_positions (columnar requests per task)", "positions/s", repeat(columnar, times),
+               group="spark-positions", params=params, higher_is_better=True),
+        Figure("one resolve_offset request per row (mapPartitions)", "positions/s", repeat(one_by_one, times),
+               group="spark-positions", params={**params, "rows": per_row_rows}, higher_is_better=True),
+    ]
+
+
+def reads(spark, address: str, log_dir: str, times: int) -> list[Figure]:
+    """Every record of the sample: the data source in Spark (2 tasks at a time) vs one Python process."""
+    logs = [os.path.join(log_dir, d, f) for d in sorted(os.listdir(log_dir)) if os.path.isdir(os.path.join(log_dir, d))
+            for f in sorted(os.listdir(os.path.join(log_dir, d))) if f.endswith(".log")]
+
+    def loop() -> int:
+        n = 0
+        for path in logs:
+            log_file = FileRecords(path)
+            for h in log_file.batches():
+                if not h.is_control:
+                    n += len(decode_batch(h, log_file.read(h.position, h.size)))
+            log_file.close()
+        return n
+
+    records = loop()
+    df = spark.read.format("kafka-segments").option("lookupd.address", address) \
+        .option("subscribePattern", ".*").option("minPartitions", "8").load()
+
+    def source() -> float:
+        return records / timed(lambda: df.write.format("noop").mode("overwrite").save())
+
+    def single_process() -> float:
+        return records / timed(loop)
+
+    params = {"records": records, "bytes": sum(os.path.getsize(p) for p in logs)}
+    return [
+        Figure("kafka-segments source, local[2]", "records/s", repeat(source, times), group="spark-read",
+               params=params, higher_is_better=True),
+        Figure("single-process loop (FileRecords + decode_batch)", "records/s", repeat(single_process, times),
+               group="spark-read", params=params, higher_is_better=True),
+    ]
+
+
+def run(quick: bool = False) -> list[Figure]:
+    from lookupd.client import Client
+    from spark_client.examples.with_daemon import running_daemon
+
+    times = 2 if quick else 3
+    with tempfile.TemporaryDirectory(prefix="lkbench", dir=os.environ.get("BENCH_DIR", "/tmp")) as d:
+        log_dir = os.path.join(d, "data")
+        generate(log_dir, records=20_000 if quick else 200_000)
+        sock = os.path.join(d, "lookupd.sock")
+        with running_daemon([log_dir], sock):
+            with Client(sock) as client:
+                partitions = client.partitions()
+            spark = spark_session()
+            try:
+                figures = positions(spark, sock, partitions, 100_000 if quick else 1_000_000,
+                                    10_000 if quick else 50_000, times)
+                figures += reads(spark, sock, log_dir, times)
+            finally:
+                spark.stop()
+    return figures
+
+
+def ratios(figures: list[Figure]) -> list:
+    from run import ratio
+
+    return [
+        ratio("spark-positions-speedup", figures, "resolve_positions (columnar requests per task)",
+              "one resolve_offset request per row (mapPartitions)",
+              "positions per second resolved by resolve_positions over one request per row"),
+        ratio("spark-read-speedup", figures, "kafka-segments source, local[2]",
+              "single-process loop (FileRecords + decode_batch)",
+              "records per second read by the Spark source over a single Python process"),
+    ]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json", metavar="OUT")
+    args = ap.parse_args()
+    figures = run(args.quick)
+    print_table(figures)
+    if args.json:
+        dump(figures, args.json)
+
+
+if __name__ == "__main__":
+    main()
