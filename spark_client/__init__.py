@@ -11,8 +11,7 @@ from __future__ import annotations
 from pyspark.sql import SparkSession
 
 from .datasource import FORMAT, KafkaSegmentsDataSource
-from .options import OptionError
-from .planner import DataLossError
+from .errors import DataLossError, OptionError
 from .positions import resolve_positions
 
 __all__ = ["FORMAT", "DataLossError", "KafkaSegmentsDataSource", "OptionError", "register", "resolve_positions"]

@@ -14,7 +14,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from .options import OptionError, ReadOptions, parse_options
+from .errors import OptionError
+from .options import ReadOptions, parse_options
 from .planner import plan
 from .reader import ReadSettings, read_split
 from .routing import Daemons

@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
+from .errors import OptionError
+
 log = logging.getLogger(__name__)
 
 EARLIEST = -2  # in startingOffsets / endingOffsets JSON, as in Spark and Kafka's ListOffsets
@@ -23,10 +25,6 @@ LATEST = -1
 DEFAULT_MAX_BYTES_PER_SPLIT = 128 << 20  # like spark.sql.files.maxPartitionBytes
 
 TopicPartition = tuple[str, int]
-
-
-class OptionError(ValueError):
-    """An option value or combination the source rejects (Spark's IllegalArgumentException)."""
 
 
 def tp_name(tp: TopicPartition) -> str:
@@ -226,9 +224,8 @@ def _strategy(opts: dict[str, str]) -> Strategy:
             raise OptionError(f"No topicpartitions to assign as specified value for option 'assign' is '{value}'")
         try:
             parsed = json.loads(value)
-            tps = tuple(sorted({(t, p) for t, parts in parsed.items() for p in parts
-                                if isinstance(t, str) and isinstance(p, int) and not isinstance(p, bool)}))
-            if len(tps) != sum(len(parts) for parts in parsed.values()):
+            tps = tuple(sorted({(t, p) for t, parts in parsed.items() for p in parts}))
+            if not all(isinstance(p, int) and not isinstance(p, bool) for _, p in tps):
                 raise ValueError
         except (ValueError, AttributeError, TypeError):
             raise OptionError(f'Expected e.g. {{"topicA":[0,1],"topicB":[0,1]}}, got {value}') from None

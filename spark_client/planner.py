@@ -12,23 +12,14 @@ import logging
 import re
 from concurrent.futures import ThreadPoolExecutor
 
-from .options import EARLIEST, LATEST, Bound, OptionError, ReadOptions, TopicPartition, tp_name, tp_names
+from .errors import DataLossError, OptionError
+from .options import EARLIEST, LATEST, Bound, ReadOptions, TopicPartition, tp_name, tp_names
 from .routing import Daemons, PartitionInfo, columnar, discover, route
 from .splits import Batch, PartitionRange, Segment, Split, build_splits, cut_targets, part_counts
 
 log = logging.getLogger(__name__)
 
 PLANNING_THREADS = 16
-
-DATA_LOSS = ("Some data may have been lost because they are not available in Kafka any more; either the data "
-             "was aged out by Kafka or the topic may have been deleted before all the data in the topic was "
-             "processed. If you don't want your query to fail on such cases, set the source option "
-             "failOnDataLoss to false. Reason: ")
-
-
-class DataLossError(RuntimeError):
-    """Requested records are gone (KAFKA_DATA_LOSS) and failOnDataLoss is true."""
-
 
 def plan(options: ReadOptions, daemons: Daemons) -> list[Split]:
     """The splits of a batch read, in topic, partition and offset order."""
@@ -165,7 +156,7 @@ def _check_data_loss(options: ReadOptions, info: PartitionInfo, start: int, end:
 def _lost(options: ReadOptions, info: PartitionInfo, start: int, end: int, reason: str, instead=None):
     """Report records [start, end) as lost: raise with failOnDataLoss, else warn and return `instead`."""
     if options.fail_on_data_loss:
-        raise DataLossError(DATA_LOSS + reason)
+        raise DataLossError(reason)
     log.warning("%s; skipping offsets [%d, %d) of %s (failOnDataLoss is false)", reason, start, end, tp_name(info.tp))
     return instead
 

@@ -28,7 +28,7 @@ from lookupd.errors import CorruptRecordError
 from lookupd.filerecords import FileRecords
 from lookupd.records import decode_batch
 
-from .planner import DATA_LOSS, DataLossError
+from .errors import DataLossError
 from .splits import Piece, Split
 
 log = logging.getLogger(__name__)
@@ -216,7 +216,7 @@ class _SplitReader:
         reason = (f"Could not read records in offset [{self.cursor}, {min(earliest, s.end)}) for topic partition "
                   f"{s.topic}-{s.partition}: the log now starts at {earliest}.")
         if self.settings.fail_on_data_loss:
-            raise DataLossError(DATA_LOSS + reason)
+            raise DataLossError(reason)
         log.warning("%s Skipping them (failOnDataLoss is false).", reason)
         self.cursor = earliest
 

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from lookupd.client import Client
 from lookupd.errors import UnknownPartition
 
-from .options import OptionError, TopicPartition, tp_name
+from .errors import OptionError
+from .options import TopicPartition, tp_name
 
 DAEMON_TIMEOUT_S = 60.0
 # Targets per columnar request: 50,000 int64s pack to under 500 KB, inside the daemon's

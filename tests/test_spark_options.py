@@ -6,7 +6,8 @@ import pytest
 
 pytest.importorskip("pyspark", reason="pyspark is not installed (pip install -e '.[spark]')")
 
-from spark_client.options import DEFAULT_MAX_BYTES_PER_SPLIT, OptionError, parse_options  # noqa: E402
+from spark_client.errors import OptionError
+from spark_client.options import DEFAULT_MAX_BYTES_PER_SPLIT, parse_options  # noqa: E402
 
 BASE = {"lookupd.address": "/run/lookupd.sock", "subscribe": "orders"}
 

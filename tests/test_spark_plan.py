@@ -18,8 +18,10 @@ from spark_fixtures import (aborted_offsets, arrow_rows, list_offsets, ref_daemo
                             trimmed_records, unreachable_socket, written_daemon, written_dir)
 
 from lookupd.errors import Unavailable
-from spark_client.options import OptionError, parse_options
-from spark_client.planner import DataLossError, plan
+from spark_client.errors import OptionError
+from spark_client.options import parse_options
+from spark_client.errors import DataLossError
+from spark_client.planner import plan
 from spark_client.reader import ReadSettings, read_split
 from spark_client.routing import Daemons
 from spark_client.schema import arrow_schema, kafka_schema
