@@ -76,7 +76,6 @@ class Session:
 # Where a method may run: "inline" on the event loop always (no file access), "hot" inline
 # only when the index it searches is mapped already, "thread" always in a worker thread.
 INLINE, HOT, THREAD = "inline", "hot", "thread"
-_ATTEMPTS = 4  # tries of a partition method whose segment list changed underneath
 NEEDS_THREAD = object()  # call_inline's answer for a call that must go to a worker thread
 
 
@@ -159,39 +158,7 @@ class Service:
             raise InvalidArgument(f"{name} takes {len(m.params)} params ({want}), got {len(params)}")
         if name == "auth":
             return self._auth(session, params[0])
-        if m.params[:2] != ("topic", "partition"):
-            return m.handler(self, params)
-        return self._on_partition(m, params)
-
-    def _on_partition(self, m: Method, params: list) -> Any:
-        """Run a partition method against one consistent segment list.
-
-        The rescan thread may swap the partition's segment list while a call runs (the
-        broker rolled or deleted a segment), and the core reads that list more than once
-        per call: a range check against the old list and a floor slot in the new one can
-        answer with the wrong segment. LocalLog.refresh replaces the list object whenever
-        it changes, so an answer is kept only if the same list object was there before and
-        after; otherwise (or when a deleted file was missing) the call runs again.
-        """
-        llog = self.manager.get(params[0], params[1])
-        for _ in range(_ATTEMPTS):
-            before = llog.base_offsets
-            try:
-                result = m.handler(self, params)
-            except FileNotFoundError:
-                try:
-                    llog.refresh()  # a segment deleted since the last rescan: re-list now
-                except FileNotFoundError:
-                    raise Unavailable(f"partition {params[0]}-{params[1]} was deleted while being read") from None
-                continue
-            except LookupdError:
-                if llog.base_offsets is before:
-                    raise
-                continue
-            if llog.base_offsets is before:
-                return result
-        raise Unavailable(f"the segments of {params[0]}-{params[1]} kept changing during the call "
-                          f"(the broker is rolling or deleting segments); retry")
+        return m.handler(self, params)
 
     def _auth(self, session: Session, token: Any) -> bool:
         if not isinstance(token, (str, bytes)):
