@@ -118,16 +118,13 @@ class Service:
         """
         m = METHODS.get(name)
         if m is None or m.where == INLINE:
-            return self._dispatch(name, params, session)
+            return self.call(name, params, session)
         if m.where == THREAD or not self.inline_hot_lookups:
             return NEEDS_THREAD
         index = self._floor_index(params)
         if index is None:  # bad params or below the first segment: answered without the index
-            return self._dispatch(name, params, session)
-        if not index.is_open:
-            return NEEDS_THREAD
-        result = self._dispatch(name, params, session)
-        return NEEDS_THREAD if _suspect(result, params) else result
+            return self.call(name, params, session)
+        return self.call(name, params, session) if index.is_open else NEEDS_THREAD
 
     def _floor_index(self, params: list):
         """The offset index lookup_offset searches, None if it needs none (or the params are bad)."""
@@ -141,16 +138,6 @@ class Service:
 
     def call(self, name: str, params: list, session: Session) -> Any:
         """Run one method (in a worker thread: it may block); raises LookupdError for caller mistakes."""
-        result = self._dispatch(name, params, session)
-        if name == "lookup_offset" and _suspect(result, params):
-            index = self._floor_index(params)
-            if index is not None:
-                with index._lock:  # wait out a (re)map of the index by another thread: see _suspect
-                    pass
-                result = self._dispatch(name, params, session)
-        return result
-
-    def _dispatch(self, name: str, params: list, session: Session) -> Any:
         self.authorize(session, name)
         m = self.method(name)
         if len(params) != len(m.params):
@@ -227,19 +214,6 @@ def _segments(s: Service, p: list) -> list:
 
 def _lookup_offset(s: Service, p: list) -> dict | None:
     return _row(s._log(p).lookup_offset(p[2], p[3]))
-
-
-def _suspect(result: Any, params: list) -> bool:
-    """Whether a lookup_offset answer may come from an index caught mid-(re)map.
-
-    Works around a race in the core: AbstractIndex._load publishes a new map before its
-    entry count, so a reader meanwhile sees no entries and answers a segment start. Such
-    answers (rare otherwise) are computed again once the index's lock is free. Drop this
-    once the core publishes the map last.
-    """
-    if result is None:
-        return params[3] == "ceiling"
-    return result["position"] == 0 and result["offset"] != params[2]
 
 
 def _lookup_timestamp(s: Service, p: list) -> dict | None:
