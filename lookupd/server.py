@@ -453,7 +453,10 @@ class Daemon:
             if bound.kind == "unix":
                 peer = f"unix#{self._next_id}"
             else:
-                peer = "%s:%d" % stream.socket.getpeername()[:2]
+                try:
+                    peer = "%s:%d" % stream.socket.getpeername()[:2]
+                except OSError:  # already gone again
+                    peer = f"tcp#{self._next_id}"
             if self.counters.connections >= self.cfg.max_connections:
                 conns.start_soon(self._refuse, stream, peer)
                 continue
