@@ -66,13 +66,17 @@ class Segments:
 
 
 class TTLCache:
-    """Values fetched at most once per `ttl` seconds per key.
+    """Values fetched at most once per `ttl` seconds per key, and per SLOWDOWN times as long
+    as the last fetch took: a listing that costs the daemon a second is not asked for every
+    second, so keeping a big partition listed costs the daemon at most 1/SLOWDOWN of a core.
 
     A stale value is answered at once while one background thread fetches the new one, so
     a slow listing (thousands of segments) never holds up lookups after the first; a key
     with no value yet is fetched by the caller (others wait for it). A failed background
     fetch drops the value: the next caller fetches, and gets the error.
     """
+
+    SLOWDOWN = 10
 
     def __init__(self, ttl: float):
         self.ttl = ttl
@@ -91,15 +95,18 @@ class TTLCache:
             entry = self._entries.get(key)
             if entry is not None:
                 return entry[1]
-            return self._store(key, fetch())
+            return self._fetch(key, fetch)
 
-    def _store(self, key: Hashable, value: Any) -> Any:
-        self._entries[key] = (time.monotonic() + self.ttl, value)
+    def _fetch(self, key: Hashable, fetch: Callable[[], Any]) -> Any:
+        started = time.monotonic()
+        value = fetch()
+        now = time.monotonic()
+        self._entries[key] = (now + max(self.ttl, self.SLOWDOWN * (now - started)), value)
         return value
 
     def _refresh(self, key: Hashable, fetch: Callable[[], Any], lock: threading.Lock) -> None:
         try:
-            self._store(key, fetch())
+            self._fetch(key, fetch)
         except Exception as err:  # noqa: BLE001 - the next caller fetches again and reports it
             self._entries.pop(key, None)
             log.debug("refreshing %s failed: %s", key, err)

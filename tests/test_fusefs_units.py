@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import errno
+import time
 
 import pytest
 from fuse import FuseOSError
 
 from fusefs import tree
-from fusefs.catalog import Catalog
+from fusefs.catalog import Catalog, TTLCache
 from fusefs.daemon import DaemonLink
 from fusefs.ops import KafkaFS
 from fusefs.stream import CHECKPOINT, Stream
@@ -128,6 +129,41 @@ def test_rendered_batch_slices_by_offset():
     assert r.between(11, 14) == (b"".join(every[1:3]), True)
     assert r.between(18, None) == (b"", False)
     assert r.between(15, 16) == (b"", True)
+
+
+def test_listings_refresh_in_the_background_and_forget_failures():
+    cache = TTLCache(0.05)
+    answers = iter([1, 2, OSError(errno.ECONNREFUSED, "daemon down"), 4])
+
+    def fetch():
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    assert cache.get("k", fetch) == 1 and cache.get("k", fetch) == 1
+    time.sleep(0.06)
+    assert cache.get("k", fetch) == 1  # stale: answered at once, refreshed behind
+    deadline = time.monotonic() + 5
+    while cache.get("k", fetch) != 2:
+        assert time.monotonic() < deadline
+    time.sleep(0.06)
+    while (got := cache.get("k", fetch)) == 2:  # stale until the refresh behind it fails and drops it
+        assert time.monotonic() < deadline
+    assert got == 4  # then fetched by the caller
+
+
+def test_a_slow_listing_is_asked_for_less_often():
+    cache = TTLCache(0.01)
+    fetched = []
+
+    def slow():
+        fetched.append(time.sleep(0.05))
+        return len(fetched)
+
+    assert cache.get("k", slow) == 1
+    time.sleep(0.1)
+    assert cache.get("k", slow) == 1 and len(fetched) == 1  # fresh for 10x the 50 ms it took, not the 10 ms TTL
 
 
 def test_the_class_refuses_writes_whatever_the_mount_options():
