@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 from lookupd.client import Client, default_address, tcp_address
-from lookupd.errors import LookupdError
+from lookupd.errors import LookupdError, Unauthorized, Unavailable
 
 MAX_READ = 128 << 10  # the most one FUSE read may ask for (the kernel's cap without max_pages)
 FS_TYPE = "fusefs"  # shows as fuse.fusefs in /proc/mounts
@@ -149,9 +149,12 @@ def main(argv: list[str] | None = None) -> int:
         return mount(args) if args.command == "mount" else umount(args)
     except UsageError as err:
         print(f"fusefs {args.command}: {err}", file=sys.stderr)
-    except LookupdError as err:
+    except Unavailable as err:
         hint = "" if "lookupd serve" in str(err) else "; is `lookupd serve` running there? (--socket ADDRESS)"
         print(f"fusefs {args.command}: {err}{hint}", file=sys.stderr)
+    except LookupdError as err:
+        hint = "; pass the daemon's token with --token-file" if err.code == Unauthorized.code else ""
+        print(f"fusefs {args.command}: lookupd refused: {err}{hint}", file=sys.stderr)
     except OSError as err:
         where = f": {err.filename}" if err.filename else ""
         print(f"fusefs {args.command}: {err.strerror or err}{where}", file=sys.stderr)
