@@ -50,13 +50,21 @@ def _wait(what: str, ready, proc: subprocess.Popen, log_path: str, timeout: floa
 class Daemon:
     """`lookupd serve` on a Unix socket (and TCP if asked); `stop` and `start` again at will."""
 
-    def __init__(self, log_dirs: list, workdir: str, *, tcp_port: int | None = None, rescan_s: float = 0.2):
+    def __init__(self, log_dirs: list, workdir: str, *, tcp_port: int | None = None, rescan_s: float = 0.2,
+                 token: str | None = None):
         self.sock = os.path.join(workdir, "lookupd.sock")
         self.log_path = os.path.join(workdir, "lookupd.log")
         self.tcp = f"127.0.0.1:{tcp_port}" if tcp_port else None
+        self.token_file = os.path.join(workdir, "token")
+        self.token = token
         config = os.path.join(workdir, "lookupd.toml")
         with open(config, "w") as f:
             f.write(f"rescan_interval_s = {rescan_s}\n")
+            if token:
+                f.write(f'auth_token_file = "{self.token_file}"\n')
+        if token:
+            with open(os.open(self.token_file, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+                f.write(token)
         self.cmd = [sys.executable, "-m", "lookupd", "serve", "--config", config, "--socket", self.sock]
         for d in log_dirs:
             self.cmd += ["--log-dir", str(d)]
@@ -69,7 +77,7 @@ class Daemon:
         from lookupd.errors import LookupdError
 
         try:
-            with Client(self.tcp or self.sock, timeout=2) as c:
+            with Client(self.tcp or self.sock, timeout=2, token=self.token) as c:
                 return c.call("ping") == "pong"
         except LookupdError:
             return False

@@ -22,7 +22,7 @@ from lookupd.batch import Compression
 from lookupd.builder import build_batch, build_control_batch
 from lookupd.writer import LogWriter
 from test_fusefs import expected_records, lines, read, stem
-from test_fusefs_helpers import Daemon, Mount, mounted, require_fuse, unmount, workdir
+from test_fusefs_helpers import Daemon, Mount, free_port, mounted, require_fuse, unmount, workdir
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
@@ -236,6 +236,27 @@ def test_through_the_daemon_only():
             os.close(fd)
         assert subprocess.run(["tail", "-c", "777", mnt.path("large", "0", name)], capture_output=True,
                               check=True).stdout == real[-777:]
+
+
+def test_tcp_with_a_token_reading_local_log_dirs():
+    """--log-dir makes a partition local even when the daemon is reached over TCP."""
+    R.require()
+    require_fuse()
+    with workdir() as d:
+        daemon = Daemon([R.LOGS], d, tcp_port=free_port(), token="s3cret").start()
+        mount = Mount(daemon.tcp, d, "--token-file", daemon.token_file, "--log-dir", str(R.LOGS), "--allow-other")
+        try:
+            refused = fusefs("mount", mount.root, "--socket", daemon.tcp)
+            assert refused.returncode == 1 and "UNAUTHORIZED" in refused.stderr and "--token-file" in refused.stderr
+            mount.start()
+            view = mount.path("txn", "0")
+            assert json.loads(read(os.path.join(view, "partition.json")))["read_from"] == "local files"
+            assert any(n.endswith(".txnindex.txt") for n in os.listdir(view))
+            with open("/proc/self/mounts") as f:
+                assert "allow_other" in next(line for line in f if line.split()[1] == mount.root)
+        finally:
+            mount.stop()
+            daemon.stop()
 
 
 # ------------------------------------------------------------------ the command and the unit
