@@ -40,6 +40,8 @@ class IndexCache:
         self.max_open = max_open
         self.max_mapped_bytes = max_mapped_bytes
         self._last_used: dict[Mappable, int] = {}
+        self._sizes: dict[Mappable, int] = {}  # mapped bytes of each, as of its open
+        self._total = 0
         self._ticks = itertools.count()
         self._lock = threading.Lock()
         self.lazy_loads = 0
@@ -55,17 +57,18 @@ class IndexCache:
         with self._lock:
             self.lazy_loads += 1
             self._last_used[index] = next(self._ticks)
-            entries = list(self._last_used.items())
-            total = sum(i.mapped_bytes for i, _ in entries)
-            if len(entries) > self.max_open or total > self.max_mapped_bytes:
-                entries.sort(key=lambda e: e[1])
+            size = index.mapped_bytes
+            self._total += size - self._sizes.get(index, 0)
+            self._sizes[index] = size
+            if len(self._last_used) > self.max_open or self._total > self.max_mapped_bytes:
+                entries = sorted(self._last_used.items(), key=lambda e: e[1])
                 # Evict a little more than needed so the next opens do not sort again at once.
                 keep = max(1, self.max_open - max(1, self.max_open // 16))
                 for victim, _ in entries[:-1]:
-                    if len(self._last_used) <= keep and total <= self.max_mapped_bytes:
+                    if len(self._last_used) <= keep and self._total <= self.max_mapped_bytes:
                         break
                     del self._last_used[victim]
-                    total -= victim.mapped_bytes
+                    self._total -= self._sizes.pop(victim, 0)
                     victims.append(victim)
             self.evictions += len(victims)
         for victim in victims:
@@ -78,11 +81,14 @@ class IndexCache:
     def forget(self, index: Mappable) -> None:
         with self._lock:
             self._last_used.pop(index, None)
+            self._total -= self._sizes.pop(index, 0)
 
     def clear(self) -> None:
         with self._lock:
             victims = list(self._last_used)
             self._last_used.clear()
+            self._sizes.clear()
+            self._total = 0
         for victim in victims:
             victim.unmap()
 

@@ -177,6 +177,8 @@ class LocalLog:
         """Re-list the directory: pick up rolled and new segments, release deleted ones.
 
         Returns whether anything changed. Raises FileNotFoundError if the directory is gone.
+        Segments changing role (rolled, newly active) are told so after the lock is released:
+        that remaps their indexes, which may take a while on a slow disk.
         """
         bases = list_segments(self.dir)
         with self._lock:
@@ -186,10 +188,12 @@ class LocalLog:
             gone = set(self._bases).difference(bases)
             self._bases = bases
             released = [self._segments.pop(b) for b in gone if b in self._segments]
-            if old_last is not None and old_last in self._segments and bases and bases[-1] != old_last:
-                self._segments[old_last].set_live(False)
-            if bases and bases[-1] in self._segments:
-                self._segments[bases[-1]].set_live(True)
+            rolled = self._segments.get(old_last) if old_last is not None and bases and bases[-1] != old_last else None
+            active = self._segments.get(bases[-1]) if bases else None
+        if rolled is not None:
+            rolled.set_live(False)
+        if active is not None:
+            active.set_live(True)
         for seg in released:
             log.debug("released deleted segment %s", seg)
             seg.close()
