@@ -28,7 +28,7 @@ class UsageError(Exception):
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fusefs", description="Kafka log dirs as a read-only file tree, via lookupd.")
-    p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="debug logging (-vv: fusepy's too)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     m = sub.add_parser("mount", help="mount the tree (topics / partitions / segments) on an empty directory")
@@ -66,7 +66,7 @@ def check_mountpoint(path: str) -> None:
 
 
 def _logging(args) -> None:
-    level = logging.INFO if args.verbose < 2 else logging.DEBUG
+    """INFO from fusefs and lookupd by default; -v: their DEBUG; -vv: everything, fusepy's too."""
     fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
     if args.log_file:
         handler: logging.Handler = logging.FileHandler(os.path.abspath(args.log_file))
@@ -80,7 +80,7 @@ def _logging(args) -> None:
     handler.setFormatter(logging.Formatter(fmt))
     logging.basicConfig(level=logging.WARNING if args.verbose < 2 else logging.DEBUG, handlers=[handler])
     for name in ("fusefs", "lookupd"):
-        logging.getLogger(name).setLevel(level)
+        logging.getLogger(name).setLevel(logging.INFO if args.verbose == 0 else logging.DEBUG)
 
 
 def mount(args) -> int:
