@@ -142,6 +142,13 @@ def test_written_data_live(tmp_path):
                     pos = rng.randrange(len(real) + 1)
                     assert os.pread(f.fileno(), 3000, pos) == real[pos:pos + 3000], (name, pos)
         assert any(r["batch"]["transactional"] for r in got)
+        offsets = [r["offset"] for r in prod.records]
+        for k in (0, 1, 17, 133, offsets[-1]):  # timestamps rise with offsets here: T0 + 10 * offset
+            for ts, want in ((T0 + 10 * k, k), (T0 + 10 * k + 2, k + 1)):
+                got = lines(os.path.join(view, "at-time", f"{ts}.jsonl"))
+                assert [r["offset"] for r in got] == [o for o in offsets if o >= want], ts
+        assert lines(os.path.join(view, "at-time", "2026-01-01T00:00:00.170Z--2026-01-01T00:00:00.250Z.jsonl")) \
+            == lines(os.path.join(view, "at-offset", "17-25.jsonl"))
         txn = [n for n in os.listdir(view) if n.endswith(".txnindex.txt")]
         assert len(txn) == 1 and "producerId: 7" in read(os.path.join(view, txn[0])).decode()
 
