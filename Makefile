@@ -8,8 +8,9 @@ STAMP   := $(VENV)/.installed
 LOG_DIR ?= sample-data
 SOCKET  ?= run/lookupd.sock
 # Debian packages the tests and benchmarks drive for real: FUSE (fusepy loads libfuse.so.2),
-# redis-server (the benchmark's reference service), util-linux's setpriv, systemd's tools.
-DEB_PACKAGES := fuse3 libfuse2 redis-server util-linux systemd
+# jq (run against the mount), redis-server (the benchmark's reference service), util-linux's
+# setpriv, systemd's tools (systemd-analyze, systemd-socket-activate).
+DEB_PACKAGES := fuse3 libfuse2 jq redis-server util-linux systemd
 
 .PHONY: all venv run test bench bench-quick system-deps node-deps clean
 
@@ -27,11 +28,18 @@ $(LOG_DIR):
 	$(PY) -m lookupd demo-data $(LOG_DIR)
 
 run: venv $(LOG_DIR)
-	$(PY) -m lookupd dump $(LOG_DIR)
+	@echo "lookupd serves $(LOG_DIR) on $(SOCKET); in another terminal try:"
+	@echo "  $(VENV)/bin/lookupd query --socket $(SOCKET) partitions"
+	@echo "  $(VENV)/bin/lookupd query --socket $(SOCKET) offset_for_timestamp orders 0 1767261600000"
+	@echo "  $(VENV)/bin/lookupd query --socket $(SOCKET) resolve_offset orders 0 1234"
+	@echo "(Ctrl-C stops it)"
+	$(PY) -m lookupd serve --log-dir $(LOG_DIR) --socket $(SOCKET)
 
-# Installs missing Debian packages when running as root; otherwise says what is missing.
+# Installs missing Debian packages when running as root (one apt-get update, then install);
+# otherwise says what is missing. Node.js comes from Debian only when no `node` is on PATH.
 system-deps:
 	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	command -v node >/dev/null 2>&1 || missing="$$missing nodejs npm"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "installing Debian packages:$$missing"; \
@@ -39,14 +47,19 @@ system-deps:
 	  else echo "missing Debian packages (tests that need them skip):$$missing"; fi; \
 	fi
 
-test: venv system-deps
+# The Node.js msgpack-rpc client the interop test runs (versions pinned in package-lock.json).
+node-deps:
+	@if command -v npm >/dev/null 2>&1 && [ ! -d tests/node/node_modules/msgpack5rpc ]; then \
+	  npm ci --prefix tests/node --no-audit --no-fund --loglevel=error; fi
+
+test: venv system-deps node-deps
 	$(PY) -m pytest -q
 
 bench: venv system-deps
-	$(PY) bench/bench_index.py
+	$(PY) bench/run.py
 
 bench-quick: venv system-deps
-	$(PY) bench/bench_index.py --quick
+	$(PY) bench/run.py --quick
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis lookupd/*.so
