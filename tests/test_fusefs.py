@@ -324,6 +324,20 @@ def test_at_time_takes_iso_8601(mnt):
                     assert f.readline() == g.readline(), name
 
 
+def test_concurrent_readers_see_what_one_reader_sees(mnt):
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs = []
+    for p in ("compressed-0", "txn-0", "ooo-time-0"):
+        for seg in R.answers(p)["segments"]:
+            base = stem(seg["base_offset"])
+            jobs += [pdir(mnt, p, base + ".records.jsonl"), pdir(mnt, p, base + ".log")]
+        jobs += [pdir(mnt, p, "at-offset", f"{o}.jsonl") for o in range(0, 2000, 250)]
+    alone = [read(j) for j in jobs]
+    with ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(read, jobs * 2)) == alone * 2
+
+
 # ------------------------------------------------------------------ tools
 
 
