@@ -5,8 +5,9 @@ file keeps its producer running and a window of the latest output, so sequential
 (`cat`, `head`, `jq`) cost one pass and `head` stops the work where it stops reading.
 Every CHECKPOINT bytes of output the cursor is remembered; a read behind the window (a
 seek back, `less` scrolling up) restarts the producer from the nearest checkpoint instead
-of from the start. An error while producing (the daemon went away, a corrupt batch) fails
-that read; the next read restarts from a checkpoint.
+of from the start. An error while producing (the daemon went away, a corrupt batch) ends
+that read short, after the bytes made before it, and fails the read that gets to it; a
+later read starts the producer again from a checkpoint.
 """
 
 from __future__ import annotations
@@ -54,7 +55,9 @@ class Stream(Generic[C]):
                     break
                 except BaseException:
                     self._pieces = None
-                    raise
+                    if self._buf_at + len(self._buf) <= offset:
+                        raise
+                    break  # a short read of what is sound; the next read meets the error
                 self._buf += piece
                 end = self._buf_at + len(self._buf)
                 if end - self._marks[-1] >= CHECKPOINT:
