@@ -189,6 +189,47 @@ def test_written_data_live(tmp_path):
     prod.writer.close()
 
 
+def read_until_error(path: str) -> tuple[bytes, int | None]:
+    """What read(2) gives before it fails, and the errno it fails with (None: it did not)."""
+    fd = os.open(path, os.O_RDONLY)
+    data = b""
+    try:
+        while chunk := os.read(fd, 4096):
+            data += chunk
+    except OSError as err:
+        return data, err.errno
+    finally:
+        os.close(fd)
+    return data, None
+
+
+def test_corrupt_data_reads_as_far_as_it_is_sound_then_eio(tmp_path):
+    logs = tmp_path / "logs"
+    part = logs / "events-0"
+    prod = Producer(str(part), segment_bytes=8192, index_interval_bytes=256)
+    prod.batches(40)
+    prod.writer.close()
+    base = stem(0)
+    log = bytearray(read(str(part / f"{base}.log")))
+    second = int.from_bytes(log[8:12], "big") + 12  # where the second batch starts
+    log[second + 70] ^= 0xFF  # inside its records: the CRC no longer matches
+    (part / f"{base}.log").write_bytes(bytes(log))
+    index = read(str(part / f"{base}.index"))
+    (part / f"{base}.index").write_bytes(index[:8] + index[16:24] + index[8:16] + index[24:])  # out of order
+    with mounted([logs], "--ttl", "0.2") as (mnt, _):
+        view = mnt.path("events", "0")
+        data, code = read_until_error(os.path.join(view, f"{base}.records.jsonl"))
+        first_batch = [r for r in prod.records if r["offset"] < 5]
+        assert code == errno.EIO and [record_fields(json.loads(x)) for x in data.splitlines()] == first_batch
+        data, code = read_until_error(os.path.join(view, f"{base}.index.txt"))
+        in_order = [index[0:8], index[16:24]]  # then an entry below the one before it
+        assert code == errno.EIO and data.decode().splitlines() == \
+            [f"offset: {int.from_bytes(e[:4], 'big')} position: {int.from_bytes(e[4:], 'big')}" for e in in_order]
+        assert read(os.path.join(view, f"{base}.log")) == bytes(log)  # the raw bytes are what they are
+        assert f"{part}/{base}.log at byte {second}: record batch is corrupt" in mnt.log
+        assert f"{part}/{base}.index" in mnt.log and "Traceback" not in mnt.log
+
+
 def test_daemon_restart_is_ridden_out(tmp_path):
     logs = tmp_path / "logs"
     prod = Producer(str(logs / "events-0"), segment_bytes=4096)
