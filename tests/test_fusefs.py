@@ -200,6 +200,20 @@ def test_records_jsonl_are_kafkas_records(mnt, p):
     assert got == expected_records(p)
 
 
+@pytest.mark.parametrize("p", ["txn-0", "compressed-0", "logappend-0"])
+def test_records_jsonl_agree_with_lookupd_dump(mnt, p):
+    """The same JSON form as `lookupd dump --json --print-data`, record for record."""
+    import sys
+
+    for seg in R.answers(p)["segments"][:3]:
+        name = stem(seg["base_offset"]) + ".log"
+        dump = subprocess.run([sys.executable, "-m", "lookupd", "dump", "--json", "--print-data",
+                               os.path.join(R.log_dir(p), name)], capture_output=True, check=True).stdout
+        records = [json.loads(line) for line in dump.splitlines() if line.startswith(b'{"type":"record"')]
+        want = [{k: v for k, v in r.items() if k not in ("type", "file")} for r in records]
+        assert lines(pdir(mnt, p, stem(seg["base_offset"]) + ".records.jsonl")) == want
+
+
 @pytest.mark.parametrize("p", PARTS)
 def test_index_views_list_the_valid_entries(mnt, p):
     for seg in R.answers(p)["segments"]:
