@@ -19,9 +19,18 @@
             <time>.jsonl                records from the first one with timestamp >= <time>
             <from>--<to>.jsonl          records from ListOffsets(from) up to ListOffsets(to), excluded
 
-`<base>` is the segment's base offset as 20 digits, as in the log dir. Times are epoch
-milliseconds or ISO-8601 (`2026-01-01T10:00:00Z`, `2026-01-01T10:00:00.250+00:00`,
-`2026-01-01`; no zone means UTC). Names are strict: a topic that is not a legal Kafka name,
+`<base>` is the segment's base offset as 20 digits, as in the log dir. Navigation files
+start exactly at their offset: records before it in the batch that holds it are skipped
+(an offset in a gap starts at the next record); they run across segments to the end of
+the partition as it is when the reader gets there. An offset outside [log start, log end]
+is ENOENT; the log end itself is an empty file. `at-time` resolves through the daemon's
+ListOffsets (the first segment whose largest timestamp >= time, then its first record at
+or after it); what follows is in offset order, out-of-order timestamps included, and a
+time range is the offset range between the two answers (to the end when `to` finds no
+record). Times are epoch milliseconds or ISO-8601 (`2026-01-01T10:00:00Z`,
+`2026-01-01T10:00:00.250+00:00`, `2026-01-01`; no zone means UTC).
+
+Names are strict: a topic that is not a legal Kafka name,
 a partition with leading zeros, a base offset that is not 20 digits, an unknown suffix or
 a navigation name that does not parse are ENOENT; a well-formed navigation name whose
 numbers cannot be valid (beyond int64, a range ending before it starts) is EINVAL.
