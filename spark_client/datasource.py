@@ -20,6 +20,7 @@ from .planner import plan
 from .reader import ReadSettings, read_split
 from .routing import Daemons
 from .schema import arrow_schema, kafka_schema
+from .splits import Split
 
 FORMAT = "kafka-segments"
 
@@ -52,10 +53,9 @@ class KafkaSegmentsReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         with Daemons(self.settings.token) as daemons:
-            splits = plan(self.options, daemons)
-        return splits or [InputPartition(None)]  # Spark wants at least one partition
+            return plan(self.options, daemons)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if partition.value is None:
-            return iter(())
+        if not isinstance(partition, Split):
+            return iter(())  # with no splits planned, Spark still reads one InputPartition(None)
         return read_split(partition, self.settings)

@@ -139,6 +139,13 @@ def test_read_committed_drops_exactly_the_aborted_records(ref_daemon):
     assert committed == [r for r in expected if r[0] not in aborted]
 
 
+def test_large_partition_of_single_record_batches(ref_daemon):
+    """large-0's answers list its 200,025 batches (one CreateTime record each), not records."""
+    rows = read(ref_daemon, subscribe="large", minPartitions="3")
+    assert [(r[0], r[1], r[2]) for r in rows] == [(b["base_offset"], b["max_timestamp"], 0)
+                                                  for b in R.batches("large-0")]
+
+
 def test_empty_partition_and_empty_ranges_plan_no_split(ref_daemon):
     assert splits_for(ref_daemon, subscribe="empty") == []
     assert splits_for(ref_daemon, subscribe="plain", startingOffsets=offsets_json("plain-0", 10),
