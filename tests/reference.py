@@ -40,8 +40,9 @@ def log_dir(partition: str) -> Path:
     return LOGS / partition
 
 
+@functools.lru_cache(maxsize=None)
 def batches(partition: str) -> list[dict]:
-    """Reference batch list as dicts, expanding large-0's compact parallel-array form."""
+    """Reference batch list as dicts, expanding large-0's compact parallel-array form (cached: do not mutate)."""
     b = answers(partition)["batches"]
     if isinstance(b, list):
         return b

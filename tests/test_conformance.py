@@ -328,6 +328,8 @@ def test_offset_for_timestamp(manager, p):
     stamps = sorted({q["timestamp"] for q in R.answers(p)["queries"]
                      if q["op"] == "LogSegment.findOffsetByTimestamp" and q["timestamp"] >= 0})
     stamps = stamps[::max(1, len(stamps) // 300)]
+    batches = R.batches(p)
+    lasts = [b["last_offset"] for b in batches]
     for t in stamps:
         i = next((i for i, L in enumerate(largest) if L >= t), None)
         want = None
@@ -338,8 +340,8 @@ def test_offset_for_timestamp(manager, p):
         got = log.offset_for_timestamp(t)
         assert (None if got is None else (got.offset, got.timestamp, got.segment)) == want, t
         if got is not None:
-            b = next(b for b in R.batches(p) if b["segment"] == got.segment and b["base_offset"] <= got.offset <= b["last_offset"])
-            assert got.position == b["position"]
+            b = batches[bisect.bisect_left(lasts, got.offset)]
+            assert (b["segment"], b["position"]) == (got.segment, got.position)
     cols = log.offsets_for_timestamps(stamps)
     for k, t in enumerate(stamps):
         r = log.offset_for_timestamp(t)
