@@ -444,6 +444,29 @@ class AbstractIndex:
         start = slot * self.ENTRY_SIZE
         return self._KEY.unpack_from(mm, start)[0], self._VALUE.unpack_from(mm, start + self._KEY.size)[0]
 
+    def _peek(self) -> tuple[int, bytes] | None:
+        """(whole entries in the file, the last one's bytes) read without mapping, or None when
+        the index is mapped already, missing, empty, or ends in a preallocated zero tail."""
+        if self._state is not None:
+            return None
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        try:
+            n = os.fstat(fd).st_size // self.ENTRY_SIZE
+            raw = os.pread(fd, self.ENTRY_SIZE, (n - 1) * self.ENTRY_SIZE) if n else b""
+        finally:
+            os.close(fd)
+        if len(raw) != self.ENTRY_SIZE or raw == self._ZERO:
+            return None
+        return n, raw
+
+    def peek_entries(self) -> int | None:
+        """Entries of a trimmed (rolled) index from its size, without mapping it; None if unsure."""
+        peeked = self._peek()
+        return None if peeked is None else peeked[0]
+
     # ----------------------------------------------------------------- counts
 
     @property
@@ -793,20 +816,10 @@ class TimeIndex(AbstractIndex):
         a timestamp search needs to pick a segment. None when the index is already mapped,
         missing, empty or ends in a preallocated zero tail: use `last_entry` then.
         """
-        if self._state is not None:
+        peeked = self._peek()
+        if peeked is None:
             return None
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return None
-        try:
-            n = os.fstat(fd).st_size // self.ENTRY_SIZE
-            raw = os.pread(fd, self.ENTRY_SIZE, (n - 1) * self.ENTRY_SIZE) if n else b""
-        finally:
-            os.close(fd)
-        if len(raw) != self.ENTRY_SIZE or raw == bytes(self.ENTRY_SIZE):
-            return None
-        ts, rel = self._entry_raw(raw, 0)
+        ts, rel = self._entry_raw(peeked[1], 0)
         return ts, self.base_offset + rel
 
     def last_entry(self, *, limit: int | None = None) -> tuple[int, int]:

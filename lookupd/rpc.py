@@ -27,6 +27,8 @@ from typing import Any, NamedTuple
 
 import msgpack
 
+from .errors import InvalidArgument
+
 REQUEST, RESPONSE, NOTIFICATION = 0, 1, 2
 MAX_MSGID = (1 << 32) - 1
 DEFAULT_MAX_FRAME_BYTES = 1 << 20
@@ -176,9 +178,16 @@ class Connection:
     # ------------------------------------------------------------------ sending
 
     def send_request(self, method: str, params: list | tuple) -> tuple[int, bytes]:
-        """(msgid, bytes) of a new request; msgids count up and wrap at 2**32."""
+        """(msgid, bytes) of a new request; msgids count up and wrap at 2**32.
+
+        Params msgpack cannot carry (an integer beyond 64 bits, an object) are the caller's
+        mistake: InvalidArgument, like every other bad argument.
+        """
         msgid = next(self._msgids) & MAX_MSGID
-        return msgid, self._packer.pack([REQUEST, msgid, method, list(params)])
+        try:
+            return msgid, self._packer.pack([REQUEST, msgid, method, list(params)])
+        except (TypeError, ValueError, OverflowError) as err:
+            raise InvalidArgument(f"cannot send {method} {list(params)!r}: {err}") from None
 
     def send_response(self, msgid: int, error: Any, result: Any) -> bytes:
         """Bytes of a response; raises TypeError/ValueError/OverflowError if `result` cannot be packed."""

@@ -222,12 +222,15 @@ class LogSegment:
     def info(self) -> dict:
         """Summary for listings: counts of valid index entries, size, largest timestamp."""
         size = self.size()
+        # A rolled segment's trimmed indexes are counted from their sizes, without mapping them.
+        oi = None if self.live else self.offset_index.peek_entries()
+        ti = None if self.live else self.time_index.peek_entries()
         try:
-            oi = self.offset_index.valid_entries(limit=size)
+            oi = self.offset_index.valid_entries(limit=size) if oi is None else oi
         except LookupdError:
             oi = -1
         try:
-            ti = self.time_index.valid_entries(limit=self.time_index_limit(size))
+            ti = self.time_index.valid_entries(limit=self.time_index_limit(size)) if ti is None else ti
         except LookupdError:
             ti = -1
         try:

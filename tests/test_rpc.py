@@ -165,3 +165,13 @@ def test_binary_results_are_bin():
     assert b"\xc4\x02\x00\x01" in raw
     with pytest.raises((TypeError, ValueError, OverflowError)):
         rpc.Connection().send_response(1, None, object())
+
+
+def test_a_request_msgpack_cannot_carry_is_an_invalid_argument():
+    from lookupd.errors import InvalidArgument
+
+    conn = rpc.Connection()
+    with pytest.raises(InvalidArgument, match="cannot send resolve_offset"):
+        conn.send_request("resolve_offset", ["t", 0, 2 ** 70])
+    msgid, data = conn.send_request("ping", [])  # the connection is still usable
+    assert msgpack.unpackb(data) == [0, msgid, "ping", []]
