@@ -8,9 +8,9 @@ STAMP   := $(VENV)/.installed
 LOG_DIR ?= sample-data
 SOCKET  ?= run/lookupd.sock
 # Debian packages the tests and benchmarks drive for real: FUSE (fusepy loads libfuse.so.2),
-# jq (run against the mount), redis-server (the benchmark's reference service), util-linux's
+# jq and less (run against the mount), redis-server (the benchmark's reference service), util-linux's
 # setpriv, systemd's tools (systemd-analyze, systemd-socket-activate).
-DEB_PACKAGES := fuse3 libfuse2 jq redis-server util-linux systemd
+DEB_PACKAGES := fuse3 libfuse2 jq less redis-server util-linux systemd
 
 .PHONY: all venv run test bench bench-quick system-deps node-deps clean
 
