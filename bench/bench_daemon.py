@@ -39,6 +39,8 @@ import msgpack
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import Figure, ratio  # noqa: E402
 
 TOPIC, PARTITION = "large", 0
 REDIS_KEY = b"idx:large-0"
@@ -444,8 +446,6 @@ def targets_list() -> list[int]:
 
 def run(quick: bool = False) -> list:
     """Figures for bench/run.py: every measurement of `one_pass`, repeated."""
-    from common import Figure
-
     repeats, secs = (3, 0.6) if quick else (5, 2.0)
     targets = targets_list()
     with Servers(os.environ.get("KAFKA_REFERENCE_LOGS", DEFAULT_LOGS)) as servers:
@@ -480,8 +480,6 @@ def run(quick: bool = False) -> list:
 
 
 def ratios(figures: list) -> list:
-    from run import ratio
-
     return [ratio("lookupd vs redis, single-client p50 latency", figures, "lookupd: floor lookup round trip p50",
                   "redis: floor lookup round trip p50", "round trip of one floor lookup over a Unix socket"),
             ratio("lookupd vs redis, 8 clients", figures, "lookupd: lookups/s, 8 concurrent clients",

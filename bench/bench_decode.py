@@ -17,7 +17,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-from common import Figure, dump, print_table  # noqa: E402
+from common import Figure, dump, print_table, ratio  # noqa: E402
 
 import reference as R  # noqa: E402
 from lookupd.batch import Compression, parse_header  # noqa: E402
@@ -89,6 +89,13 @@ def run(quick: bool = False) -> list[Figure]:
                                   params={"partition": p, "impl": name, "records": count, "bytes": size},
                                   higher_is_better=True))
     return figures
+
+
+def ratios(figures: list[Figure]) -> list[dict | None]:
+    parts = sorted({f.params["partition"] for f in figures if f.group == "decode"})
+    return [ratio(f"decode speed vs kafka-python, {p}", [f for f in figures if f.group == "decode"],
+                  f"decode {p}, lookupd", f"decode {p}, kafka-python",
+                  "MB/s decoded by lookupd over kafka-python's decoder on the same batches") for p in parts]
 
 
 def main() -> None:

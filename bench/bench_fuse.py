@@ -25,7 +25,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import Figure, dump, print_table  # noqa: E402
+from common import Figure, dump, print_table, ratio  # noqa: E402
 
 from lookupd.builder import build_batch  # noqa: E402
 from lookupd.client import Client  # noqa: E402
@@ -236,8 +236,6 @@ def run(quick: bool = False) -> list[Figure]:
 
 
 def ratios(figures: list[Figure]) -> list[dict | None]:
-    from run import ratio
-
     read = [f.name for f in figures if f.group == "fuse-read"]
     recs = [f.name for f in figures if f.group == "fuse-records" and f.unit == "records/s"]
     return [ratio("fuse read throughput vs disk", figures, read[1], read[0],

@@ -16,7 +16,7 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import Figure, dump, per_call_ns, print_table, repeat  # noqa: E402
+from common import Figure, dump, per_call_ns, print_table, ratio, repeat  # noqa: E402
 
 from lookupd.index import OffsetIndex  # noqa: E402
 
@@ -141,6 +141,26 @@ def run(quick: bool = False) -> list[Figure]:
                 figures.append(Figure(f"major faults per 10k tail lookups, {size:,} entries, {search}", "faults",
                                       values, group="index-faults", params={"entries": size, "search": search}))
     return figures
+
+
+def ratios(figures: list[Figure]) -> list[dict | None]:
+    out = []
+    for target in ("random", "tail"):
+        out.append(ratio(f"warm-section vs plain search, {target} target", figures,
+                         f"floor lookup, {target} target, warm-section search",
+                         f"floor lookup, {target} target, plain search",
+                         "latency of one in-process floor lookup, warm-section search over plain (below 1: faster)"))
+    for f in figures:
+        p = f.params
+        if f.group == "index-many" and p.get("impl") == "lookupd":
+            out.append(ratio(f"many-lookups vs numpy searchsorted, {p['batch']:,} {p['targets']} targets", figures,
+                             f.name, f.name.replace("lookupd", "numpy searchsorted"),
+                             "ns per lookup of lookupd's bulk path over numpy's own best case on a native copy"))
+        if f.group == "index-faults" and p.get("search") == "plain":
+            warm = f.name.replace("plain", "warm-section")
+            out.append(ratio(f"page faults, plain vs warm-section search, {p['entries']:,} entries", figures,
+                             f.name, warm, "major faults of a plain binary search over the warm-section search"))
+    return out
 
 
 def main() -> None:

@@ -110,3 +110,13 @@ def print_table(figures: list[Figure]) -> None:
 def dump(figures: list[Figure], path: str) -> None:
     with open(path, "w") as fh:
         json.dump({"machine": machine(), "figures": [f.as_dict() for f in figures]}, fh, indent=1)
+
+
+def ratio(name: str, figures: list[Figure], numerator: str, denominator: str, meaning: str) -> dict | None:
+    """median(numerator) / median(denominator), when both figures were measured in this run."""
+    by_name = {f.name: f for f in figures}
+    a, b = by_name.get(numerator), by_name.get(denominator)
+    if a is None or b is None or b.median == 0:
+        return None
+    return {"name": name, "value": a.median / b.median, "numerator": numerator, "denominator": denominator,
+            "meaning": meaning}

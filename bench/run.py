@@ -28,16 +28,6 @@ SUITES = ["index", "decode", "coldstart", "daemon", "fuse", "spark"]
 SCHEMA = os.path.join(HERE, "results.schema.json")
 
 
-def ratio(name: str, figures: list[Figure], numerator: str, denominator: str, meaning: str) -> dict | None:
-    """median(numerator) / median(denominator), when both figures were measured in this run."""
-    by_name = {f.name: f for f in figures}
-    a, b = by_name.get(numerator), by_name.get(denominator)
-    if a is None or b is None or b.median == 0:
-        return None
-    return {"name": name, "value": a.median / b.median, "numerator": numerator, "denominator": denominator,
-            "meaning": meaning}
-
-
 def run_suites(names: list[str], quick: bool) -> tuple[list[Figure], list[dict], dict]:
     figures: list[Figure] = []
     ratios: list[dict] = []
