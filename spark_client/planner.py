@@ -14,12 +14,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 from .errors import DataLossError, OptionError
 from .options import EARLIEST, LATEST, Bound, ReadOptions, TopicPartition, tp_name, tp_names
-from .routing import Daemons, PartitionInfo, columnar, discover, route
+from .routing import Daemons, PartitionInfo, addresses, columnar, discover, route
 from .splits import Batch, PartitionRange, Segment, Split, build_splits, cut_targets, part_counts
 
 log = logging.getLogger(__name__)
 
 PLANNING_THREADS = 16
+
 
 def plan(options: ReadOptions, daemons: Daemons) -> list[Split]:
     """The splits of a batch read, in topic, partition and offset order."""
@@ -46,7 +47,7 @@ def select(options: ReadOptions, routes: dict[TopicPartition, PartitionInfo]) ->
         missing = sorted(set(s.topics).difference(t for t, _ in routes))
         if missing:
             raise OptionError(f"topic(s) {', '.join(missing)} not found: no partition of them is served by lookupd "
-                              f"at {_where(options)}")
+                              f"at {', '.join(addresses(options.address))}")
         return sorted(tp for tp in routes if tp[0] in s.topics)
     pattern = re.compile(s.pattern)
     return sorted(tp for tp in routes if pattern.fullmatch(tp[0]))
@@ -149,7 +150,6 @@ def _check_data_loss(options: ReadOptions, info: PartitionInfo, start: int, end:
     if end > hi:
         end = _lost(options, info, max(start, hi), end,
                     f"ending offset for {tp_name(info.tp)} is {end} but the log ends at {hi}", hi)
-        start = min(start, end) if start <= hi else start
     return start, end
 
 
@@ -171,8 +171,3 @@ def _batches(daemons: Daemons, info: PartitionInfo, offsets: list[int], keep_mis
         elif keep_missing:
             out.append(None)
     return out
-
-
-def _where(options: ReadOptions) -> str:
-    a = options.address
-    return a if isinstance(a, str) else ", ".join(dict.fromkeys(a.values()))

@@ -84,11 +84,11 @@ class _SplitReader:
         s = self.split
         rows = ArrowRows(self.settings.arrow_schema, s.topic, s.partition, self.settings.include_headers)
         lo, hi = s.lo, s.hi
-        for header, data in self.batches():
-            ensure_valid(header, data)
+        for header, data, where in self.batches():
+            ensure_valid(header, data, where)
             if header.is_control or (self._aborted and self._is_aborted(header)):
                 continue
-            records = decode_batch(header, data)
+            records = decode_batch(header, data, path=where)
             if header.base_offset < lo or header.last_offset >= hi or header.magic < 2:
                 records = [r for r in records if lo <= r.offset < hi]
             if records:
@@ -109,8 +109,9 @@ class _SplitReader:
 
     # ------------------------------------------------------------- batches
 
-    def batches(self) -> Iterator[tuple[BatchHeader, memoryview]]:
-        """The split's batches in offset order: local pieces while they match the plan, then the daemon."""
+    def batches(self) -> Iterator[tuple[BatchHeader, memoryview, str]]:
+        """The split's batches in offset order, each with the file it came from (for errors):
+        local pieces while they match the plan, then the daemon."""
         if self.settings.read_from != "daemon":
             for piece in self.split.pieces:
                 whole = yield from self._local_piece(piece)
@@ -152,7 +153,7 @@ class _SplitReader:
                         if header.base_offset != piece.first_base:
                             return False
                         checked = True
-                    yield header, view[off:off + size]
+                    yield header, view[off:off + size], piece.path
                     self.cursor = header.last_offset + 1
                     off += size
                 if off == 0:  # a batch larger than the chunk, or the file ends before the plan does
@@ -166,7 +167,7 @@ class _SplitReader:
                     if not checked and header.base_offset != piece.first_base:
                         return False
                     checked = True
-                    yield header, memoryview(chunk)
+                    yield header, memoryview(chunk), piece.path
                     self.cursor = header.last_offset + 1
                     off = need
                 pos += off
@@ -174,7 +175,7 @@ class _SplitReader:
             log_file.close()
         return pos == piece.end
 
-    def _daemon_batches(self) -> Iterator[tuple[BatchHeader, memoryview]]:
+    def _daemon_batches(self) -> Iterator[tuple[BatchHeader, memoryview, str]]:
         """Batches from the cursor through the daemon's `read`, up to the next split's first batch."""
         s = self.split
         limit = s.stop[0] if s.stop else s.hi
@@ -194,13 +195,14 @@ class _SplitReader:
             data = answer["records"]
             if not data:
                 return
+            where = f"{s.topic}-{s.partition}/{answer['segment']:020d}.log through lookupd at {s.address}"
             pos = 0
             while pos < len(data):
-                size = frame_size(data, pos, len(data), answer["position"] + pos)
-                header = parse_header(data, pos, answer["position"] + pos)
+                size = frame_size(data, pos, len(data), answer["position"] + pos, where)
+                header = parse_header(data, pos, answer["position"] + pos, where)
                 if s.stop is not None and (header.base_offset, header.last_offset) == s.stop:
                     return
-                yield header, memoryview(data)[pos:pos + size]
+                yield header, memoryview(data)[pos:pos + size], where
                 self.cursor = header.last_offset + 1
                 pos += size
                 if self.cursor >= limit:
