@@ -18,6 +18,7 @@ from spark_fixtures import (aborted_offsets, arrow_rows, list_offsets, ref_daemo
                             trimmed_records, unreachable_socket, written_daemon, written_dir)
 
 from lookupd.errors import Unavailable
+from spark_client.datasource import KafkaSegmentsDataSource
 from spark_client.errors import OptionError
 from spark_client.options import parse_options
 from spark_client.errors import DataLossError
@@ -228,6 +229,37 @@ def test_partition_selection_errors_name_what_is_missing(ref_daemon):
     with pytest.raises(OptionError, match="you must specify all TopicPartitions"):
         splits_for(ref_daemon, subscribePattern="plain|closed", startingOffsets=offsets_json("plain-0", 5))
     assert {s.topic for s in splits_for(ref_daemon, subscribePattern="c.*")} == {"compressed", "closed"}
+
+
+def test_tcp_daemon_with_a_token(tmp_path):
+    """HOST:PORT addresses, and lookupd.tokenFile for a daemon that wants `auth` first."""
+    import socket
+
+    from lookupd.client import RemoteError
+    from spark_client.examples.with_daemon import running_daemon
+
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    token.chmod(0o600)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = tmp_path / "lookupd.toml"
+    config.write_text(f'tcp = "127.0.0.1:{port}"\nauth_token_file = "{token}"\n')
+    sock = os.path.join(os.path.dirname(unreachable_socket()), "tcp.sock")
+    with running_daemon([str(R.LOGS)], sock, config=str(config)):
+        address = f"127.0.0.1:{port}"
+        with pytest.raises(RemoteError, match="UNAUTHORIZED"):
+            splits_for(address, subscribe="closed")
+        # The data source's own reader, run here without Spark: it reads the token file when it is made.
+        source = KafkaSegmentsDataSource({"lookupd.address": address, "subscribe": "closed", "includeHeaders": "true",
+                                          "lookupd.tokenFile": str(token), "lookupd.readFrom": "daemon",
+                                          "maxBytesPerSplit": "9000"})
+        reader = source.reader(source.schema())
+        splits = reader.partitions()
+        assert len(splits) > 3 and {s.address for s in splits} == {address}
+        table = pa.Table.from_batches([b for s in splits for b in reader.read(s)], reader.settings.arrow_schema)
+        assert arrow_rows(table) == reference_rows("closed-0")
 
 
 def test_unreachable_daemon_fails_planning_naming_the_address():

@@ -25,9 +25,12 @@ STOP_TIMEOUT_S = 15.0
 
 
 @contextmanager
-def running_daemon(log_dirs: list[str], socket_path: str) -> Iterator[subprocess.Popen]:
-    """`lookupd serve` in a subprocess of this Python, answering on `socket_path` until the block ends."""
+def running_daemon(log_dirs: list[str], socket_path: str, *, config: str | None = None) -> Iterator[subprocess.Popen]:
+    """`lookupd serve` in a subprocess of this Python, answering on `socket_path` until the block ends
+    (`config`: a TOML config file, for settings the command line does not have)."""
     cmd = [sys.executable, "-m", "lookupd", "serve", "--socket", socket_path]
+    if config:
+        cmd += ["--config", config]
     for d in log_dirs:
         cmd += ["--log-dir", d]
     with tempfile.TemporaryFile() as stderr:
