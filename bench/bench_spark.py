@@ -17,11 +17,14 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import Figure, dump, print_table, repeat  # noqa: E402
+from common import Figure, dump, print_table, ratio, repeat  # noqa: E402
 
 from lookupd.demo import generate  # noqa: E402
 from lookupd.filerecords import FileRecords  # noqa: E402
 from lookupd.records import decode_batch  # noqa: E402
+from spark_client.datasource import KafkaSegmentsDataSource  # noqa: E402
+
+SOURCE_OPTIONS = {"subscribePattern": ".*", "minPartitions": "8"}
 
 
 def spark_session():
@@ -86,7 +89,8 @@ def positions(spark, address: str, partitions: list[dict], bulk_rows: int, per_r
 
 
 def reads(spark, address: str, log_dir: str, times: int) -> list[Figure]:
-    """Every record of the sample: the data source in Spark (2 tasks at a time) vs one Python process."""
+    """Every record of the sample: the data source in Spark (2 tasks at a time), its split reader
+    alone in this process (what each task runs, without Spark), and a plain decode loop."""
     logs = [os.path.join(log_dir, d, f) for d in sorted(os.listdir(log_dir)) if os.path.isdir(os.path.join(log_dir, d))
             for f in sorted(os.listdir(os.path.join(log_dir, d))) if f.endswith(".log")]
 
@@ -101,11 +105,15 @@ def reads(spark, address: str, log_dir: str, times: int) -> list[Figure]:
         return n
 
     records = loop()
-    df = spark.read.format("kafka-segments").option("lookupd.address", address) \
-        .option("subscribePattern", ".*").option("minPartitions", "8").load()
+    df = spark.read.format("kafka-segments").options(**SOURCE_OPTIONS).option("lookupd.address", address).load()
 
     def source() -> float:
         return records / timed(lambda: df.write.format("noop").mode("overwrite").save())
+
+    def split_reader() -> float:
+        reader = KafkaSegmentsDataSource(SOURCE_OPTIONS | {"lookupd.address": address}).reader(df.schema)
+        splits = reader.partitions()
+        return records / timed(lambda: [b for s in splits for b in reader.read(s)])
 
     def single_process() -> float:
         return records / timed(loop)
@@ -114,6 +122,8 @@ def reads(spark, address: str, log_dir: str, times: int) -> list[Figure]:
     return [
         Figure("kafka-segments source, local[2]", "records/s", repeat(source, times), group="spark-read",
                params=params, higher_is_better=True),
+        Figure("kafka-segments split reader in one process, no Spark", "records/s", repeat(split_reader, times),
+               group="spark-read", params=params, higher_is_better=True),
         Figure("single-process loop (FileRecords + decode_batch)", "records/s", repeat(single_process, times),
                group="spark-read", params=params, higher_is_better=True),
     ]
@@ -141,9 +151,7 @@ def run(quick: bool = False) -> list[Figure]:
     return figures
 
 
-def ratios(figures: list[Figure]) -> list:
-    from run import ratio
-
+def ratios(figures: list[Figure]) -> list[dict | None]:
     return [
         ratio("spark-positions-speedup", figures, "resolve_positions (columnar requests per task)",
               "one resolve_offset request per row (mapPartitions)",
