@@ -18,7 +18,7 @@ from .errors import OptionError
 from .options import ReadOptions, parse_options
 from .planner import plan
 from .reader import ReadSettings, read_split
-from .routing import Daemons
+from .routing import Daemons, read_token
 from .schema import arrow_schema, kafka_schema
 from .splits import Split
 
@@ -43,13 +43,9 @@ class KafkaSegmentsDataSource(DataSource):
 class KafkaSegmentsReader(DataSourceReader):
     def __init__(self, options: ReadOptions, schema: StructType):
         self.options = options
-        token = None
-        if options.token_file:
-            with open(options.token_file, encoding="utf-8") as f:
-                token = f.read().strip()
         self.settings = ReadSettings(read_committed=options.read_committed, include_headers=options.include_headers,
                                      read_from=options.read_from, fail_on_data_loss=options.fail_on_data_loss,
-                                     token=token, arrow_schema=arrow_schema(schema))
+                                     token=read_token(options.token_file), arrow_schema=arrow_schema(schema))
 
     def partitions(self) -> Sequence[InputPartition]:
         with Daemons(self.settings.token) as daemons:

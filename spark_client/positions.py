@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.types import IntegralType, LongType, StructField, StructType, TimestampType
 
 from .options import parse_address
-from .routing import Daemons, addresses, columnar, discover
+from .routing import Daemons, addresses, columnar, discover, read_token
 
 LOOKUPS_PER_CHUNK = 200_000  # rows gathered before the grouped calls
 BATCH_FIELDS = ("segment", "base_offset", "last_offset", "position", "size")
@@ -44,7 +44,7 @@ def resolve_positions(df: DataFrame, address: str | dict[str, str], *, by: str |
     clash = sorted(set(added).intersection(df.columns))
     if clash:
         raise ValueError(f"resolve_positions adds columns {', '.join(added)}; df already has {', '.join(clash)}")
-    token = _read_token(token_file)
+    token = read_token(token_file)
     with Daemons(token) as daemons:
         routes = {tp: info.address for tp, info in discover(spec, daemons).items()}
     default = addresses(spec)[0] if isinstance(spec, str) else None
@@ -65,13 +65,6 @@ def _check_columns(schema: StructType, by: str) -> None:
             isinstance(fields[by], IntegralType) or (by == "timestamp" and isinstance(fields[by], TimestampType))):
         raise ValueError(f"partition must be an integer column and {by} an integer"
                          f"{' or timestamp' if by == 'timestamp' else ''} column")
-
-
-def _read_token(path: str | None) -> str | None:
-    if not path:
-        return None
-    with open(path, encoding="utf-8") as f:
-        return f.read().strip()
 
 
 class _Resolver:

@@ -77,6 +77,14 @@ class Daemons:
             c.close()
 
 
+def read_token(path: str | None) -> str | None:
+    """The shared secret in `path` (lookupd.tokenFile), for daemons that want `auth`; None without a path."""
+    if not path:
+        return None
+    with open(path, encoding="utf-8") as f:
+        return f.read().strip()
+
+
 def columnar(client: Client, method: str, topic: str, partition: int, targets: list[int]) -> dict[str, list]:
     """One columnar many-lookup (resolve_offsets, offsets_for_timestamps...), sent in requests
     of at most TARGETS_PER_CALL targets, answers joined."""
