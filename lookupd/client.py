@@ -30,7 +30,7 @@ from typing import Any
 import trio
 
 from . import rpc
-from .errors import LookupdError, Unavailable
+from .errors import LookupdError, TooLarge, Unavailable
 
 DEFAULT_SOCKET = os.path.join("run", "lookupd.sock")
 DEFAULT_MAX_RESPONSE_BYTES = 1 << 30  # columnar answers of a million targets run to tens of MB
@@ -125,9 +125,11 @@ class Client(_Methods):
     """Blocking, thread-safe client over one connection (use as a context manager)."""
 
     def __init__(self, address: str | None = None, *, token: str | None = None, timeout: float = 30.0,
-                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES):
+                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+                 max_request_bytes: int = rpc.DEFAULT_MAX_FRAME_BYTES):
         self.address = address or default_address()
         self.timeout = timeout
+        self.max_request_bytes = max_request_bytes
         tcp = tcp_address(self.address)
         try:
             if tcp:
@@ -166,16 +168,24 @@ class Client(_Methods):
     def call(self, method: str, *params: Any, timeout: float | None = None) -> Any:
         """Send one request and wait for its answer; several threads may call at once."""
         fut: Future = Future()
+        failure = None
         with self._write_lock:
             if self._closed is not None:
                 raise self._closed
             msgid, data = self._conn.send_request(method, params)
+            if len(data) > self.max_request_bytes:
+                raise TooLarge(f"a {method} request of {len(data):,} bytes is over the daemon's frame limit of "
+                               f"{self.max_request_bytes:,} bytes (max_frame_bytes): split the list into smaller calls")
             self._pending[msgid] = fut
             try:
                 self._sock.sendall(data)
             except OSError as err:
                 self._pending.pop(msgid, None)
-                raise _unreachable(self.address, err) from None
+                failure = _unreachable(self.address, err)
+        if failure is not None:
+            # The daemon may have said why it closed the connection: prefer its words.
+            self._reader.join(timeout=1.0)
+            raise self._closed if isinstance(self._closed, RemoteError) else failure
         wait = self.timeout if timeout is None else timeout
         try:
             error, result = fut.result(wait)

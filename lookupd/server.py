@@ -15,7 +15,8 @@ Config file (TOML, `--config FILE`). Every key is optional; `--log-dir`, `--sock
     idle_timeout_s = 300.0                # close a connection silent this long with nothing in flight;
                                           # also how long a peer may leave a response unread
     max_read_bytes = 8388608              # cap on `read`'s max_bytes (TOO_LARGE above)
-    max_batch_lookups = 1000000           # cap on the list length of columnar calls (TOO_LARGE above)
+    max_batch_lookups = 100000            # cap on the list length of columnar calls (TOO_LARGE above);
+                                          # ~110,000 int64 targets fit max_frame_bytes' default anyway
     rescan_interval_s = 1.0               # how often the log dirs are rescanned (SIGHUP: at once)
     shutdown_grace_s = 10.0               # SIGTERM/SIGINT: time in-flight requests get to finish
     max_open_indexes = 4096               # index/log files kept open and mapped (LRU)
@@ -79,7 +80,7 @@ class Config:
     max_in_flight_per_connection: int = 64
     idle_timeout_s: float = 300.0
     max_read_bytes: int = 8 << 20
-    max_batch_lookups: int = 1_000_000
+    max_batch_lookups: int = 100_000
     rescan_interval_s: float = 1.0
     shutdown_grace_s: float = 10.0
     max_open_indexes: int = 4096

@@ -52,7 +52,7 @@ class UnknownMethod(LookupdError):
 @dataclass
 class Limits:
     max_read_bytes: int = 8 << 20
-    max_batch_lookups: int = 1_000_000
+    max_batch_lookups: int = 100_000
 
 
 @dataclass

@@ -301,3 +301,32 @@ async def test_blocking_client_shared_by_threads(sock, short_dir):
         Client(missing)
     with pytest.raises(Unavailable, match="cannot reach lookupd at 127.0.0.1:1"):
         Client("127.0.0.1:1")
+
+
+def test_blocking_client_says_why_a_request_is_too_large(tmp_path):
+    """An oversized request is refused by the client with the limit named, not as a dead daemon."""
+    import subprocess
+    import sys
+    import time
+
+    from lookupd.client import Client
+    from lookupd.errors import TooLarge
+
+    sock = str(tmp_path / "l.sock")
+    proc = subprocess.Popen([sys.executable, "-m", "lookupd", "serve", "--log-dir", str(R.LOGS), "--socket", sock],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(200):
+            if os.path.exists(sock):
+                break
+            time.sleep(0.05)
+        with Client(sock) as c:
+            with pytest.raises(TooLarge, match="over the daemon's frame limit of 1,048,576 bytes"):
+                c.resolve_offsets("plain", 0, list(range(1 << 40, (1 << 40) + 200_000)))
+            assert c.ping() == "pong"  # the connection is still fine
+        with Client(sock, max_request_bytes=1 << 30) as c:  # a client that does not know the limit
+            with pytest.raises(RemoteError, match="TOO_LARGE"):
+                c.resolve_offsets("plain", 0, list(range(1 << 40, (1 << 40) + 200_000)))
+    finally:
+        proc.terminate()
+        proc.wait(30)
