@@ -12,7 +12,14 @@ SOCKET  ?= run/lookupd.sock
 # setpriv, systemd's tools (systemd-analyze, systemd-socket-activate).
 DEB_PACKAGES := fuse3 libfuse2 jq less redis-server util-linux systemd
 
-.PHONY: all venv run test bench bench-quick system-deps node-deps clean
+# Spark examples (spark_client/): a daemon over $(LOG_DIR) on its own socket for the job's duration.
+SPARK_SOCKET ?= run/spark-lookupd.sock
+SPARK_FROM   ?= 2026-01-01T06:00:00Z
+SPARK_TO     ?= 2026-01-01T12:00:00Z
+SPARK_OUT    ?= run/replay-orders
+SPARK_DAEMON := $(PY) -m spark_client.examples.with_daemon --log-dir $(LOG_DIR) --socket $(SPARK_SOCKET) --
+
+.PHONY: all venv run test bench bench-quick system-deps node-deps spark-replay spark-hourly clean
 
 all: venv
 
@@ -36,10 +43,12 @@ run: venv $(LOG_DIR)
 	$(PY) -m lookupd serve --log-dir $(LOG_DIR) --socket $(SOCKET)
 
 # Installs missing Debian packages when running as root (one apt-get update, then install);
-# otherwise says what is missing. Node.js comes from Debian only when no `node` is on PATH.
+# otherwise says what is missing. Node.js and Java 17 (local Spark) come from Debian only when
+# no `node` / `java` is on PATH.
 system-deps:
 	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	command -v node >/dev/null 2>&1 || missing="$$missing nodejs npm"; \
+	command -v java >/dev/null 2>&1 || missing="$$missing openjdk-17-jre-headless"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "installing Debian packages:$$missing"; \
@@ -60,6 +69,14 @@ bench: venv system-deps
 
 bench-quick: venv system-deps
 	$(PY) bench/run.py --quick
+
+spark-replay: venv $(LOG_DIR)
+	$(SPARK_DAEMON) $(PY) -m spark_client.examples.replay --address $(SPARK_SOCKET) --topic orders \
+	  --from $(SPARK_FROM) --to $(SPARK_TO) --out $(SPARK_OUT) --overwrite
+
+spark-hourly: venv $(LOG_DIR)
+	$(SPARK_DAEMON) $(PY) -m spark_client.examples.hourly --address $(SPARK_SOCKET) \
+	  --topic orders,payments,clicks --isolation-level read_committed
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis lookupd/*.so
