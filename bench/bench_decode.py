@@ -85,7 +85,7 @@ def run(quick: bool = False) -> list[Figure]:
             figures.append(Figure(f"decode {p}, {name}", "MB/s", [size / t / 1e6 for t in ts], group="decode",
                                   params={"partition": p, "impl": name, "records": count, "bytes": size},
                                   higher_is_better=True))
-            figures.append(Figure(f"decode {p}, {name}", "records/s", [count / t for t in ts], group="decode-records",
+            figures.append(Figure(f"decode {p}, {name}, records", "records/s", [count / t for t in ts], group="decode-records",
                                   params={"partition": p, "impl": name, "records": count, "bytes": size},
                                   higher_is_better=True))
     return figures
