@@ -66,6 +66,7 @@ test: venv system-deps node-deps
 
 bench: venv system-deps
 	$(PY) bench/run.py
+	$(PY) bench/report.py
 
 bench-quick: venv system-deps
 	$(PY) bench/run.py --quick
