@@ -217,7 +217,8 @@ class Client(_Methods):
                     if event.fatal:
                         break
         except OSError as err:
-            failure = _unreachable(self.address, err)
+            if not isinstance(failure, RemoteError):  # the daemon's own reason outranks the reset that follows it
+                failure = _unreachable(self.address, err)
         with self._write_lock:
             self._closed = failure
             pending, self._pending = self._pending, {}
