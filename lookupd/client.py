@@ -313,7 +313,7 @@ class TrioClient(_Methods):
             try:
                 data = await self._stream.receive_some(1 << 20)
             except (trio.BrokenResourceError, trio.ClosedResourceError) as err:
-                self._closed = _unreachable(self.address, err)
+                self._closed = self._closed or _unreachable(self.address, err)  # keep the daemon's own reason
                 return
             self._conn.receive_data(data)
             while True:
