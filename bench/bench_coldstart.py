@@ -9,7 +9,6 @@ Run: python bench/bench_coldstart.py [--quick] [--json OUT]
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -18,7 +17,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import Figure, dump, print_table  # noqa: E402
+import common  # noqa: E402
+from common import Figure  # noqa: E402
 
 from lookupd.builder import build_batch  # noqa: E402
 from lookupd.names import segment_file_name  # noqa: E402
@@ -110,16 +110,5 @@ def run(quick: bool = False) -> list[Figure]:
     ]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--json", metavar="OUT")
-    args = ap.parse_args()
-    figures = run(args.quick)
-    print_table(figures)
-    if args.json:
-        dump(figures, args.json)
-
-
 if __name__ == "__main__":
-    main()
+    common.main(run, __doc__)

@@ -9,7 +9,6 @@ Run: python bench/bench_decode.py [--quick] [--json OUT]
 
 from __future__ import annotations
 
-import argparse
 import gc
 import os
 import sys
@@ -17,7 +16,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-from common import Figure, dump, print_table, ratio  # noqa: E402
+import common  # noqa: E402
+from common import Figure, ratio  # noqa: E402
 
 import reference as R  # noqa: E402
 from lookupd.batch import Compression, parse_header  # noqa: E402
@@ -98,16 +98,5 @@ def ratios(figures: list[Figure]) -> list[dict | None]:
                   "MB/s decoded by lookupd over kafka-python's decoder on the same batches") for p in parts]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--json", metavar="OUT")
-    args = ap.parse_args()
-    figures = run(args.quick)
-    print_table(figures)
-    if args.json:
-        dump(figures, args.json)
-
-
 if __name__ == "__main__":
-    main()
+    common.main(run, __doc__)

@@ -15,7 +15,6 @@ Run: python bench/bench_fuse.py [--quick] [--json OUT]
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import signal
@@ -25,7 +24,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import Figure, dump, print_table, ratio  # noqa: E402
+import common  # noqa: E402
+from common import Figure, ratio  # noqa: E402
 
 from lookupd.builder import build_batch  # noqa: E402
 from lookupd.client import Client  # noqa: E402
@@ -244,16 +244,5 @@ def ratios(figures: list[Figure]) -> list[dict | None]:
                   "records per second through the mount as a fraction of the same rendering in process")]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--json", metavar="OUT")
-    args = ap.parse_args()
-    figures = run(args.quick)
-    print_table(figures)
-    if args.json:
-        dump(figures, args.json)
-
-
 if __name__ == "__main__":
-    main()
+    common.main(run, __doc__)

@@ -5,7 +5,6 @@ Run: python bench/bench_index.py [--quick] [--json OUT]
 
 from __future__ import annotations
 
-import argparse
 import mmap
 import os
 import random
@@ -16,7 +15,8 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import Figure, dump, per_call_ns, print_table, ratio, repeat  # noqa: E402
+import common  # noqa: E402
+from common import Figure, per_call_ns, ratio, repeat  # noqa: E402
 
 from lookupd.index import OffsetIndex  # noqa: E402
 
@@ -163,16 +163,5 @@ def ratios(figures: list[Figure]) -> list[dict | None]:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--json", metavar="OUT")
-    args = ap.parse_args()
-    figures = run(args.quick)
-    print_table(figures)
-    if args.json:
-        dump(figures, args.json)
-
-
 if __name__ == "__main__":
-    main()
+    common.main(run, __doc__)

@@ -9,7 +9,6 @@ Run: python bench/bench_spark.py [--quick] [--json OUT]
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import sys
@@ -17,7 +16,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import Figure, dump, print_table, ratio, repeat  # noqa: E402
+import common  # noqa: E402
+from common import Figure, ratio, repeat  # noqa: E402
 
 from lookupd.demo import generate  # noqa: E402
 from lookupd.filerecords import FileRecords  # noqa: E402
@@ -162,16 +162,5 @@ def ratios(figures: list[Figure]) -> list[dict | None]:
     ]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--json", metavar="OUT")
-    args = ap.parse_args()
-    figures = run(args.quick)
-    print_table(figures)
-    if args.json:
-        dump(figures, args.json)
-
-
 if __name__ == "__main__":
-    main()
+    common.main(run, __doc__)

@@ -112,6 +112,20 @@ def dump(figures: list[Figure], path: str) -> None:
         json.dump({"machine": machine(), "figures": [f.as_dict() for f in figures]}, fh, indent=1)
 
 
+def main(run: Callable[[bool], list[Figure]], doc: str) -> None:
+    """A suite run on its own: `python bench/bench_X.py [--quick] [--json OUT]` prints its figures."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json", metavar="OUT")
+    args = ap.parse_args()
+    figures = run(args.quick)
+    print_table(figures)
+    if args.json:
+        dump(figures, args.json)
+
+
 def ratio(name: str, figures: list[Figure], numerator: str, denominator: str, meaning: str) -> dict | None:
     """median(numerator) / median(denominator), when both figures were measured in this run."""
     by_name = {f.name: f for f in figures}
