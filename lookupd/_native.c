@@ -139,6 +139,18 @@ read_be(const unsigned char *p, int width)
     return (int64_t)(int32_t)__builtin_bswap32(v);
 }
 
+/* The search arguments describe entries inside the buffer; else release it and raise ValueError. */
+static int
+search_fits(Py_buffer *view, Py_ssize_t n, Py_ssize_t entry_size, Py_ssize_t field_offset, int width)
+{
+    if (n < 0 || (width != 4 && width != 8) || field_offset + width > entry_size || n * entry_size > view->len) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_ValueError, "index search arguments do not fit the buffer");
+        return 0;
+    }
+    return 1;
+}
+
 /*
  * AbstractIndex.indexSlotRangeFor: check the first entry of the warm section, then binary
  * search the warm or the cold part. Returns the largest slot whose field <= target (or -1),
@@ -153,11 +165,8 @@ native_slot(PyObject *self, PyObject *args)
     long long target;
     if (!PyArg_ParseTuple(args, "y*nnniLnp", &view, &n, &entry_size, &field_offset, &width, &target, &warm, &upper))
         return NULL;
-    if (n < 0 || (width != 4 && width != 8) || field_offset + width > entry_size || n * entry_size > view.len) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "index search arguments do not fit the buffer");
+    if (!search_fits(&view, n, entry_size, field_offset, width))
         return NULL;
-    }
     const unsigned char *base = (const unsigned char *)view.buf + field_offset;
     Py_ssize_t result;
     if (n == 0) {
@@ -213,11 +222,8 @@ native_plain_slot(PyObject *self, PyObject *args)
     long long target;
     if (!PyArg_ParseTuple(args, "y*nnniL", &view, &n, &entry_size, &field_offset, &width, &target))
         return NULL;
-    if (n < 0 || (width != 4 && width != 8) || field_offset + width > entry_size || n * entry_size > view.len) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "index search arguments do not fit the buffer");
+    if (!search_fits(&view, n, entry_size, field_offset, width))
         return NULL;
-    }
     const unsigned char *base = (const unsigned char *)view.buf + field_offset;
     Py_ssize_t lo = 0, hi = n - 1;
     while (lo <= hi) {
