@@ -23,7 +23,7 @@ SPARK_DAEMON := $(PY) -m spark_client.examples.with_daemon --log-dir $(LOG_DIR) 
 
 all: venv
 
-$(STAMP): pyproject.toml lookupd/_native.c
+$(STAMP): pyproject.toml lookupd/log/_native.c
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet -e '.[test,bench]'
@@ -80,4 +80,4 @@ spark-hourly: venv $(LOG_DIR)
 	  --topic orders,payments,clicks --isolation-level read_committed
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis lookupd/*.so
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis lookupd/*/*.so

@@ -20,13 +20,13 @@ sys.path.insert(0, os.path.dirname(__file__))
 import common  # noqa: E402
 from common import Figure  # noqa: E402
 
-from lookupd.builder import build_batch  # noqa: E402
-from lookupd.names import segment_file_name  # noqa: E402
+from lookupd.format.builder import build_batch  # noqa: E402
+from lookupd.format.names import segment_file_name  # noqa: E402
 
 MEASURE = r"""
 import json, os, sys, time
 t0 = time.perf_counter()
-from lookupd.logmanager import LogManager
+from lookupd.log.logmanager import LogManager
 t1 = time.perf_counter()
 lm = LogManager([sys.argv[1]])
 t2 = time.perf_counter()

@@ -265,8 +265,8 @@ def policy_micro(logs: str, seconds: float) -> dict:
     """In-process: a hot lookup_offset on the event loop vs the same call via trio.to_thread."""
     import trio
 
-    from lookupd.logmanager import LogManager
-    from lookupd.service import Service, Session
+    from lookupd.log.logmanager import LogManager
+    from lookupd.daemon.service import Service, Session
 
     lm = LogManager([logs])
     svc, session = Service(lm), Session(trusted=True)
@@ -333,7 +333,7 @@ def wait_for(sock: str, proc: subprocess.Popen) -> None:
 
 def index_points(logs: str) -> list[tuple[int, int]]:
     """Every (offset, position) index point of large-0: segment starts and offset-index entries."""
-    from lookupd.logmanager import LogManager
+    from lookupd.log.logmanager import LogManager
 
     lm = LogManager([logs])
     llog = lm.get(TOPIC, PARTITION)

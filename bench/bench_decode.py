@@ -1,4 +1,4 @@
-"""Record decoding: lookupd.records vs kafka-python's DefaultRecordBatch, same batches, same run.
+"""Record decoding: lookupd.format.records vs kafka-python's DefaultRecordBatch, same batches, same run.
 
 kafka-python finds no snappy/lz4/zstd library here, so it is given the same cramjam-backed
 decompressors lookupd uses: the comparison is of header and record parsing. Runs are
@@ -20,9 +20,9 @@ import common  # noqa: E402
 from common import Figure, ratio  # noqa: E402
 
 import reference as R  # noqa: E402
-from lookupd.batch import Compression, parse_header  # noqa: E402
-from lookupd.compression import decompress  # noqa: E402
-from lookupd.records import decode_batch  # noqa: E402
+from lookupd.format.batch import Compression, parse_header  # noqa: E402
+from lookupd.format.compression import decompress  # noqa: E402
+from lookupd.format.records import decode_batch  # noqa: E402
 
 
 def kafka_python():

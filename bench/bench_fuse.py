@@ -27,10 +27,10 @@ sys.path.insert(0, os.path.dirname(__file__))
 import common  # noqa: E402
 from common import Figure, ratio  # noqa: E402
 
-from lookupd.builder import build_batch  # noqa: E402
-from lookupd.client import Client  # noqa: E402
+from lookupd.format.builder import build_batch  # noqa: E402
+from lookupd.rpc.client import Client  # noqa: E402
 from lookupd.errors import LookupdError  # noqa: E402
-from lookupd.writer import LogWriter  # noqa: E402
+from lookupd.tools.writer import LogWriter  # noqa: E402
 
 T0 = 1_767_225_600_000
 MiB = 1 << 20

@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import common  # noqa: E402
 from common import Figure, per_call_ns, ratio, repeat  # noqa: E402
 
-from lookupd.index import OffsetIndex  # noqa: E402
+from lookupd.log.index import OffsetIndex  # noqa: E402
 
 ENTRY = np.dtype([("key", ">i4"), ("value", ">i4")])
 

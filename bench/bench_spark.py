@@ -19,9 +19,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 import common  # noqa: E402
 from common import Figure, ratio, repeat  # noqa: E402
 
-from lookupd.demo import generate  # noqa: E402
-from lookupd.filerecords import FileRecords  # noqa: E402
-from lookupd.records import decode_batch  # noqa: E402
+from lookupd.tools.demo import generate  # noqa: E402
+from lookupd.log.filerecords import FileRecords  # noqa: E402
+from lookupd.format.records import decode_batch  # noqa: E402
 from spark_client.datasource import KafkaSegmentsDataSource  # noqa: E402
 
 SOURCE_OPTIONS = {"subscribePattern": ".*", "minPartitions": "8"}
@@ -49,7 +49,7 @@ def timed(fn) -> float:
 def _per_row(address: str):
     """mapPartitions function: one connection per task, one resolve_offset request per row."""
     def resolve(rows):
-        from lookupd.client import Client
+        from lookupd.rpc.client import Client
 
         with Client(address) as client:
             for r in rows:
@@ -130,7 +130,7 @@ def reads(spark, address: str, log_dir: str, times: int) -> list[Figure]:
 
 
 def run(quick: bool = False) -> list[Figure]:
-    from lookupd.client import Client
+    from lookupd.rpc.client import Client
     from spark_client.examples.with_daemon import running_daemon
 
     times = 2 if quick else 3

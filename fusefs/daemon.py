@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any
 
-from lookupd.client import Client, RemoteError
+from lookupd.rpc.client import Client, RemoteError
 from lookupd.errors import LookupdError, Unavailable
 
 log = logging.getLogger(__name__)

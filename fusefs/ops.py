@@ -30,9 +30,9 @@ from typing import NamedTuple
 
 from fuse import FuseOSError, Operations
 
-from lookupd.client import RemoteError
+from lookupd.rpc.client import RemoteError
 from lookupd.errors import LookupdError
-from lookupd.server import sd_notify
+from lookupd.daemon.server import sd_notify
 
 from . import tree
 from .catalog import Catalog, PartitionInfo

@@ -17,9 +17,9 @@ import threading
 from collections import OrderedDict
 from typing import Iterator, NamedTuple
 
-from lookupd.batch import BatchHeader, frame_size, parse_header
-from lookupd.fileio import FileHandle
-from lookupd.names import segment_file_name
+from lookupd.format.batch import BatchHeader, frame_size, parse_header
+from lookupd.log.fileio import FileHandle
+from lookupd.format.names import segment_file_name
 
 from .catalog import Catalog, PartitionInfo
 from .daemon import DaemonLink

@@ -46,7 +46,7 @@ from typing import NamedTuple
 from fuse import FuseOSError
 
 from lookupd.errors import InvalidArgument
-from lookupd.names import validate_topic
+from lookupd.format.names import validate_topic
 
 RAW = ("log", "index", "timeindex", "txnindex")
 # Generated views of a segment, and the on-disk file each is made from (and shown beside).

@@ -17,10 +17,10 @@ import threading
 from collections import OrderedDict
 from typing import NamedTuple
 
-from lookupd.batch import BatchHeader, ensure_valid
-from lookupd.records import decode_batch
-from lookupd.render import record_json
-from lookupd.segment import LogSegment
+from lookupd.format.batch import BatchHeader, ensure_valid
+from lookupd.format.records import decode_batch
+from lookupd.format.render import record_json
+from lookupd.log.segment import LogSegment
 
 from .catalog import PartitionInfo, Segments
 from .sources import Cursor, LocalSource, RemoteSource

@@ -22,11 +22,11 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
-from lookupd.batch import LOG_OVERHEAD, BatchHeader, ensure_valid, frame_size, parse_header
-from lookupd.client import Client, RemoteError
+from lookupd.format.batch import LOG_OVERHEAD, BatchHeader, ensure_valid, frame_size, parse_header
+from lookupd.rpc.client import Client, RemoteError
 from lookupd.errors import CorruptRecordError
-from lookupd.filerecords import FileRecords
-from lookupd.records import decode_batch
+from lookupd.log.filerecords import FileRecords
+from lookupd.format.records import decode_batch
 
 from .errors import DataLossError
 from .splits import Piece, Split

@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from lookupd.client import Client
+from lookupd.rpc.client import Client
 from lookupd.errors import UnknownPartition
 
 from .errors import OptionError

@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from lookupd.batch import LOG_OVERHEAD, RECORD_OVERHEAD_V0
+from lookupd.format.batch import LOG_OVERHEAD, RECORD_OVERHEAD_V0
 from pyspark.sql.datasource import InputPartition
 
 from .routing import PartitionInfo

@@ -41,7 +41,7 @@ def copy_partition(name: str, dest_root: str) -> str:
 @asynccontextmanager
 async def running(sock_path: str, log_dirs=None, **settings):
     """A Daemon serving in this trio run (no signal handling); stopped and cleaned up on exit."""
-    from lookupd.server import Config, Daemon, build, close_listeners
+    from lookupd.daemon.server import Config, Daemon, build, close_listeners
 
     cfg = Config(log_dirs=[str(d) for d in (log_dirs or [R.require() / "logs"])], socket=sock_path, **settings)
     cfg.check()

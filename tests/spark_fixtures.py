@@ -23,10 +23,10 @@ import reference as R
 
 pyspark = pytest.importorskip("pyspark", reason="pyspark is not installed (pip install -e '.[spark]')")
 
-from lookupd.batch import TimestampType  # noqa: E402
-from lookupd.builder import build_batch  # noqa: E402
-from lookupd.demo import generate  # noqa: E402
-from lookupd.writer import LogWriter  # noqa: E402
+from lookupd.format.batch import TimestampType  # noqa: E402
+from lookupd.format.builder import build_batch  # noqa: E402
+from lookupd.tools.demo import generate  # noqa: E402
+from lookupd.tools.writer import LogWriter  # noqa: E402
 
 DEMO_RECORDS = 3000  # per partition of the sample topics
 TRIMMED_SEGMENTS_DELETED = 2
@@ -190,8 +190,8 @@ def aborted_offsets(partition: str) -> set[int]:
 
 def core_rows(log_dir: str, topic: str, partition: int) -> list[tuple]:
     """Rows like reference_rows for a partition lookupd's writer wrote, read with the core library."""
-    from lookupd.logmanager import LogManager
-    from lookupd.records import decode_batch
+    from lookupd.log.logmanager import LogManager
+    from lookupd.format.records import decode_batch
 
     manager = LogManager([log_dir])
     try:

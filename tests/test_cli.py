@@ -13,7 +13,7 @@ import sys
 import pytest
 
 import reference as R
-from lookupd.progress import Progress
+from lookupd.tools.progress import Progress
 
 
 def lookupd(*args, check=None):

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lookupd.batch import Compression
-from lookupd.compression import (LZ4_BLOCK_SIZE, SNAPPY_BLOCK_SIZE, SNAPPY_MAGIC, _lz4_header_checksum, compress,
+from lookupd.format.batch import Compression
+from lookupd.format.compression import (LZ4_BLOCK_SIZE, SNAPPY_BLOCK_SIZE, SNAPPY_MAGIC, _lz4_header_checksum, compress,
                                  decompress)
 from lookupd.errors import CorruptRecordError
 

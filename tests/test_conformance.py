@@ -16,7 +16,7 @@ import pytest
 
 import reference as R
 from lookupd.errors import LookupdError
-from lookupd.logmanager import LogManager
+from lookupd.log.logmanager import LogManager
 
 PARTS = R.PARTITIONS
 
@@ -477,8 +477,8 @@ def test_read_returns_whole_batches(manager, p):
 
 def test_records_decode_like_kafka(manager):
     """Spot check through the segment API (the codec's own tests cover every record)."""
-    records = pytest.importorskip("lookupd.records")
-    from lookupd.batch import parse_header
+    records = pytest.importorskip("lookupd.format.records")
+    from lookupd.format.batch import parse_header
     p = "compressed-0"
     want = {r["offset"]: r for r in R.answers(p)["records"]}
     log = llog(manager, p)

@@ -15,14 +15,14 @@ import trio
 
 import reference as R
 from daemon_helpers import RawPeer, running, short_dir  # noqa: F401 - fixture
-from lookupd.client import RemoteError, TrioClient
+from lookupd.rpc.client import RemoteError, TrioClient
 
 P = "plain-0"
 ALLOWED_ERRORS = {"OFFSET_OUT_OF_RANGE", "UNAVAILABLE", "CORRUPT_DATA"}
 
 
 def writer_module():
-    return pytest.importorskip("lookupd.writer", reason="lookupd/writer.py (the segment writer) is not in the tree")
+    return pytest.importorskip("lookupd.tools.writer", reason="lookupd/writer.py (the segment writer) is not in the tree")
 
 
 def reference_truth():

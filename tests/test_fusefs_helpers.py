@@ -73,7 +73,7 @@ class Daemon:
         self.proc: subprocess.Popen | None = None
 
     def _answers(self) -> bool:
-        from lookupd.client import Client
+        from lookupd.rpc.client import Client
         from lookupd.errors import LookupdError
 
         try:

@@ -18,9 +18,9 @@ import time
 import pytest
 
 import reference as R
-from lookupd.batch import Compression
-from lookupd.builder import build_batch, build_control_batch
-from lookupd.writer import LogWriter
+from lookupd.format.batch import Compression
+from lookupd.format.builder import build_batch, build_control_batch
+from lookupd.tools.writer import LogWriter
 from test_fusefs import expected_records, lines, read, stem
 from test_fusefs_helpers import Daemon, Mount, free_port, mounted, require_fuse, unmount, workdir
 

@@ -14,8 +14,8 @@ from fusefs.daemon import DaemonLink
 from fusefs.ops import KafkaFS
 from fusefs.stream import CHECKPOINT, Stream
 from fusefs.views import render
-from lookupd.batch import parse_header
-from lookupd.builder import build_batch
+from lookupd.format.batch import parse_header
+from lookupd.format.builder import build_batch
 
 
 def refused(path: str) -> int:

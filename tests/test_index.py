@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lookupd.cache import IndexCache
+from lookupd.log.cache import IndexCache
 from lookupd.errors import CorruptIndexError
-from lookupd.index import OffsetIndex, TimeIndex
+from lookupd.log.index import OffsetIndex, TimeIndex
 
 INT31 = (1 << 31) - 1
 BASE = 1 << 40

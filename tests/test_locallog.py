@@ -7,11 +7,11 @@ import os
 
 import pytest
 
-from lookupd.builder import build_batch
-from lookupd.cache import IndexCache
+from lookupd.format.builder import build_batch
+from lookupd.log.cache import IndexCache
 from lookupd.errors import InvalidArgument, OffsetOutOfRange, UnknownPartition
-from lookupd.logmanager import LogManager
-from lookupd.writer import LogWriter
+from lookupd.log.logmanager import LogManager
+from lookupd.tools.writer import LogWriter
 
 
 def write(directory, batches=50, per_batch=10, segment_bytes=4096, start_ts=1_000_000):

@@ -14,7 +14,7 @@ import sys
 import pytest
 
 import reference as R
-from lookupd.logmanager import LogManager
+from lookupd.log.logmanager import LogManager
 
 
 def exercise(lm: LogManager) -> None:
@@ -79,7 +79,7 @@ def test_a_reader_without_write_permission_gets_every_answer(tmp_path):
     here = os.path.dirname(__file__)
     script = (
         "import sys; sys.path.insert(0, sys.argv[2])\n"
-        "from lookupd.logmanager import LogManager\n"
+        "from lookupd.log.logmanager import LogManager\n"
         "import test_readonly\n"
         "try:\n"
         "    open(sys.argv[1] + '/plain-0/00000000000000000000.index', 'r+b')\n"

@@ -15,11 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reference as R
-from lookupd.batch import Compression, TimestampType, compute_crc, ensure_valid, parse_header
-from lookupd.builder import build_batch, build_control_batch, build_legacy
-from lookupd.compression import compress
+from lookupd.format.batch import Compression, TimestampType, compute_crc, ensure_valid, parse_header
+from lookupd.format.builder import build_batch, build_control_batch, build_legacy
+from lookupd.format.compression import compress
 from lookupd.errors import CorruptRecordError
-from lookupd.records import (ControlRecord, Record, control_record, decode_batch, find_timestamp, legacy_offsets,
+from lookupd.format.records import (ControlRecord, Record, control_record, decode_batch, find_timestamp, legacy_offsets,
                              offset_of_max_timestamp)
 
 POSITION = 4242  # where test batches pretend to sit in their file

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from lookupd import rpc
+from lookupd.rpc import protocol as rpc
 
 
 def pack(*values) -> bytes:

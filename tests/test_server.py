@@ -12,10 +12,10 @@ import trio
 
 import reference as R
 from daemon_helpers import RawPeer, copy_partition, running, short_dir  # noqa: F401 - fixture
-from lookupd.client import RemoteError, TrioClient
+from lookupd.rpc.client import RemoteError, TrioClient
 from lookupd.errors import InvalidArgument, Unavailable
-from lookupd.server import Config, bind_unix, open_listeners, parse_tcp
-from lookupd.service import INLINE, METHODS, Method
+from lookupd.daemon.server import Config, bind_unix, open_listeners, parse_tcp
+from lookupd.daemon.service import INLINE, METHODS, Method
 
 
 @pytest.fixture
@@ -275,7 +275,7 @@ async def test_rescan_picks_up_new_and_deleted_partitions(sock, short_dir):
 
 @pytest.mark.trio
 async def test_blocking_client_shared_by_threads(sock, short_dir):
-    from lookupd.client import Client
+    from lookupd.rpc.client import Client
 
     async with running(sock):
         def work():
@@ -309,7 +309,7 @@ def test_blocking_client_says_why_a_request_is_too_large(tmp_path):
     import sys
     import time
 
-    from lookupd.client import Client
+    from lookupd.rpc.client import Client
     from lookupd.errors import TooLarge
 
     sock = str(tmp_path / "l.sock")

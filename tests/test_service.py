@@ -8,8 +8,8 @@ import pytest
 
 import reference as R
 from lookupd.errors import LookupdError
-from lookupd.logmanager import LogManager
-from lookupd.service import METHODS, NEEDS_THREAD, Counters, Limits, Service, Session, error_for
+from lookupd.log.logmanager import LogManager
+from lookupd.daemon.service import METHODS, NEEDS_THREAD, Counters, Limits, Service, Session, error_for
 
 TRUSTED = Session(trusted=True)
 
@@ -33,7 +33,7 @@ def code(service, method, *params, session=TRUSTED) -> str:
 
 
 def needs_records():
-    pytest.importorskip("lookupd.records", reason="lookupd/records.py (record decoding) is not in the tree yet")
+    pytest.importorskip("lookupd.format.records", reason="lookupd/records.py (record decoding) is not in the tree yet")
 
 
 def test_ping_and_stats(service):

@@ -235,7 +235,7 @@ def test_tcp_daemon_with_a_token(tmp_path):
     """HOST:PORT addresses, and lookupd.tokenFile for a daemon that wants `auth` first."""
     import socket
 
-    from lookupd.client import RemoteError
+    from lookupd.rpc.client import RemoteError
     from spark_client.examples.with_daemon import running_daemon
 
     token = tmp_path / "token"

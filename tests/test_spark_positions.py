@@ -16,7 +16,7 @@ pytest.importorskip("pandas", reason="resolve_positions runs mapInArrow, which n
 
 from spark_fixtures import ref_daemon, spark, unreachable_socket  # noqa: F401
 
-from lookupd.client import Client, RemoteError  # noqa: E402
+from lookupd.rpc.client import Client, RemoteError  # noqa: E402
 from lookupd.errors import Unavailable  # noqa: E402
 from spark_client import resolve_positions  # noqa: E402
 

@@ -8,9 +8,9 @@ import shutil
 import pytest
 
 import reference as R
-from lookupd.locallog import LocalLog
-from lookupd.recover import recover_partition
-from lookupd.writer import LogWriter, SegmentWriter
+from lookupd.log.locallog import LocalLog
+from lookupd.tools.recover import recover_partition
+from lookupd.tools.writer import LogWriter, SegmentWriter
 
 WRITTEN = [p for p in R.PARTITIONS if p != "empty-0"]
 

@@ -17,7 +17,7 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
-from lookupd.client import Client
+from lookupd.rpc.client import Client
 from lookupd.errors import Unavailable
 
 START_TIMEOUT_S = 30.0

@@ -23,7 +23,7 @@ from typing import NamedTuple
 from .batch import (COMPRESSION_MASK, CONTROL_MASK, LOG_OVERHEAD, NO_TIMESTAMP, RECORD_OVERHEAD_V0, TIMESTAMP_TYPE_MASK,
                     V2_HEADER_SIZE, BatchHeader, Compression)
 from .compression import decompress
-from .errors import CorruptRecordError
+from ..errors import CorruptRecordError
 
 Header = tuple[str, bytes | None]
 

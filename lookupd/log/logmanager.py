@@ -7,9 +7,9 @@ import os
 import threading
 
 from .cache import IndexCache
-from .errors import UnknownPartition
+from ..errors import UnknownPartition
 from .locallog import LocalLog
-from .names import parse_partition_dir, validate_partition, validate_topic
+from ..format.names import parse_partition_dir, validate_partition, validate_topic
 
 log = logging.getLogger(__name__)
 

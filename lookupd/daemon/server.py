@@ -53,10 +53,10 @@ from typing import Any
 
 import trio
 
-from . import rpc
-from .cache import IndexCache
-from .errors import InvalidArgument, Unavailable
-from .logmanager import LogManager
+from ..rpc import protocol as rpc
+from ..log.cache import IndexCache
+from ..errors import InvalidArgument, Unavailable
+from ..log.logmanager import LogManager
 from .service import NEEDS_THREAD, Counters, Limits, Service, Session, error_for
 
 log = logging.getLogger(__name__)

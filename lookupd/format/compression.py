@@ -34,7 +34,7 @@ import zlib
 import cramjam
 
 from .batch import Compression
-from .errors import CorruptRecordError
+from ..errors import CorruptRecordError
 
 MAX_DECOMPRESSED_SIZE = (1 << 31) - 1
 

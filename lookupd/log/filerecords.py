@@ -11,9 +11,9 @@ from __future__ import annotations
 import struct
 from typing import Iterator, NamedTuple
 
-from .batch import (HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, MAGIC_OFFSET, RECORD_OVERHEAD_V0, V2_HEADER_SIZE,
+from ..format.batch import (HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, MAGIC_OFFSET, RECORD_OVERHEAD_V0, V2_HEADER_SIZE,
                     BatchHeader, last_offset_at, max_timestamp_at, parse_header)
-from .errors import CorruptRecordError
+from ..errors import CorruptRecordError
 from .fileio import FileHandle, LazyHandle
 
 CHUNK = 16 * 1024

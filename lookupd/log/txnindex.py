@@ -13,7 +13,7 @@ from typing import NamedTuple, TYPE_CHECKING
 
 import numpy as np
 
-from .errors import CorruptIndexError
+from ..errors import CorruptIndexError
 from .fileio import LazyHandle
 
 if TYPE_CHECKING:

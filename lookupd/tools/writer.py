@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import os
 import struct
-from .batch import BatchHeader, parse_header, frame_size
-from .names import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, segment_file_name
+from ..format.batch import BatchHeader, parse_header, frame_size
+from ..format.names import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, segment_file_name
 from .producerstate import TransactionTracker
-from .txnindex import AbortedTxn
+from ..log.txnindex import AbortedTxn
 
 DEFAULT_SEGMENT_BYTES = 1 << 30
 DEFAULT_INDEX_INTERVAL_BYTES = 4096
@@ -233,7 +233,7 @@ class LogWriter:
         for h in batches:
             marker = None
             if h.is_control:
-                from .records import control_record, decode_batch
+                from ..format.records import control_record, decode_batch
 
                 data = records[h.position:h.position + h.size]
                 recs = decode_batch(h, data)

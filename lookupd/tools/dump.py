@@ -12,15 +12,15 @@ import os
 import sys
 from typing import Callable, Iterator
 
-from .batch import compute_crc, parse_header
-from .errors import CorruptDataError, LookupdError
-from .locallog import list_segments
-from .names import INDEX_SUFFIX, LOG_SUFFIX, SEGMENT_SUFFIXES, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, \
+from ..format.batch import compute_crc, parse_header
+from ..errors import CorruptDataError, LookupdError
+from ..log.locallog import list_segments
+from ..format.names import INDEX_SUFFIX, LOG_SUFFIX, SEGMENT_SUFFIXES, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, \
     parse_partition_dir, parse_segment_file
 from .progress import Progress
-from .records import decode_batch
-from .render import batch_json, batch_line, record_json, record_line
-from .segment import LogSegment
+from ..format.records import decode_batch
+from ..format.render import batch_json, batch_line, record_json, record_line
+from ..log.segment import LogSegment
 from .verify import SegmentScan, index_problems, scan_segment
 
 

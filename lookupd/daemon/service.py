@@ -39,8 +39,8 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from .errors import InvalidArgument, LookupdError, TooLarge, Unauthorized, Unavailable
-from .logmanager import LogManager
+from ..errors import InvalidArgument, LookupdError, TooLarge, Unauthorized, Unavailable
+from ..log.logmanager import LogManager
 
 log = logging.getLogger(__name__)
 

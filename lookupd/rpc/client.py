@@ -29,8 +29,8 @@ from typing import Any
 
 import trio
 
-from . import rpc
-from .errors import LookupdError, TooLarge, Unavailable
+from . import protocol as rpc
+from ..errors import LookupdError, TooLarge, Unavailable
 
 DEFAULT_SOCKET = os.path.join("run", "lookupd.sock")
 DEFAULT_MAX_RESPONSE_BYTES = 1 << 30  # columnar answers of a million targets run to tens of MB

@@ -12,11 +12,11 @@ import logging
 import os
 from typing import NamedTuple
 
-from .batch import parse_header
-from .errors import CorruptIndexError, LookupdError
+from ..format.batch import parse_header
+from ..errors import CorruptIndexError, LookupdError
 from .filerecords import FileRecords, LogOffsetPosition
 from .index import OffsetIndex, TimeIndex
-from .names import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, segment_file_name
+from ..format.names import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, segment_file_name
 from .txnindex import AbortedTxn, TransactionIndex
 
 log = logging.getLogger(__name__)
@@ -122,8 +122,8 @@ class LogSegment:
 
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> TimestampAndOffset | None:
         """LogSegment.findOffsetByTimestamp: first record with timestamp >= target and offset >= start."""
-        from .batch import max_timestamp_at
-        from .records import find_timestamp
+        from ..format.batch import max_timestamp_at
+        from ..format.records import find_timestamp
 
         size = self.size()
         floor = self._time_floor(timestamp, size)

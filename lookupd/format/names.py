@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import re
 
-from .errors import InvalidArgument
+from ..errors import InvalidArgument
 
 log = logging.getLogger(__name__)
 

@@ -16,13 +16,13 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-from .errors import LookupdError
-from .locallog import list_segments
-from .names import INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, parse_partition_dir, segment_file_name
+from ..errors import LookupdError
+from ..log.locallog import list_segments
+from ..format.names import INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, parse_partition_dir, segment_file_name
 from .producerstate import TransactionTracker
 from .progress import Progress
-from .records import control_record, decode_batch
-from .segment import LogSegment
+from ..format.records import control_record, decode_batch
+from ..log.segment import LogSegment
 from .verify import index_problems, scan_segment
 from .writer import DEFAULT_INDEX_INTERVAL_BYTES, IndexBuilder, encode_aborted_txn
 

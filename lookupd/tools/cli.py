@@ -12,7 +12,7 @@ import logging
 import os
 import sys
 
-from .errors import LookupdError
+from ..errors import LookupdError
 
 DEFAULT_SOCKET = os.path.join("run", "lookupd.sock")
 
@@ -31,13 +31,13 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="check every index entry against the log without printing the entries")
     d.add_argument("--json", action="store_true", help="one JSON object per line instead of text")
     d.add_argument("--max-bytes", type=int, default=None, metavar="N", help="stop reading a .log after N bytes")
-    d.set_defaults(run="lookupd.dump:run")
+    d.set_defaults(run="lookupd.tools.dump:run")
 
     g = sub.add_parser("demo-data", help="write a sample Kafka log dir (several topics, codecs, transactions)")
     g.add_argument("dir", metavar="DIR")
     g.add_argument("--records", type=int, default=20000, help="records per partition (default 20000)")
     g.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
-    g.set_defaults(run="lookupd.demo:run")
+    g.set_defaults(run="lookupd.tools.demo:run")
 
     r = sub.add_parser("recover", help="rebuild missing or corrupt indexes of rolled segments, as a broker does")
     r.add_argument("dir", metavar="DIR", help="a partition dir or a whole log dir")
@@ -45,14 +45,14 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="bytes between offset-index entries (Kafka's index.interval.bytes, default 4096)")
     r.add_argument("--all", action="store_true", help="rebuild every rolled segment's indexes, not only bad ones")
     r.add_argument("--dry-run", action="store_true", help="report what would be rebuilt, write nothing")
-    r.set_defaults(run="lookupd.recover:run")
+    r.set_defaults(run="lookupd.tools.recover:run")
 
     s = sub.add_parser("serve", help="run the lookup daemon in the foreground")
     s.add_argument("--log-dir", action="append", dest="log_dirs", metavar="DIR", help="a broker log dir (repeatable)")
     s.add_argument("--socket", metavar="PATH", default=None, help=f"Unix socket path (default {DEFAULT_SOCKET})")
     s.add_argument("--tcp", metavar="HOST:PORT", default=None, help="also listen on TCP (host defaults to 127.0.0.1)")
     s.add_argument("--config", metavar="FILE", default=None, help="TOML config file (see README)")
-    s.set_defaults(run="lookupd.server:run")
+    s.set_defaults(run="lookupd.daemon.server:run")
 
     q = sub.add_parser("query", help="call one daemon method and print the result as JSON")
     q.add_argument("method", metavar="METHOD")
@@ -61,7 +61,7 @@ def _build_parser() -> argparse.ArgumentParser:
                    help=f"socket path or HOST:PORT (default $LOOKUPD_SOCKET or {DEFAULT_SOCKET})")
     q.add_argument("--token-file", metavar="FILE", default=None, help="shared-secret token for a TCP daemon")
     q.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer (default 30)")
-    q.set_defaults(run="lookupd.client:run")
+    q.set_defaults(run="lookupd.rpc.client:run")
     return p
 
 

@@ -14,7 +14,7 @@ entry (time index). Entries the broker appends are picked up by the next lookup.
 Never a SIGBUS. Touching a mapped page past end-of-file kills the process, and the broker
 shrinks the active index when it rolls. Each lookup first checks the file still covers the
 valid entries (one `pread` or `fstat`) and remaps a file that shrank. The remaining race,
-a truncation between that check and the read, is absorbed by the SIGBUS guard in `lookupd._native`: it
+a truncation between that check and the read, is absorbed by the SIGBUS guard in `lookupd.log._native`: it
 maps a zero page over the faulting page, the search's answer is discarded and the file
 remapped. The same C module runs the searches below; the Python versions stand in when
 it could not be built.
@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Callable, NamedTuple, TypeVar
 
 import numpy as np
 
-from .errors import CorruptIndexError
+from ..errors import CorruptIndexError
 
 try:
     from . import _native

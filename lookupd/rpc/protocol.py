@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 
 import msgpack
 
-from .errors import InvalidArgument
+from ..errors import InvalidArgument
 
 REQUEST, RESPONSE, NOTIFICATION = 0, 1, 2
 MAX_MSGID = (1 << 32) - 1

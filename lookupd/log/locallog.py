@@ -16,9 +16,9 @@ from typing import Callable, Iterator, NamedTuple, TypeVar
 
 import numpy as np
 
-from .batch import parse_header
-from .errors import InvalidArgument, OffsetOutOfRange, Unavailable, check_int64
-from .names import parse_segment_file
+from ..format.batch import parse_header
+from ..errors import InvalidArgument, OffsetOutOfRange, Unavailable, check_int64
+from ..format.names import parse_segment_file
 from .segment import LogSegment
 from .txnindex import AbortedTxn
 
@@ -361,7 +361,7 @@ class LocalLog:
 
     def _max_timestamp(self, v: SegmentList) -> OffsetAndTimestamp | None:
         """ListOffsets MAX_TIMESTAMP: the first record carrying the largest timestamp."""
-        from .records import offset_of_max_timestamp
+        from ..format.records import offset_of_max_timestamp
 
         best, best_seg = None, None
         for seg in v.segments():
@@ -547,7 +547,7 @@ def _int64_array(values, what: str) -> np.ndarray:
 
 def _whole_batches(data: bytes, seg: LogSegment) -> tuple[int, int]:
     """(bytes of whole batches at the front of `data`, next offset after them)."""
-    from .batch import frame_size, last_offset_at
+    from ..format.batch import frame_size, last_offset_at
 
     pos, next_offset = 0, -1
     while True:

@@ -8,8 +8,8 @@ replay batches through this to produce the entries Kafka would.
 
 from __future__ import annotations
 
-from .batch import BatchHeader
-from .txnindex import AbortedTxn
+from ..format.batch import BatchHeader
+from ..log.txnindex import AbortedTxn
 
 
 class TransactionTracker:

@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 import crc32c as _crc32c
 
-from .errors import CorruptRecordError
+from ..errors import CorruptRecordError
 
 LOG_OVERHEAD = 12  # offset int64 + size int32 in front of every batch
 MAGIC_OFFSET = 16

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .batch import ensure_valid, parse_header
-from .errors import CorruptDataError, CorruptRecordError
-from .segment import LogSegment
+from ..format.batch import ensure_valid, parse_header
+from ..errors import CorruptDataError, CorruptRecordError
+from ..log.segment import LogSegment
 
 
 @dataclass

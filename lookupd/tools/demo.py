@@ -18,8 +18,8 @@ import json
 import os
 import random
 
-from .batch import Compression, TimestampType
-from .builder import build_batch, build_control_batch
+from ..format.batch import Compression, TimestampType
+from ..format.builder import build_batch, build_control_batch
 from .writer import LogWriter
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -138,7 +138,7 @@ def generate(root: str, records: int = 20_000, seed: int = 1) -> None:
 
 def run(args) -> int:
     generate(args.dir, args.records, args.seed)
-    from .logmanager import LogManager
+    from ..log.logmanager import LogManager
 
     lm = LogManager([args.dir])
     for log in lm.logs():
