@@ -1,22 +1,22 @@
-"""Benchmark: lookupd's floor lookups over its Unix socket, side by side with redis-server.
+"""Benchmark: every single-request lookup of the daemon over its Unix socket, beside redis-server.
 
-Both answer the same question for large-0 of the Kafka reference corpus (200,025 index
-points: every segment start and offset-index entry): the greatest index point <= a random
-target offset. lookupd: `lookup_offset [topic, partition, target, "floor"]` (msgpack-rpc).
-redis: the points in a sorted set (ZADD key offset "offset:position"), queried with
-`ZREVRANGEBYSCORE key target -inf LIMIT 0 1` (RESP). The same Python load generator, with
-raw sockets and hand-written framing for both, drives each server in turn.
+Both serve large-0 of the Kafka reference corpus (200,025 index points: every segment start and
+offset-index entry). lookupd answers each of its single-request methods (msgpack-rpc):
+`lookup_offset` floor and ceiling, `resolve_offset`, `lookup_timestamp`, `offset_for_timestamp`
+and a `read` of one batch, each for random targets. redis answers the question a user would
+otherwise deploy it for, the floor of a random offset in a sorted set (ZADD key offset
+"offset:position", then `ZREVRANGEBYSCORE key target -inf LIMIT 0 1`, RESP). The same Python
+load generator, with raw sockets and hand-written framing for both, drives each server in turn.
 
 Concurrency: N concurrent clients are N connections, each with one request outstanding
 (closed loop), driven by at most 2 load processes using `selectors`. One process per
 client would spend the 2 cores on 64 Python interpreters rather than on the servers;
 several connections per process keep the generator cheap and the numbers about the servers.
-Both servers are single-threaded for these lookups (lookupd's are inline on its event loop
-once the index is mapped), and they share the machine's cores with the load generator.
+Server CPU per request comes from the server's utime+stime in /proc/PID/stat over a run.
 
     python bench/bench_daemon.py [--quick] [--json FILE]
 
-prints a table and the results as JSON (`--quick` finishes in well under a minute);
+prints a table and the results as JSON (`--quick` finishes in about a minute);
 `bench/run.py --only daemon` runs the same measurements repeated, as figures.
 """
 
@@ -40,31 +40,50 @@ import msgpack
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import Figure, ratio  # noqa: E402
+from common import Figure, dump, print_table, ratio  # noqa: E402
 
 TOPIC, PARTITION = "large", 0
 REDIS_KEY = b"idx:large-0"
 DEFAULT_LOGS = os.path.join(os.path.dirname(REPO), "shared", "kafka-reference", "logs")
+LAST_OFFSET = 200_025  # large-0 holds offsets [0, LAST_OFFSET)
+CLIENTS = (1, 8, 64)
+PIPELINE_DEPTH = 64
+
+# The single-request methods measured, and how one random request's params are made. Timestamps
+# are drawn from the partition's time range (TIME_RANGE, set from the files before any load runs).
+TIME_RANGE = [0, 1]
+METHODS = {
+    "lookup_offset floor": ("lookup_offset", lambda r: [TOPIC, PARTITION, r.randrange(LAST_OFFSET), "floor"]),
+    "lookup_offset ceiling": ("lookup_offset", lambda r: [TOPIC, PARTITION, r.randrange(LAST_OFFSET), "ceiling"]),
+    "resolve_offset": ("resolve_offset", lambda r: [TOPIC, PARTITION, r.randrange(LAST_OFFSET)]),
+    "lookup_timestamp": ("lookup_timestamp", lambda r: [TOPIC, PARTITION, r.randint(*TIME_RANGE), "floor"]),
+    "offset_for_timestamp": ("offset_for_timestamp", lambda r: [TOPIC, PARTITION, r.randint(*TIME_RANGE)]),
+    "read one batch": ("read", lambda r: [TOPIC, PARTITION, r.randrange(LAST_OFFSET), 1]),
+}
+FLOOR = "lookup_offset floor"  # the method that asks redis's question
 
 
 # ====================================================================== wire framing for both servers
 
 
 class LookupdWire:
-    """msgpack-rpc lookup_offset requests; answers as (msgid, (offset, position)), in arrival order
-    (which need not be request order: a call waiting for a worker thread is overtaken)."""
+    """msgpack-rpc requests of one method; answers as (msgid, result), in arrival order (which need not
+    be request order: a call waiting for a worker thread is overtaken)."""
 
-    def __init__(self):
+    def __init__(self, method: str = FLOOR):
         self.unpacker = msgpack.Unpacker(raw=False)
         self.msgid = 0
+        self.name, self.params = METHODS[method]
 
-    def request(self, target: int) -> bytes:
-        self.msgid = (self.msgid + 1) & 0xFFFFFFFF
-        return msgpack.packb([0, self.msgid, "lookup_offset", [TOPIC, PARTITION, target, "floor"]])
+    def request(self, rnd: random.Random) -> bytes:
+        return self.call(self.name, self.params(rnd))
 
-    def columnar(self, targets: list[int]) -> bytes:
+    def floor(self, target: int) -> bytes:
+        return self.call("lookup_offset", [TOPIC, PARTITION, target, "floor"])
+
+    def call(self, name: str, params: list) -> bytes:
         self.msgid = (self.msgid + 1) & 0xFFFFFFFF
-        return msgpack.packb([0, self.msgid, "lookup_offsets", [TOPIC, PARTITION, targets, "floor"]])
+        return msgpack.packb([0, self.msgid, name, params])
 
     def feed(self, data: bytes) -> list:
         self.unpacker.feed(data)
@@ -73,7 +92,9 @@ class LookupdWire:
             if msg[2] is not None:
                 raise RuntimeError(f"lookupd error: {msg[2]}")
             r = msg[3]
-            out.append((msg[1], r if r is None or isinstance(r["segment"], list) else (r["offset"], r["position"])))
+            if isinstance(r, dict) and "position" in r and not isinstance(r["position"], list):
+                r = (r["offset"], r["position"]) if "offset" in r else r
+            out.append((msg[1], r))
         return out
 
 
@@ -90,7 +111,10 @@ class RespWire:
             out.append(b"$%d\r\n%s\r\n" % (len(a), a))
         return b"".join(out)
 
-    def request(self, target: int) -> bytes:
+    def request(self, rnd: random.Random) -> bytes:
+        return self.floor(rnd.randrange(LAST_OFFSET))
+
+    def floor(self, target: int) -> bytes:
         return self.command(b"ZREVRANGEBYSCORE", REDIS_KEY, b"%d" % target, b"-inf", b"LIMIT", b"0", b"1")
 
     def _parse(self, pos: int):
@@ -137,8 +161,8 @@ class RespWire:
         return out
 
 
-def wire_for(kind: str):
-    return LookupdWire() if kind == "lookupd" else RespWire()
+def wire_for(kind: str, method: str = FLOOR):
+    return LookupdWire(method) if kind == "lookupd" else RespWire()
 
 
 def connect(path: str) -> socket.socket:
@@ -161,24 +185,29 @@ def roundtrip(sock: socket.socket, wire, data: bytes, n: int) -> list:
 # ====================================================================== measurements
 
 
-def latency(kind: str, path: str, targets: list[int], seconds: float) -> dict:
-    """Sequential single lookups on one connection: round-trip percentiles."""
-    sock, wire = connect(path), wire_for(kind)
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time a process has used so far (/proc/PID/stat fields 14 and 15)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def latency(kind: str, path: str, method: str, seconds: float, seed: int = 1) -> dict:
+    """Sequential single requests on one connection: round-trip percentiles."""
+    sock, wire, rnd = connect(path), wire_for(kind, method), random.Random(seed)
     lat = []
     end = time.perf_counter() + seconds
-    i = 0
     while time.perf_counter() < end:
         t0 = time.perf_counter()
-        roundtrip(sock, wire, wire.request(targets[i % len(targets)]), 1)
+        roundtrip(sock, wire, wire.request(rnd), 1)
         lat.append(time.perf_counter() - t0)
-        i += 1
     sock.close()
     lat.sort()
     return {"n": len(lat), "p50_us": round(lat[len(lat) // 2] * 1e6, 1),
             "p99_us": round(lat[int(len(lat) * 0.99)] * 1e6, 1), "per_s": round(len(lat) / seconds)}
 
 
-def _load_worker(kind: str, path: str, conns: int, seconds: float, seed: int, out) -> None:
+def _load_worker(kind: str, path: str, method: str, conns: int, seconds: float, seed: int, out) -> None:
     """Closed loop over `conns` connections, one request outstanding on each."""
     rnd = random.Random(seed)
     sel = selectors.DefaultSelector()
@@ -186,15 +215,14 @@ def _load_worker(kind: str, path: str, conns: int, seconds: float, seed: int, ou
     for _ in range(conns):
         s = connect(path)
         s.setblocking(False)
-        wire = wire_for(kind)
-        state[s] = wire
+        state[s] = wire_for(kind, method)
         sel.register(s, selectors.EVENT_READ)
     lat_sample, done = [], 0
     sent_at = {}
     end = time.perf_counter() + seconds
     for s, wire in state.items():
         sent_at[s] = time.perf_counter()
-        s.sendall(wire.request(rnd.randrange(200_025)))
+        s.sendall(wire.request(rnd))
     while time.perf_counter() < end:
         for key, _ in sel.select(timeout=0.5):
             s = key.fileobj
@@ -205,41 +233,43 @@ def _load_worker(kind: str, path: str, conns: int, seconds: float, seed: int, ou
                 if len(lat_sample) < 200_000:
                     lat_sample.append(now - sent_at[s])
                 sent_at[s] = now
-                s.sendall(state[s].request(rnd.randrange(200_025)))
+                s.sendall(state[s].request(rnd))
     for s in state:
         s.close()
     out.put((done, lat_sample))
 
 
-def throughput(kind: str, path: str, clients: int, seconds: float) -> dict:
+def throughput(kind: str, path: str, pid: int, method: str, clients: int, seconds: float) -> dict:
+    """`clients` closed-loop connections for `seconds`: requests/s, latency and the server's CPU per request."""
     procs_n = min(2, clients)
-    q = mp.get_context("fork").Queue()
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
     per = [clients // procs_n + (1 if i < clients % procs_n else 0) for i in range(procs_n)]
-    procs = [mp.get_context("fork").Process(target=_load_worker, args=(kind, path, n, seconds, i, q))
-             for i, n in enumerate(per)]
+    procs = [ctx.Process(target=_load_worker, args=(kind, path, method, n, seconds, i, q)) for i, n in enumerate(per)]
+    cpu0 = cpu_seconds(pid)
     for p in procs:
         p.start()
     results = [q.get(timeout=seconds + 60) for _ in procs]
     for p in procs:
         p.join()
+    cpu = cpu_seconds(pid) - cpu0
     done = sum(r[0] for r in results)
     lat = sorted(x for r in results for x in r[1])
     return {"clients": clients, "per_s": round(done / seconds),
             "p50_us": round(lat[len(lat) // 2] * 1e6, 1) if lat else None,
-            "p99_us": round(lat[int(len(lat) * 0.99)] * 1e6, 1) if lat else None}
+            "p99_us": round(lat[int(len(lat) * 0.99)] * 1e6, 1) if lat else None,
+            "server_cpu_us": round(cpu / done * 1e6, 2) if done else None}
 
 
-def pipelined(kind: str, path: str, targets: list[int], seconds: float, depth: int = 64) -> dict:
+def pipelined(kind: str, path: str, method: str, seconds: float, depth: int = PIPELINE_DEPTH) -> dict:
     """One connection, `depth` requests written at once, then their answers read."""
-    sock, wire = connect(path), wire_for(kind)
-    done, i = 0, 0
+    sock, wire, rnd = connect(path), wire_for(kind, method), random.Random(2)
+    done = 0
     end = time.perf_counter() + seconds
     t0 = time.perf_counter()
     while time.perf_counter() < end:
-        batch = b"".join(wire.request(targets[(i + k) % len(targets)]) for k in range(depth))
-        roundtrip(sock, wire, batch, depth)
+        roundtrip(sock, wire, b"".join(wire.request(rnd) for _ in range(depth)), depth)
         done += depth
-        i += depth
     took = time.perf_counter() - t0
     sock.close()
     return {"depth": depth, "per_s": round(done / took)}
@@ -253,7 +283,7 @@ def columnar(path: str, targets: list[int], seconds: float, size: int) -> dict:
     t0 = time.perf_counter()
     while time.perf_counter() < end or calls == 0:
         chunk = targets[(calls * size) % len(targets):][:size]
-        roundtrip(sock, wire, wire.columnar(chunk), 1)
+        roundtrip(sock, wire, wire.call("lookup_offsets", [TOPIC, PARTITION, chunk, "floor"]), 1)
         done += len(chunk)
         calls += 1
     took = time.perf_counter() - t0
@@ -372,6 +402,18 @@ def stop(proc: subprocess.Popen) -> None:
 # ====================================================================== one run
 
 
+def time_range(logs: str) -> tuple[int, int]:
+    """The first and last record timestamps of large-0, for random timestamp targets."""
+    from lookupd.log.logmanager import LogManager
+
+    lm = LogManager([logs])
+    llog = lm.get(TOPIC, PARTITION)
+    first = llog.offset_for_timestamp(0)    # the first record at or after the epoch
+    last = llog.offset_for_timestamp(-3)   # ListOffsets MAX_TIMESTAMP
+    lm.close()
+    return first.timestamp, last.timestamp
+
+
 class Servers:
     """lookupd (inline hot lookups), redis-server loaded with the same index points, and lookupd
     with every lookup in a worker thread, for the length of a `with` block."""
@@ -382,17 +424,22 @@ class Servers:
     def __enter__(self) -> "Servers":
         self.tmp = tempfile.mkdtemp(prefix="lkdbench", dir="/tmp")
         self.procs: list[subprocess.Popen] = []
+        self.pid: dict[str, int] = {}
+        TIME_RANGE[:] = time_range(self.logs)
         try:
             proc, self.lookupd = start_lookupd(self.tmp, self.logs, inline=True)
             self.procs.append(proc)
+            self.pid[self.lookupd] = proc.pid
             proc, self.threaded = start_lookupd(self.tmp, self.logs, inline=False)
             self.procs.append(proc)
+            self.pid[self.threaded] = proc.pid
             rd = start_redis(self.tmp)
             self.redis = None
             if rd is not None:
                 self.procs.append(rd[0])
                 load_redis(rd[1], index_points(self.logs))
                 self.redis = rd[1]
+                self.pid[self.redis] = rd[0].pid
         except BaseException:
             self.__exit__()
             raise
@@ -405,144 +452,142 @@ class Servers:
 
 
 def answers_agree(servers: Servers, targets: list[int]) -> bool | None:
-    """Whether lookupd and redis give the same floor points (this also maps lookupd's index)."""
+    """Whether lookupd and redis give the same floor points (this also maps lookupd's indexes: every
+    method is called once on both lookupd servers first)."""
+    for path in (servers.lookupd, servers.threaded):
+        for method in METHODS:
+            w = LookupdWire(method)
+            roundtrip(connect(path), w, b"".join(w.request(random.Random(i)) for i in range(50)), 50)
     lw = LookupdWire()
-    lk = [a for _, a in sorted(roundtrip(connect(servers.lookupd), lw, b"".join(lw.request(t) for t in targets),
+    lk = [a for _, a in sorted(roundtrip(connect(servers.lookupd), lw, b"".join(lw.floor(t) for t in targets),
                                          len(targets)))]
-    lw = LookupdWire()
-    roundtrip(connect(servers.threaded), lw, b"".join(lw.request(t) for t in targets), len(targets))
     if servers.redis is None:
         return None
     rw = RespWire()
-    return lk == roundtrip(connect(servers.redis), rw, b"".join(rw.request(t) for t in targets), len(targets))
+    return lk == roundtrip(connect(servers.redis), rw, b"".join(rw.floor(t) for t in targets), len(targets))
+
+
+def measure(kind: str, path: str, pid: int, method: str, secs: float) -> dict:
+    return {"latency": latency(kind, path, method, secs),
+            "throughput": [throughput(kind, path, pid, method, c, secs) for c in CLIENTS],
+            "pipelined": pipelined(kind, path, method, secs)}
 
 
 def one_pass(servers: Servers, targets: list[int], secs: float) -> dict:
-    results: dict = {"lookupd": {}, "redis": {}}
-    runs = {"lookupd": servers.lookupd}
+    """Every method on lookupd, the floor lookup on redis, and the all-threaded lookupd at 8 clients."""
+    results: dict = {"lookupd": {m: measure("lookupd", servers.lookupd, servers.pid[servers.lookupd], m, secs)
+                                 for m in METHODS}}
     if servers.redis is None:
         results["redis"] = {"skipped": "redis-server not found (apt-get install redis-server)"}
     else:
-        runs["redis"] = servers.redis
-    for name, path in runs.items():
-        r = results[name]
-        r["latency"] = latency(name, path, targets, secs)
-        r["throughput"] = [throughput(name, path, c, secs) for c in (1, 8, 64)]
-        r["pipelined"] = pipelined(name, path, targets, secs)
-    results["lookupd"]["columnar"] = columnar(servers.lookupd, targets, secs, 100_000)
-    results["lookupd_all_threaded"] = {"latency": latency("lookupd", servers.threaded, targets, secs),
-                                       "throughput": [throughput("lookupd", servers.threaded, 8, secs)]}
+        results["redis"] = {FLOOR: measure("redis", servers.redis, servers.pid[servers.redis], FLOOR, secs)}
+    results["lookupd_columnar"] = columnar(servers.lookupd, targets, secs, 100_000)
+    results["lookupd_all_threaded"] = {FLOOR: {
+        "latency": latency("lookupd", servers.threaded, FLOOR, secs),
+        "throughput": [throughput("lookupd", servers.threaded, servers.pid[servers.threaded], FLOOR, 8, secs)]}}
     results["policy_in_process"] = policy_micro(servers.logs, min(secs, 2.0))
     return results
 
 
 def targets_list() -> list[int]:
     rnd = random.Random(1)
-    return [rnd.randrange(200_025) for _ in range(200_000)]
+    return [rnd.randrange(LAST_OFFSET) for _ in range(200_000)]
 
 
 # ====================================================================== bench/run.py suite
 
 
+SERVER_LABELS = {"lookupd": "lookupd", "redis": "redis", "lookupd_all_threaded": "lookupd, every lookup in a thread"}
+
+
+def label(server: str, method: str) -> str:
+    """Figure-name prefix; the floor lookup keeps its historic names ("lookupd: ...", "redis: ...")."""
+    base = SERVER_LABELS[server]
+    return base if method == FLOOR else f"{base} {method}"
+
+
 def run(quick: bool = False) -> list:
     """Figures for bench/run.py: every measurement of `one_pass`, repeated."""
-    repeats, secs = (3, 0.6) if quick else (5, 2.0)
+    repeats, secs = (2, 0.4) if quick else (3, 1.5)
     targets = targets_list()
     with Servers(os.environ.get("KAFKA_REFERENCE_LOGS", DEFAULT_LOGS)) as servers:
         if answers_agree(servers, targets[:500]) is False:
             raise RuntimeError("lookupd and redis answered differently: the benchmark would compare nonsense")
         passes = [one_pass(servers, targets, secs) for _ in range(repeats)]
     figures = []
-    names = {"lookupd": "lookupd", "redis": "redis", "lookupd_all_threaded": "lookupd, every lookup in a thread"}
-    for key, label in names.items():
-        if "latency" not in passes[0].get(key, {}):
-            continue
-        for pct in (50, 99):
-            figures.append(Figure(f"{label}: floor lookup round trip p{pct}", "us",
-                                  [p[key]["latency"][f"p{pct}_us"] for p in passes], group="daemon-latency",
-                                  params={"percentile": pct, "server": label}))
-        for i, t in enumerate(passes[0][key]["throughput"]):
-            figures.append(Figure(f"{label}: lookups/s, {t['clients']} concurrent clients", "lookups/s",
-                                  [p[key]["throughput"][i]["per_s"] for p in passes], group="daemon-throughput",
-                                  params={"clients": t["clients"], "server": label}, higher_is_better=True))
-        if "pipelined" in passes[0][key]:
-            figures.append(Figure(f"{label}: lookups/s, one connection pipelining 64", "lookups/s",
-                                  [p[key]["pipelined"]["per_s"] for p in passes], group="daemon-throughput",
-                                  params={"clients": 1, "depth": 64, "server": label}, higher_is_better=True))
+    for key in SERVER_LABELS:
+        for method, first in passes[0].get(key, {}).items():
+            if "latency" not in first:
+                continue
+            name = label(key, method)
+            params = {"server": SERVER_LABELS[key], "method": method}
+            noun = "floor lookup" if method == FLOOR else method
+            for pct in (50, 99):
+                figures.append(Figure(f"{name}: {noun} round trip p{pct}" if method == FLOOR else
+                                      f"{name}: round trip p{pct}", "us",
+                                      [p[key][method]["latency"][f"p{pct}_us"] for p in passes], group="daemon-latency",
+                                      params={**params, "percentile": pct}))
+            for i, t in enumerate(first["throughput"]):
+                figures.append(Figure(f"{name}: lookups/s, {t['clients']} concurrent clients", "lookups/s",
+                                      [p[key][method]["throughput"][i]["per_s"] for p in passes],
+                                      group="daemon-throughput", params={**params, "clients": t["clients"]},
+                                      higher_is_better=True))
+                figures.append(Figure(f"{name}: server CPU per request, {t['clients']} concurrent clients", "us",
+                                      [p[key][method]["throughput"][i]["server_cpu_us"] for p in passes],
+                                      group="daemon-cpu", params={**params, "clients": t["clients"]}))
+            if "pipelined" in first:
+                figures.append(Figure(f"{name}: lookups/s, one connection pipelining {PIPELINE_DEPTH}", "lookups/s",
+                                      [p[key][method]["pipelined"]["per_s"] for p in passes], group="daemon-throughput",
+                                      params={**params, "clients": 1, "depth": PIPELINE_DEPTH}, higher_is_better=True))
     figures.append(Figure("lookupd: lookups/s in lookup_offsets calls of 100,000", "lookups/s",
-                          [p["lookupd"]["columnar"]["per_s"] for p in passes], group="daemon-throughput",
+                          [p["lookupd_columnar"]["per_s"] for p in passes], group="daemon-throughput",
                           params={"targets_per_call": 100_000, "server": "lookupd"}, higher_is_better=True))
-    for key, label in (("inline_us", "on the event loop"), ("via_thread_us", "through trio.to_thread")):
-        figures.append(Figure(f"hot lookup_offset in process, {label}", "us",
+    for key, where in (("inline_us", "on the event loop"), ("via_thread_us", "through trio.to_thread")):
+        figures.append(Figure(f"hot lookup_offset in process, {where}", "us",
                               [p["policy_in_process"][key] for p in passes], group="daemon-policy",
                               params={"where": key}))
     return figures
 
 
 def ratios(figures: list) -> list:
-    return [ratio("lookupd vs redis, single-client p50 latency", figures, "lookupd: floor lookup round trip p50",
-                  "redis: floor lookup round trip p50", "round trip of one floor lookup over a Unix socket"),
-            ratio("lookupd vs redis, 8 clients", figures, "lookupd: lookups/s, 8 concurrent clients",
-                  "redis: lookups/s, 8 concurrent clients", "lookups per second with 8 closed-loop clients"),
-            ratio("inline vs threaded hot lookups, 8 clients", figures, "lookupd: lookups/s, 8 concurrent clients",
-                  "lookupd, every lookup in a thread: lookups/s, 8 concurrent clients",
-                  "daemon throughput with hot lookups on the event loop over all lookups in worker threads")]
+    out = [ratio("lookupd vs redis, single-client p50 latency", figures, "lookupd: floor lookup round trip p50",
+                 "redis: floor lookup round trip p50", "round trip of one floor lookup over a Unix socket"),
+           ratio("lookupd vs redis, 8 clients", figures, "lookupd: lookups/s, 8 concurrent clients",
+                 "redis: lookups/s, 8 concurrent clients", "lookups per second with 8 closed-loop clients"),
+           ratio("inline vs threaded hot lookups, 8 clients", figures, "lookupd: lookups/s, 8 concurrent clients",
+                 "lookupd, every lookup in a thread: lookups/s, 8 concurrent clients",
+                 "daemon throughput with hot lookups on the event loop over all lookups in worker threads")]
+    for method in METHODS:
+        name = label("lookupd", method)
+        p50 = f"{name}: floor lookup round trip p50" if method == FLOOR else f"{name}: round trip p50"
+        out += [ratio(f"lookupd {method} vs redis, 8 clients", figures, f"{name}: lookups/s, 8 concurrent clients",
+                      "redis: lookups/s, 8 concurrent clients",
+                      f"{method} requests/s over redis's floor lookups/s, 8 closed-loop clients each (target >= 0.5)"),
+                ratio(f"lookupd {method} vs redis, single-client p50", figures, p50,
+                      "redis: floor lookup round trip p50",
+                      f"{method} round-trip p50 over redis's, one client (target <= 1.5)"),
+                ratio(f"lookupd {method} vs redis, server CPU per request", figures,
+                      f"{name}: server CPU per request, 8 concurrent clients",
+                      "redis: server CPU per request, 8 concurrent clients",
+                      f"{method} server CPU microseconds per request over redis's, 8 clients (target <= 4)")]
+    return out
 
 
 # ====================================================================== main
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="short runs (under a minute in all)")
-    ap.add_argument("--logs", default=os.environ.get("KAFKA_REFERENCE_LOGS", DEFAULT_LOGS),
-                    help="log dir holding large-0 (default: the shared Kafka reference corpus)")
-    ap.add_argument("--json", metavar="FILE", help="also write the results here")
+    ap.add_argument("--quick", action="store_true", help="short runs")
+    ap.add_argument("--json", metavar="FILE", help="also write the figures here")
     args = ap.parse_args(argv)
-    secs = 1.5 if args.quick else 5.0
-    targets = targets_list()
-    with Servers(args.logs) as servers:
-        agree = answers_agree(servers, targets[:500])
-        results = {"machine": {"cpus": os.cpu_count()}, "seconds_per_run": secs, "answers_agree": agree,
-                   **one_pass(servers, targets, secs)}
-    print_table(results)
-    print(json.dumps(results, indent=2))
+    figures = run(args.quick)
+    print_table(figures)
+    for r in ratios(figures):
+        if r is not None:
+            print(f"{r['name']}: {r['value']:.2f}x  ({r['meaning']})")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
-    return results
-
-
-def print_table(r: dict) -> None:
-    rows = [("", "lookupd", "redis", "lookupd all-threaded")]
-
-    def get(server, *path):
-        v = r.get(server, {})
-        for p in path:
-            if isinstance(v, list):
-                v = v[p] if p < len(v) else {}
-            else:
-                v = v.get(p, {}) if isinstance(v, dict) else {}
-        return "-" if v in ({}, None) else f"{v:,}"
-
-    rows.append(("1 client p50 us", get("lookupd", "latency", "p50_us"), get("redis", "latency", "p50_us"),
-                 get("lookupd_all_threaded", "latency", "p50_us")))
-    rows.append(("1 client p99 us", get("lookupd", "latency", "p99_us"), get("redis", "latency", "p99_us"),
-                 get("lookupd_all_threaded", "latency", "p99_us")))
-    for i, c in enumerate((1, 8, 64)):
-        rows.append((f"{c} clients lookups/s", get("lookupd", "throughput", i, "per_s"),
-                     get("redis", "throughput", i, "per_s"),
-                     get("lookupd_all_threaded", "throughput", 0, "per_s") if c == 8 else ""))
-    rows.append(("pipelined (64) lookups/s", get("lookupd", "pipelined", "per_s"), get("redis", "pipelined", "per_s"), ""))
-    rows.append(("columnar lookups/s", get("lookupd", "columnar", "per_s"), "", ""))
-    widths = [max(len(str(row[i])) for row in rows) for i in range(4)]
-    for row in rows:
-        print("  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(row, widths))))
-    if "policy_in_process" in r:
-        p = r["policy_in_process"]
-        print(f"hot lookup_offset in process: {p['inline_us']} us inline, {p['via_thread_us']} us via trio.to_thread")
-    if "answers_agree" in r:
-        print(f"lookupd and redis answers agree: {r['answers_agree']}")
+        dump(figures, args.json)
 
 
 if __name__ == "__main__":

@@ -13,8 +13,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 # every other group is a horizontal bar chart of its figures.
 LINES = {
     "index-faults": ("entries", "search", "index entries", "log"),
-    "daemon-latency": ("percentile", "server", "percentile", "linear"),
 }
+# Groups drawn as grouped bars: one cluster per server and method, one bar per load (clients,
+# pipelining, percentile), on a log scale since the values span decades.
+GROUPED = {"daemon-latency", "daemon-throughput", "daemon-cpu"}
 TITLES = {
     "index-latency": "Single floor lookup, in process",
     "index-many": "Many-lookups per call, in process",
@@ -23,6 +25,8 @@ TITLES = {
     "decode-records": "Record decoding, records per second",
     "coldstart": "Cold start",
     "daemon-latency": "Round-trip latency over a Unix socket, one client",
+    "daemon-throughput": "Requests per second over a Unix socket (closed-loop clients, pipelining, columnar)",
+    "daemon-cpu": "Server CPU microseconds per request (from /proc/PID/stat)",
 }
 
 
@@ -58,6 +62,44 @@ def _lines(ax, figs, x_param, series_param, x_label, scale) -> None:
     ax.legend()
 
 
+def _cluster(f: dict) -> str:
+    p = f["params"]
+    if "targets_per_call" in p:
+        return f"{p['server']} lookup_offsets ({p['targets_per_call']:,} per call)"
+    return f"{p.get('server', '?')} {p.get('method', 'lookup_offset floor')}"
+
+
+def _load(f: dict) -> str:
+    p = f["params"]
+    if "percentile" in p:
+        return f"p{p['percentile']}"
+    if "depth" in p:
+        return f"pipelining {p['depth']}"
+    if "clients" in p:
+        return f"{p['clients']} clients"
+    return "columnar"
+
+
+def _grouped(ax, figs) -> None:
+    clusters = sorted(dict.fromkeys(_cluster(f) for f in figs), key=lambda c: not c.startswith("redis"))
+    loads = list(dict.fromkeys(_load(f) for f in figs))
+    width = 0.8 / len(loads)
+    for j, load in enumerate(loads):
+        xs, med, lo, hi = [], [], [], []
+        for f in figs:
+            if _load(f) == load:
+                xs.append(clusters.index(_cluster(f)) + j * width)
+                med.append(f["median"])
+                lo.append(f["median"] - f["min"])
+                hi.append(f["max"] - f["median"])
+        ax.bar(xs, med, width, yerr=[lo, hi], capsize=2, label=load)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(clusters))])
+    ax.set_xticklabels(clusters, rotation=30, ha="right", fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylabel(", ".join(sorted({f["unit"] for f in figs})))
+    ax.legend(fontsize=7)
+
+
 def plot_all(doc: dict, stem: str) -> list[str]:
     """Draw every group of `doc`'s figures; returns the PNG paths (`<stem>-<group>.png`)."""
     groups = defaultdict(list)
@@ -67,9 +109,11 @@ def plot_all(doc: dict, stem: str) -> list[str]:
     where = f"{m['cpu']}, {m['cores']} cores, Python {m['python']}, {doc['date'][:10]}"
     out = []
     for group, figs in groups.items():
-        height = 1.2 + 0.35 * len(figs) if group not in LINES else 4.0
+        height = 1.2 + 0.35 * len(figs) if group not in LINES and group not in GROUPED else 4.5
         fig, ax = plt.subplots(figsize=(9, max(height, 2.5)))
-        if group in LINES:
+        if group in GROUPED:
+            _grouped(ax, figs)
+        elif group in LINES:
             _lines(ax, figs, *LINES[group])
         else:
             _bars(ax, figs)
