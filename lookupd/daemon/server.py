@@ -489,6 +489,8 @@ class Daemon:
                 state.nursery = nursery
                 with reader:
                     await self._read_loop(state, session)
+        except Exception:  # noqa: BLE001 - a bug met by one connection ends that connection, not the daemon
+            log.exception("%s: unexpected failure; closing the connection", peer)
         finally:
             self._readers.discard(reader)
             self.counters.connections -= 1

@@ -15,9 +15,15 @@ Faults come out of `next_event` as `ProtocolError` events, in two kinds:
   `[2, "error", [{"code", "message"}]]`, and the connection is closed. A notification,
   not a response with a nil msgid: no request can be blamed, and every msgpack-rpc
   client can receive a notification without confusing it with an answer.
-* not fatal: a well-formed value that is not a valid message. If a request msgid can be
-  recovered (`[0, <uint32>, ...]`) the peer gets an error response to that msgid;
-  otherwise the same error notification as above. Either way the stream goes on.
+* not fatal: a well-formed value that is not a valid message (including one nested deeper
+  than MAX_DEPTH). If a request msgid can be recovered (`[0, <uint32>, ...]`) the peer gets
+  an error response to that msgid; otherwise the same error notification as above. Either
+  way the stream goes on.
+
+Resources a peer controls are bounded here, before anything else sees a value: a message's
+bytes (`max_frame_bytes`), and so its element counts and string lengths, and its nesting
+depth (MAX_DEPTH), checked without recursion, so later code (repr, validation, packing)
+never meets a value deep enough to exhaust Python's recursion limit.
 """
 
 from __future__ import annotations
@@ -33,6 +39,12 @@ REQUEST, RESPONSE, NOTIFICATION = 0, 1, 2
 MAX_MSGID = (1 << 32) - 1
 DEFAULT_MAX_FRAME_BYTES = 1 << 20
 ERROR_NOTIFICATION = "error"
+# The deepest legal message has 3 levels (message, params, a list of targets). 16 leaves room
+# for what other msgpack-rpc peers put in notifications, and keeps every value far below
+# Python's recursion limit (1000), which a repr or a validator would otherwise meet: one
+# 1,000-deep array used to end the daemon.
+MAX_DEPTH = 16
+_CONTAINERS = frozenset((list, dict))
 
 
 class Request(NamedTuple):
@@ -142,6 +154,11 @@ class Connection:
                 return self._fail("INVALID_ARGUMENT", f"malformed msgpack ({type(err).__name__}: {err})"
                                   if str(err) else f"malformed msgpack ({type(err).__name__})")
             self._frame_start = self._unpacker.tell()
+            if not _within_depth(value, MAX_DEPTH):
+                msgid = value[1] if type(value) is list and len(value) > 1 and value[0] == REQUEST \
+                    and _is_msgid(value[1]) and self.role == "server" else None
+                return ProtocolError("INVALID_ARGUMENT", f"a message may be nested at most {MAX_DEPTH} levels deep",
+                                     False, msgid)
             return self._classify(value)
 
     def _feed(self) -> bool:
@@ -173,7 +190,7 @@ class Connection:
         if _is_int(kind) and kind in (REQUEST, RESPONSE):
             what = "request" if kind == REQUEST else "response"
             return ProtocolError("INVALID_ARGUMENT", f"a {self.role} does not accept a {what}", False)
-        return ProtocolError("INVALID_ARGUMENT", f"message type must be 0, 1 or 2, got {kind!r:.40}", False)
+        return ProtocolError("INVALID_ARGUMENT", f"message type must be 0, 1 or 2, got {_brief(kind)}", False)
 
     # ------------------------------------------------------------------ sending
 
@@ -212,6 +229,35 @@ def _is_msgid(v: Any) -> bool:
     return _is_int(v) and 0 <= v <= MAX_MSGID
 
 
+def _within_depth(value: Any, limit: int) -> bool:
+    """Whether `value` nests at most `limit` containers deep; level by level, no recursion, and
+    flat arrays (the columnar calls' targets) cost one C-level pass over their element types."""
+    level, depth = [value], 1
+    while True:
+        deeper = []
+        for v in level:
+            if type(v) is list:
+                if not _CONTAINERS.isdisjoint(map(type, v)):
+                    deeper += [x for x in v if type(x) in _CONTAINERS]
+            elif type(v) is dict:  # keys are str or bytes (the unpacker's strict_map_key)
+                deeper += [x for x in v.values() if type(x) in _CONTAINERS]
+        if not deeper:
+            return True
+        depth += 1
+        if depth > limit:
+            return False
+        level = deeper
+
+
+def _brief(v: Any) -> str:
+    """A short description of a peer's value for an error message: never a full repr."""
+    if isinstance(v, (list, dict)):
+        return f"{_type(v)} of {len(v)}"
+    if isinstance(v, (str, bytes)):
+        return repr(v[:40]) + ("..." if len(v) > 40 else "")
+    return f"{v!r:.40}"
+
+
 def _type(v: Any) -> str:
     return {dict: "map", list: "array", str: "str", bytes: "bin", type(None): "nil"}.get(type(v), type(v).__name__)
 
@@ -231,7 +277,7 @@ def _request(v: list) -> Event:
     if len(v) != 4:
         return bad(f"a request is [0, msgid, method, params], got an array of {len(v)}")
     if msgid is None:
-        return bad(f"msgid must be an unsigned 32-bit integer, got {v[1]!r:.40}")
+        return bad(f"msgid must be an unsigned 32-bit integer, got {_brief(v[1])}")
     method = _method(v[2])
     if method is None:
         return bad(f"method must be a string, got {_type(v[2])}")
