@@ -15,7 +15,8 @@ import shutil
 import subprocess
 import sys
 
-from lookupd.rpc.client import Client, default_address, tcp_address
+from lookupd.rpc.address import default_address, tcp_address
+from lookupd.rpc.client import Client
 from lookupd.errors import LookupdError, Unauthorized, Unavailable
 
 MAX_READ = 128 << 10  # the most one FUSE read may ask for (the kernel's cap without max_pages)

@@ -32,7 +32,7 @@ from fuse import FuseOSError, Operations
 
 from lookupd.rpc.client import RemoteError
 from lookupd.errors import LookupdError
-from lookupd.daemon.server import sd_notify
+from lookupd.sdnotify import sd_notify
 
 from . import tree
 from .catalog import Catalog, PartitionInfo

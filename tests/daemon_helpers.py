@@ -41,7 +41,9 @@ def copy_partition(name: str, dest_root: str) -> str:
 @asynccontextmanager
 async def running(sock_path: str, log_dirs=None, **settings):
     """A Daemon serving in this trio run (no signal handling); stopped and cleaned up on exit."""
-    from lookupd.daemon.server import Config, Daemon, build, close_listeners
+    from lookupd.daemon.config import Config
+    from lookupd.daemon.listeners import close_listeners
+    from lookupd.daemon.server import Daemon, build
 
     cfg = Config(log_dirs=[str(d) for d in (log_dirs or [R.require() / "logs"])], socket=sock_path, **settings)
     cfg.check()

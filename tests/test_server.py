@@ -14,7 +14,9 @@ import reference as R
 from daemon_helpers import RawPeer, copy_partition, running, short_dir  # noqa: F401 - fixture
 from lookupd.rpc.client import RemoteError, TrioClient
 from lookupd.errors import InvalidArgument, Unavailable
-from lookupd.daemon.server import Config, bind_unix, open_listeners, parse_tcp
+from lookupd.daemon.config import Config
+from lookupd.daemon.listeners import bind_unix, open_listeners
+from lookupd.rpc.address import parse_host_port as parse_tcp
 from lookupd.daemon.service import INLINE, METHODS, Method
 
 
@@ -330,3 +332,38 @@ def test_blocking_client_says_why_a_request_is_too_large(tmp_path):
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def _readme_config_table() -> dict[str, str]:
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")) as f:
+        text = f.read()
+    table = text[text.index("| key | default | meaning |"):]
+    rows = {}
+    for line in table.splitlines()[2:]:
+        if not line.startswith("| `"):
+            break
+        key, default = [c.strip() for c in line.split("|")[1:3]]
+        rows[key.strip("`")] = default
+    return rows
+
+
+def test_config_defaults_are_stated_alike_in_the_readme_and_the_example_file():
+    """Config holds every default; the README's table and systemd/lookupd.toml.example must say the same."""
+    import dataclasses
+    import tomllib
+
+    defaults = {f.name: (f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)
+                for f in dataclasses.fields(Config)}
+    readme = _readme_config_table()
+    assert set(readme) == set(defaults), set(readme) ^ set(defaults)
+    for key, stated in readme.items():
+        value = tomllib.loads(f"v = {stated.strip('`')}")["v"]
+        assert value == defaults[key], (key, stated, defaults[key])
+    example = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "systemd",
+                           "lookupd.toml.example")
+    with open(example, "rb") as f:
+        shown = tomllib.load(f)
+    assert set(shown) == set(defaults), set(shown) ^ set(defaults)
+    for key, value in shown.items():
+        if key != "log_dirs":  # the example names a broker's log dir
+            assert value == defaults[key], (key, value, defaults[key])

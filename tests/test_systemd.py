@@ -48,7 +48,7 @@ def test_units_verify(short_dir):
 
 
 def test_example_config_loads():
-    from lookupd.daemon.server import Config
+    from lookupd.daemon.config import Config
     cfg = Config.load(os.path.join(UNITS, "lookupd.toml.example"))
     assert cfg.log_dirs == ["/var/lib/kafka/data"] and cfg == Config(log_dirs=cfg.log_dirs)
 

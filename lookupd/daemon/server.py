@@ -1,28 +1,6 @@
 """The lookup daemon (`lookupd serve`): msgpack-rpc over a Unix socket, and TCP if asked, on trio.
 
-Config file (TOML, `--config FILE`). Every key is optional; `--log-dir`, `--socket` and
-`--tcp` override the file. Defaults:
-
-    log_dirs = []                         # broker log dirs (or --log-dir, repeatable); at least one
-    socket = "run/lookupd.sock"           # Unix socket path, relative to the working dir; "" = none
-    socket_mode = 0o660                   # permissions of the Unix socket (who may connect)
-    tcp = ""                              # "HOST:PORT", ":PORT" or "PORT" (= 127.0.0.1:PORT); "" = none
-    auth_token_file = ""                  # shared secret that TCP clients send with `auth`; required
-                                          # when tcp binds a non-loopback address
-    max_frame_bytes = 1048576             # longest request accepted (a longer one closes the connection)
-    max_connections = 1024                # beyond this new connections get UNAVAILABLE and are closed
-    max_in_flight_per_connection = 64     # requests running at once per connection; then reading pauses
-    idle_timeout_s = 300.0                # close a connection silent this long with nothing in flight;
-                                          # also how long a peer may leave a response unread
-    max_read_bytes = 8388608              # cap on `read`'s max_bytes (TOO_LARGE above)
-    max_batch_lookups = 100000            # cap on the list length of columnar calls (TOO_LARGE above);
-                                          # ~110,000 int64 targets fit max_frame_bytes' default anyway
-    rescan_interval_s = 1.0               # how often the log dirs are rescanned (SIGHUP: at once)
-    shutdown_grace_s = 10.0               # SIGTERM/SIGINT: time in-flight requests get to finish
-    max_open_indexes = 4096               # index/log files kept open and mapped (LRU)
-    max_mapped_bytes = 4294967296         # bytes of index maps kept (LRU)
-    blocking_threads = 16                 # worker threads for calls that may touch the disk
-    inline_hot_lookups = true             # run lookup_offset on the event loop when its index is mapped
+Configuration: lookupd.daemon.config; listening sockets: lookupd.daemon.listeners.
 
 systemd: sockets passed by socket activation (LISTEN_FDS, Unix and TCP) replace `socket` and
 `tcp`; READY=1, STOPPING=1 and WATCHDOG=1 go to $NOTIFY_SOCKET (an `@` name is abstract).
@@ -41,291 +19,36 @@ CapacityLimiter of `blocking_threads`, so a cold index on a slow disk stalls onl
 from __future__ import annotations
 
 import errno
-import ipaddress
 import logging
 import os
 import signal
-import socket
-import stat
-import tomllib
-from dataclasses import dataclass, field, fields
 from typing import Any
 
 import trio
 
-from ..rpc import protocol as rpc
+from ..errors import InvalidArgument
 from ..log.cache import IndexCache
-from ..errors import InvalidArgument, Unavailable
 from ..log.logmanager import LogManager
-from .service import NEEDS_THREAD, Counters, Limits, Service, Session, error_for
+from ..rpc import protocol as rpc
+from ..sdnotify import sd_notify
+from .config import Config, read_token
+from .listeners import Bound, close_listeners, open_listeners
+from .service import NEEDS_THREAD, Counters, Service, Session, error_for
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SOCKET = os.path.join("run", "lookupd.sock")
-RECEIVE_BYTES = 64 * 1024
+RECEIVE_BYTES = 64 * 1024  # one receive_some; a pipelined burst of small requests fits in one
+# accept() failing for want of descriptors or memory is the machine's state, not this listener's:
+# wait a little (as trio.serve_listeners does) and accept again, instead of ending the daemon.
+ACCEPT_RESOURCE_ERRORS = frozenset((errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS))
+ACCEPT_RETRY_S = 0.1
+# How long a refused client is given to read its UNAVAILABLE notification before the close.
+REFUSE_GRACE_S = 1.0
+# How long a closing connection may take to write answers it already computed.
+FLUSH_ON_CLOSE_S = 1.0
 
 
-# ====================================================================== configuration
-
-
-@dataclass
-class Config:
-    log_dirs: list = field(default_factory=list)
-    socket: str = DEFAULT_SOCKET
-    socket_mode: int = 0o660
-    tcp: str = ""
-    auth_token_file: str = ""
-    max_frame_bytes: int = rpc.DEFAULT_MAX_FRAME_BYTES
-    max_connections: int = 1024
-    max_in_flight_per_connection: int = 64
-    idle_timeout_s: float = 300.0
-    max_read_bytes: int = 8 << 20
-    max_batch_lookups: int = 100_000
-    rescan_interval_s: float = 1.0
-    shutdown_grace_s: float = 10.0
-    max_open_indexes: int = 4096
-    max_mapped_bytes: int = 4 << 30
-    blocking_threads: int = 16
-    inline_hot_lookups: bool = True
-
-    @classmethod
-    def load(cls, path: str | None, **overrides: Any) -> "Config":
-        """Defaults, then the TOML file, then the non-None `overrides` (command-line flags)."""
-        values: dict[str, Any] = {}
-        if path:
-            try:
-                with open(path, "rb") as f:
-                    values = tomllib.load(f)
-            except tomllib.TOMLDecodeError as err:
-                raise InvalidArgument(f"config file {path}: {err}") from None
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        cfg = cls()
-        known = {f.name: f for f in fields(cls)}
-        for key, value in values.items():
-            if key not in known:
-                raise InvalidArgument(f"unknown config key {key!r} in {path}; known keys: {', '.join(known)}")
-            setattr(cfg, key, _coerce(key, value, getattr(cfg, key), path))
-        cfg.check()
-        return cfg
-
-    def check(self) -> None:
-        if not self.log_dirs:
-            raise InvalidArgument("no log dir to serve: pass --log-dir DIR or set log_dirs in the config file")
-        if not self.socket and not self.tcp:
-            raise InvalidArgument("nothing to listen on: set socket or tcp")
-        for key in ("max_frame_bytes", "max_connections", "max_in_flight_per_connection", "max_open_indexes",
-                    "blocking_threads"):
-            if getattr(self, key) < 1:
-                raise InvalidArgument(f"{key} must be at least 1")
-        for key in ("idle_timeout_s", "rescan_interval_s", "shutdown_grace_s"):
-            if getattr(self, key) <= 0:
-                raise InvalidArgument(f"{key} must be positive")
-        if self.max_frame_bytes < 64:
-            raise InvalidArgument("max_frame_bytes must be at least 64")
-
-    @property
-    def limits(self) -> Limits:
-        return Limits(max_read_bytes=self.max_read_bytes, max_batch_lookups=self.max_batch_lookups)
-
-
-def _coerce(key: str, value: Any, default: Any, path: str | None) -> Any:
-    where = f" in {path}" if path else ""
-    if key == "socket_mode" and isinstance(value, str):
-        try:
-            return int(value, 8)
-        except ValueError:
-            raise InvalidArgument(f"socket_mode{where} must be octal like \"0660\", got {value!r}") from None
-    if isinstance(default, bool):
-        ok = isinstance(value, bool)
-    elif isinstance(default, float):
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        value = float(value) if ok else value
-    elif isinstance(default, int):
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif isinstance(default, list):
-        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
-    else:
-        ok = isinstance(value, str)
-    if not ok:
-        raise InvalidArgument(f"config key {key}{where} must be a {type(default).__name__}, got {value!r}")
-    return value
-
-
-def parse_tcp(spec: str) -> tuple[str, int]:
-    """"PORT", ":PORT", "HOST:PORT" or "[V6]:PORT" -> (host, port); the host defaults to 127.0.0.1."""
-    host, sep, port = spec.rpartition(":")
-    if not sep:
-        host, port = "", spec
-    host = host.strip("[]") or "127.0.0.1"
-    if not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise InvalidArgument(f"tcp {spec!r}: expected HOST:PORT, :PORT or PORT")
-    return host, int(port)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a host name: it may resolve to anything
-
-
-def read_token(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8") as f:
-            token = f.read().strip()
-    except OSError as err:
-        raise InvalidArgument(f"cannot read auth_token_file {path}: {err.strerror}") from None
-    if not token:
-        raise InvalidArgument(f"auth_token_file {path} is empty")
-    if os.stat(path).st_mode & stat.S_IROTH:
-        log.warning("auth_token_file %s is world-readable; chmod 600 it", path)
-    return token
-
-
-# ====================================================================== listeners
-
-
-@dataclass
-class Bound:
-    """A listening socket and what it means: Unix peers are trusted, TCP ones may need auth."""
-
-    sock: socket.socket
-    kind: str  # "unix" or "tcp"
-    label: str
-    remove_path: str | None = None  # the socket file we created, removed at exit
-
-
-def activated_sockets() -> list[socket.socket]:
-    """Sockets passed by systemd socket activation (LISTEN_FDS from fd 3), or []."""
-    count, pid = os.environ.get("LISTEN_FDS"), os.environ.get("LISTEN_PID")
-    if not count or (pid and pid.isdigit() and int(pid) != os.getpid()):
-        return []
-    for var in ("LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"):
-        os.environ.pop(var, None)
-    socks = []
-    for fd in range(3, 3 + int(count)):
-        os.set_inheritable(fd, False)
-        s = socket.socket(fileno=fd)
-        if s.type != socket.SOCK_STREAM or not s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
-            raise InvalidArgument(f"activated fd {fd} is not a listening stream socket: use ListenStream=")
-        socks.append(s)
-    return socks
-
-
-def bind_unix(path: str, mode: int) -> Bound:
-    """Listen on `path`: create its dir, replace a stale socket file, refuse if a daemon answers there."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        pass
-    else:
-        if not stat.S_ISSOCK(st.st_mode):
-            raise InvalidArgument(f"{path} exists and is not a socket; remove it or choose another --socket")
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        probe.settimeout(1.0)
-        try:
-            probe.connect(path)
-        except (ConnectionRefusedError, FileNotFoundError):
-            log.info("removing stale socket %s (nothing listens on it)", path)
-            os.unlink(path)
-        except OSError as err:
-            raise Unavailable(f"cannot check existing socket {path}: {err.strerror}") from None
-        else:
-            raise Unavailable(f"another lookupd is already listening on {path}; stop it or choose another --socket")
-        finally:
-            probe.close()
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o777 & ~mode)  # no window in which the socket has looser permissions
-    try:
-        sock.bind(path)
-    except OSError as err:
-        sock.close()
-        raise Unavailable(f"cannot listen on {path}: {err.strerror or err}") from None
-    finally:
-        os.umask(old)
-    os.chmod(path, mode)
-    sock.listen(512)
-    return Bound(sock, "unix", path, remove_path=path)
-
-
-def bind_tcp(host: str, port: int) -> Bound:
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    family, _, _, _, addr = infos[0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind(addr)
-    except OSError as err:
-        sock.close()
-        raise Unavailable(f"cannot listen on TCP {host}:{port}: {err.strerror}") from None
-    sock.listen(512)
-    return Bound(sock, "tcp", "tcp %s:%d" % sock.getsockname()[:2])
-
-
-def open_listeners(cfg: Config, token: str | None) -> list[Bound]:
-    """Activated sockets if systemd passed any, else the configured socket and TCP address."""
-    activated = activated_sockets()
-    if activated:
-        bound = []
-        for s in activated:
-            if s.family == socket.AF_UNIX:
-                bound.append(Bound(s, "unix", f"activated {s.getsockname() or 'unix socket'}"))
-            else:
-                host = s.getsockname()[0]
-                _require_token(host, token)
-                bound.append(Bound(s, "tcp", "activated tcp %s:%d" % s.getsockname()[:2]))
-        return bound
-    bound = []
-    try:
-        if cfg.socket:
-            bound.append(bind_unix(cfg.socket, cfg.socket_mode))
-        if cfg.tcp:
-            host, port = parse_tcp(cfg.tcp)
-            _require_token(host, token)
-            bound.append(bind_tcp(host, port))
-    except BaseException:
-        close_listeners(bound)
-        raise
-    return bound
-
-
-def _require_token(host: str, token: str | None) -> None:
-    if token is None and not is_loopback(host):
-        raise InvalidArgument(f"refusing to listen on non-loopback TCP address {host} without a token: "
-                              f"set auth_token_file in the config file")
-
-
-def close_listeners(bound: list[Bound]) -> None:
-    for b in bound:
-        b.sock.close()
-        if b.remove_path:
-            try:
-                os.unlink(b.remove_path)
-            except FileNotFoundError:
-                pass
-
-
-# ====================================================================== systemd notify
-
-
-def sd_notify(message: str) -> bool:
-    """Send a state line to $NOTIFY_SOCKET (READY=1, STOPPING=1, WATCHDOG=1); False if unset."""
-    addr = os.environ.get("NOTIFY_SOCKET")
-    if not addr:
-        return False
-    if addr[0] == "@":
-        addr = "\0" + addr[1:]
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as s:
-            s.connect(addr)
-            s.sendall(message.encode())
-    except OSError as err:
-        log.warning("cannot notify systemd at %s: %s", os.environ["NOTIFY_SOCKET"], err)
-        return False
-    return True
+# ====================================================================== systemd watchdog
 
 
 def watchdog_interval() -> float | None:
@@ -445,9 +168,10 @@ class Daemon:
             try:
                 stream = await listener.accept()
             except OSError as err:
-                if err.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS):
-                    log.warning("accept on %s: %s; retrying in 100 ms", bound.label, err.strerror)
-                    await trio.sleep(0.1)
+                if err.errno in ACCEPT_RESOURCE_ERRORS:
+                    log.warning("accept on %s: %s; retrying in %.0f ms", bound.label, err.strerror,
+                                ACCEPT_RETRY_S * 1000)
+                    await trio.sleep(ACCEPT_RETRY_S)
                     continue
                 raise
             self._next_id += 1
@@ -467,7 +191,7 @@ class Daemon:
     async def _refuse(self, stream: trio.SocketStream, peer: str) -> None:
         log.warning("%s: refused, already %d connections (max_connections)", peer, self.cfg.max_connections)
         conn = rpc.Connection("server")
-        with trio.move_on_after(1):
+        with trio.move_on_after(REFUSE_GRACE_S):
             try:
                 await stream.send_all(conn.send_error(rpc.ProtocolError(
                     "UNAVAILABLE", f"too many connections (max_connections={self.cfg.max_connections}); retry later",
@@ -541,7 +265,7 @@ class Daemon:
                         st.nursery.cancel_scope.cancel()
                         return
         finally:
-            with trio.CancelScope(shield=True), trio.move_on_after(1):
+            with trio.CancelScope(shield=True), trio.move_on_after(FLUSH_ON_CLOSE_S):
                 await self._flush(st, out)  # answers already computed still go out on the way down
 
     async def _receive(self, st: "_ConnState") -> bytes | None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import socket
 import sys
 import threading
@@ -31,8 +30,8 @@ import trio
 
 from . import protocol as rpc
 from ..errors import LookupdError, TooLarge, Unavailable
+from .address import default_address, tcp_address
 
-DEFAULT_SOCKET = os.path.join("run", "lookupd.sock")
 DEFAULT_MAX_RESPONSE_BYTES = 1 << 30  # columnar answers of a million targets run to tens of MB
 BYTES_MARKER = "$base64"
 
@@ -50,20 +49,6 @@ def _remote_error(error: Any) -> RemoteError:
     if isinstance(error, dict):
         return RemoteError(str(error.get("code", "INTERNAL")), str(error.get("message", error)))
     return RemoteError("INTERNAL", repr(error))
-
-
-def default_address() -> str:
-    return os.environ.get("LOOKUPD_SOCKET") or DEFAULT_SOCKET
-
-
-def tcp_address(address: str) -> tuple[str, int] | None:
-    """(host, port) when `address` is "HOST:PORT" (no slash, numeric port), else None (a socket path)."""
-    if "/" in address:
-        return None
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        return None
-    return host.strip("[]") or "127.0.0.1", int(port)
 
 
 def _unreachable(address: str, err: BaseException) -> Unavailable:

@@ -13,8 +13,8 @@ import os
 import sys
 
 from ..errors import LookupdError
+from ..rpc.address import DEFAULT_SOCKET
 
-DEFAULT_SOCKET = os.path.join("run", "lookupd.sock")
 
 
 def _build_parser() -> argparse.ArgumentParser:

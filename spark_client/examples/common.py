@@ -7,7 +7,7 @@ import os
 import sys
 from datetime import datetime, timezone
 
-from lookupd.rpc.client import default_address, tcp_address
+from lookupd.rpc.address import default_address, tcp_address
 
 
 def session(app_name: str):

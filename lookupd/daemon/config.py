@@ -1,0 +1,121 @@
+"""The daemon's configuration: every key and its default, in one place.
+
+`lookupd serve --config FILE` reads TOML; `--log-dir`, `--socket` and `--tcp` override the
+file. Every key is optional. The README's configuration table and
+`systemd/lookupd.toml.example` state these defaults too; tests/test_server.py checks that all
+three agree.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import tomllib
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from ..errors import InvalidArgument
+from ..rpc import protocol as rpc
+from ..rpc.address import DEFAULT_SOCKET
+from .service import Limits
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Config:
+    log_dirs: list = field(default_factory=list)  # broker log dirs (or --log-dir, repeatable); at least one
+    socket: str = DEFAULT_SOCKET        # Unix socket path, relative to the working dir; "" = none
+    socket_mode: int = 0o660            # permissions of the Unix socket (who may connect)
+    tcp: str = ""                       # "HOST:PORT", ":PORT" or "PORT" (= 127.0.0.1:PORT); "" = none
+    auth_token_file: str = ""           # shared secret TCP clients send with `auth`; required when tcp
+                                        # binds a non-loopback address
+    max_frame_bytes: int = rpc.DEFAULT_MAX_FRAME_BYTES  # longest request; a longer one closes the connection
+    max_connections: int = 1024         # beyond this new connections get UNAVAILABLE and are closed
+    max_in_flight_per_connection: int = 64  # requests running at once per connection; then reading pauses
+    idle_timeout_s: float = 300.0       # close a connection silent this long with nothing in flight;
+                                        # also how long a peer may leave a response unread
+    max_read_bytes: int = Limits.max_read_bytes  # cap on `read`'s max_bytes (TOO_LARGE above)
+    max_batch_lookups: int = Limits.max_batch_lookups  # cap on columnar list lengths (TOO_LARGE above)
+    rescan_interval_s: float = 1.0      # how often the log dirs are rescanned (SIGHUP: at once)
+    shutdown_grace_s: float = 10.0      # SIGTERM/SIGINT: time in-flight requests get to finish
+    max_open_indexes: int = 4096        # index/log files kept open and mapped (LRU)
+    max_mapped_bytes: int = 4 << 30     # bytes of index maps kept (LRU)
+    blocking_threads: int = 16          # worker threads for calls that may touch the disk
+    inline_hot_lookups: bool = True     # run lookup_offset on the event loop when its index is mapped
+
+    @classmethod
+    def load(cls, path: str | None, **overrides: Any) -> "Config":
+        """Defaults, then the TOML file, then the non-None `overrides` (command-line flags)."""
+        values: dict[str, Any] = {}
+        if path:
+            try:
+                with open(path, "rb") as f:
+                    values = tomllib.load(f)
+            except tomllib.TOMLDecodeError as err:
+                raise InvalidArgument(f"config file {path}: {err}") from None
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        cfg = cls()
+        known = {f.name: f for f in fields(cls)}
+        for key, value in values.items():
+            if key not in known:
+                raise InvalidArgument(f"unknown config key {key!r} in {path}; known keys: {', '.join(known)}")
+            setattr(cfg, key, _coerce(key, value, getattr(cfg, key), path))
+        cfg.check()
+        return cfg
+
+    def check(self) -> None:
+        if not self.log_dirs:
+            raise InvalidArgument("no log dir to serve: pass --log-dir DIR or set log_dirs in the config file")
+        if not self.socket and not self.tcp:
+            raise InvalidArgument("nothing to listen on: set socket or tcp")
+        for key in ("max_frame_bytes", "max_connections", "max_in_flight_per_connection", "max_open_indexes",
+                    "blocking_threads"):
+            if getattr(self, key) < 1:
+                raise InvalidArgument(f"{key} must be at least 1")
+        for key in ("idle_timeout_s", "rescan_interval_s", "shutdown_grace_s"):
+            if getattr(self, key) <= 0:
+                raise InvalidArgument(f"{key} must be positive")
+        if self.max_frame_bytes < 64:
+            raise InvalidArgument("max_frame_bytes must be at least 64")
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(max_read_bytes=self.max_read_bytes, max_batch_lookups=self.max_batch_lookups)
+
+
+def _coerce(key: str, value: Any, default: Any, path: str | None) -> Any:
+    where = f" in {path}" if path else ""
+    if key == "socket_mode" and isinstance(value, str):
+        try:
+            return int(value, 8)
+        except ValueError:
+            raise InvalidArgument(f"socket_mode{where} must be octal like \"0660\", got {value!r}") from None
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, float):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif isinstance(default, list):
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+    else:
+        ok = isinstance(value, str)
+    if not ok:
+        raise InvalidArgument(f"config key {key}{where} must be a {type(default).__name__}, got {value!r}")
+    return value
+
+
+def read_token(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            token = f.read().strip()
+    except OSError as err:
+        raise InvalidArgument(f"cannot read auth_token_file {path}: {err.strerror}") from None
+    if not token:
+        raise InvalidArgument(f"auth_token_file {path} is empty")
+    if os.stat(path).st_mode & stat.S_IROTH:
+        log.warning("auth_token_file %s is world-readable; chmod 600 it", path)
+    return token

@@ -1,0 +1,134 @@
+"""The package layout is the architecture: each layer imports only the layers below it, and the log
+layer is read-only by construction. Checked on the source (every import, function-level ones too)."""
+
+from __future__ import annotations
+
+import ast
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+# What each package may import from this project (itself always allowed). Leaves first.
+ALLOWED = {
+    "lookupd.errors": set(),
+    "lookupd.sdnotify": set(),
+    "lookupd.format": {"lookupd.errors"},
+    "lookupd.log": {"lookupd.errors", "lookupd.format"},
+    "lookupd.rpc": {"lookupd.errors"},
+    "lookupd.daemon": {"lookupd.errors", "lookupd.sdnotify", "lookupd.format", "lookupd.log", "lookupd.rpc"},
+    "lookupd.tools": {"lookupd.errors", "lookupd.sdnotify", "lookupd.format", "lookupd.log", "lookupd.rpc",
+                      "lookupd.daemon"},
+    "fusefs": {"lookupd.errors", "lookupd.sdnotify", "lookupd.format", "lookupd.log", "lookupd.rpc"},
+    "spark_client": {"lookupd.errors", "lookupd.format", "lookupd.log", "lookupd.rpc"},
+}
+OURS = ("lookupd", "fusefs", "spark_client")
+
+
+def _modules():
+    for top in OURS:
+        for path in sorted((REPO / top).rglob("*.py")):
+            rel = path.relative_to(REPO).with_suffix("")
+            parts = list(rel.parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            yield ".".join(parts), path
+
+
+def _layer(module: str) -> str | None:
+    """The ALLOWED key a module belongs to (the longest prefix), None for lookupd/__init__ and __main__."""
+    best = None
+    for key in ALLOWED:
+        if (module == key or module.startswith(key + ".")) and (best is None or len(key) > len(best)):
+            best = key
+    return best
+
+
+def _imports(module: str, path: Path):
+    """(line, absolute module) of every import in the file, relative ones resolved."""
+    is_package = path.name == "__init__.py"
+    tree = ast.parse(path.read_text(), str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")
+                if not is_package:
+                    base = base[:-1]
+                base = base[:len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            yield node.lineno, target
+            for alias in node.names:  # `from . import x` imports the submodule x
+                yield node.lineno, f"{target}.{alias.name}"
+
+
+def test_each_layer_imports_only_the_layers_below_it():
+    wrong = []
+    for module, path in _modules():
+        mine = _layer(module)
+        if mine is None:
+            continue
+        for line, target in _imports(module, path):
+            if not target.startswith(OURS):
+                continue
+            theirs = _layer(target)
+            if theirs is None and target.split(".")[0] in OURS and target.count(".") == 1:
+                continue  # `from lookupd import X` names resolved below; the package itself re-exports lazily
+            if theirs is None or theirs == mine or theirs in ALLOWED[mine]:
+                continue
+            wrong.append(f"{path.relative_to(REPO)}:{line} ({mine}) imports {target} ({theirs})")
+    assert not wrong, "\n".join(wrong)
+
+
+def _writes(call: ast.Call) -> str | None:
+    """Why this call may open something for writing, or None."""
+    name = ast.unparse(call.func)
+    args = [ast.unparse(a) for a in call.args] + [ast.unparse(k.value) for k in call.keywords]
+    text = " ".join(args)
+    if name in ("open", "io.open", "builtins.open") and len(call.args) + len(call.keywords) > 1:
+        mode = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "mode"), None)
+        if mode is None or not isinstance(mode, ast.Constant) or set(str(mode.value)) & set("wax+"):
+            return f"open mode {ast.unparse(mode) if mode is not None else '?'}"
+    if name == "os.open" and any(f in text for f in ("O_WRONLY", "O_RDWR", "O_CREAT", "O_TRUNC", "O_APPEND")):
+        return "os.open with write flags"
+    if name.endswith("mmap") and any(f in text for f in ("ACCESS_WRITE", "PROT_WRITE", "ACCESS_DEFAULT")):
+        return "writable mmap"
+    if name.endswith((".write", ".truncate", "os.pwrite", "os.ftruncate", "os.rename", "os.replace", "os.unlink",
+                      "os.remove")) and name.startswith("os."):
+        return name
+    return None
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "lookupd" / "log").rglob("*.py")), ids=lambda p: p.name)
+def test_nothing_in_the_log_layer_opens_a_file_for_writing(path):
+    tree = ast.parse(path.read_text(), str(path))
+    found = [f"{path.name}:{n.lineno}: {why}" for n in ast.walk(tree)
+             if isinstance(n, ast.Call) and (why := _writes(n))]
+    assert not found, found
+
+
+def test_the_write_check_would_see_a_write():
+    code = ("open(p, 'wb'); os.open(p, os.O_RDWR); mmap.mmap(f, 0, access=mmap.ACCESS_WRITE); "
+            "os.ftruncate(fd, 0); open(p, 'rb'); os.open(p, os.O_RDONLY)")
+    calls = [n for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Call) and n.func is not None]
+    flagged = [ast.unparse(c.func) for c in calls if _writes(c)]
+    assert flagged == ["open", "os.open", "mmap.mmap", "os.ftruncate"], flagged
+
+
+def test_a_client_import_stays_light():
+    """`lookupd query`, the FUSE mount and Spark executors import the client: never the daemon or numpy."""
+    import subprocess
+    import sys
+
+    code = ("import sys, lookupd.rpc.client, lookupd.rpc.address; "
+            "print(sorted(m for m in sys.modules if m.startswith(('lookupd.daemon', 'lookupd.log', 'numpy'))))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                       env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]", r.stdout
