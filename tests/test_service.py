@@ -113,6 +113,14 @@ def test_columnar(service):
     ("lookup_offsets", ["plain", 0, [1 << 63], "floor"], "INVALID_ARGUMENT"),
     ("lookup_offsets", ["plain", 0, 5, "floor"], "INVALID_ARGUMENT"),
     ("resolve_offsets", ["plain", 0, [True]], "INVALID_ARGUMENT"),
+    ("lookup_offset", ["plain", 0, 1, ["floor"] * 100_000], "INVALID_ARGUMENT"),
+    # One timestamp range for every method: int64 >= 0, or ListOffsets' -1, -2, -3.
+    ("lookup_timestamp", ["plain", 0, -(1 << 63), "floor"], "INVALID_ARGUMENT"),
+    ("lookup_timestamp", ["plain", 0, -4, "ceiling"], "INVALID_ARGUMENT"),
+    ("offset_for_timestamp", ["plain", 0, -(1 << 63)], "INVALID_ARGUMENT"),
+    ("offset_for_timestamp", ["plain", 0, -4], "INVALID_ARGUMENT"),
+    ("offsets_for_timestamps", ["plain", 0, [5, -4]], "INVALID_ARGUMENT"),
+    ("offsets_for_timestamps", ["plain", 0, [-(1 << 63)]], "INVALID_ARGUMENT"),
     ("no_such_method", [], "UNKNOWN_METHOD"),
     ("auth", [], "INVALID_ARGUMENT"),
     ("auth", [5], "INVALID_ARGUMENT"),
@@ -203,3 +211,26 @@ def test_concurrent_first_lookups_agree():
             assert {t: (g["segment"], g["offset"]) for t, g in got.items()} == {t: (0, t) for t in targets}
         finally:
             lm.close()
+
+
+@pytest.mark.parametrize("method", ["lookup_timestamp", "offset_for_timestamp", "offsets_for_timestamps"])
+def test_every_timestamp_method_accepts_the_list_offsets_specials(service, method):
+    for ts in (-1, -2, -3, 0, (1 << 63) - 1):
+        params = ["plain", 0, [ts] if method == "offsets_for_timestamps" else ts]
+        call(service, method, *params, *(["floor"] if method == "lookup_timestamp" else []))
+
+
+def test_a_partition_deleted_while_listed_drops_out_of_partitions(tmp_path):
+    """`partitions` answers for the partitions that exist, not UNAVAILABLE for everyone."""
+    import shutil
+
+    for name in ("plain-0", "txn-0"):
+        shutil.copytree(R.log_dir(name), tmp_path / name)
+    lm = LogManager([str(tmp_path)])
+    try:
+        svc = Service(lm)
+        assert [llog.topic for llog in lm.logs()] == ["plain", "txn"]
+        shutil.rmtree(tmp_path / "txn-0")  # the broker deletes it before our next rescan
+        assert [p["topic"] for p in call(svc, "partitions")] == ["plain"]
+    finally:
+        lm.close()

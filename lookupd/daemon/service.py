@@ -30,7 +30,6 @@ mode is "floor" or "ceiling"; columnar answers hold -1 where nothing matches.
 
 from __future__ import annotations
 
-import bisect
 import hmac
 import logging
 import time
@@ -129,12 +128,10 @@ class Service:
     def _floor_index(self, params: list):
         """The offset index lookup_offset searches, None if it needs none (or the params are bad)."""
         try:
-            llog = self.manager.get(params[0], params[1])
-            bases = llog.base_offsets
-            slot = bisect.bisect_right(bases, params[2]) - 1
+            seg = self.manager.get(params[0], params[1]).floor_segment(params[2])
         except (LookupdError, IndexError, TypeError):
             return None
-        return llog.segment(bases[slot]).offset_index if slot >= 0 else None
+        return seg.offset_index if seg is not None else None
 
     def call(self, name: str, params: list, session: Session) -> Any:
         """Run one method (in a worker thread: it may block); raises LookupdError for caller mistakes."""
@@ -205,7 +202,14 @@ def _stats(s: Service, p: list) -> dict:
 
 
 def _partitions(s: Service, p: list) -> list:
-    return [llog.info() for llog in s.manager.logs()]
+    """Every partition's listing; one deleted while being listed drops out of the answer."""
+    out = []
+    for llog in s.manager.logs():
+        try:
+            out.append(llog.info())
+        except Unavailable:
+            continue
+    return out
 
 
 def _segments(s: Service, p: list) -> list:

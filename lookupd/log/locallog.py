@@ -206,6 +206,13 @@ class LocalLog:
         for seg in segs:
             seg.close()
 
+    def floor_segment(self, offset: int) -> LogSegment | None:
+        """The segment an offset lookup for `offset` searches (the last one based at or below it),
+        None below the first segment."""
+        bases = self._bases
+        slot = bisect.bisect_right(bases, offset) - 1
+        return self.segment(bases[slot]) if slot >= 0 else None
+
     @property
     def base_offsets(self) -> list[int]:
         return self._bases
@@ -264,6 +271,7 @@ class LocalLog:
         """Floor or ceiling over the partition's index points: each segment start (position 0)
         and every offset-index entry."""
         offset = self._check_offset(offset)
+        _check_mode(mode)
         i = v.floor_slot(offset)
         bases = v.bases
         if mode == "floor":
@@ -272,8 +280,6 @@ class LocalLog:
             seg = v.segment(bases[i])
             o, p = seg.offset_index_lookup(offset)
             return IndexPoint(seg.base_offset, o, p)
-        if mode != "ceiling":
-            raise InvalidArgument(f"mode must be 'floor' or 'ceiling', got {mode!r}")
         if i < 0:
             return IndexPoint(bases[0], bases[0], 0) if bases else None
         seg = v.segment(bases[i])
@@ -296,9 +302,8 @@ class LocalLog:
     @_one_listing
     def lookup_timestamp(self, v: SegmentList, timestamp: int, mode: str = "floor") -> TimeIndexPoint | None:
         """Time-index-level floor or ceiling, in the segment ListOffsets would search."""
-        timestamp = check_int64(timestamp, "timestamp")
-        if mode not in ("floor", "ceiling"):
-            raise InvalidArgument(f"mode must be 'floor' or 'ceiling', got {mode!r}")
+        timestamp = _check_timestamp(timestamp)
+        _check_mode(mode)
         i = self._timestamp_segment(v, timestamp)
         if i < 0:
             return None
@@ -330,10 +335,7 @@ class LocalLog:
     @_one_listing
     def offset_for_timestamp(self, v: SegmentList, timestamp: int) -> OffsetAndTimestamp | None:
         """ListOffsets: the first record with timestamp >= target; -2 earliest, -1 latest, -3 max."""
-        timestamp = check_int64(timestamp, "timestamp")
-        if timestamp < 0 and timestamp not in (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP):
-            raise InvalidArgument(f"timestamp {timestamp} is negative and not one of -1 (latest), "
-                                  f"-2 (earliest) or -3 (max timestamp)")
+        timestamp = _check_timestamp(timestamp)
         return self._offset_for_timestamp(v, timestamp)
 
     def _offset_for_timestamp(self, v: SegmentList, timestamp: int) -> OffsetAndTimestamp | None:
@@ -435,8 +437,7 @@ class LocalLog:
     @_one_listing
     def lookup_offsets(self, v: SegmentList, offsets, mode: str = "floor") -> dict[str, np.ndarray]:
         """Vectorised `lookup_offset`: arrays segment, offset, position (-1 where nothing matches)."""
-        if mode not in ("floor", "ceiling"):
-            raise InvalidArgument(f"mode must be 'floor' or 'ceiling', got {mode!r}")
+        _check_mode(mode)
         t = _int64_array(offsets, "offsets")
         n = len(t)
         seg_out = np.full(n, -1, np.int64)
@@ -500,6 +501,8 @@ class LocalLog:
     def offsets_for_timestamps(self, v: SegmentList, timestamps) -> dict[str, np.ndarray]:
         """Vectorised `offset_for_timestamp`: arrays offset, timestamp, segment, position (-1 where none)."""
         t = _int64_array(timestamps, "timestamps")
+        if len(t) and int(t.min()) < MAX_TIMESTAMP:
+            _check_timestamp(int(t.min()), "timestamps: a value")
         n = len(t)
         out = {k: np.full(n, -1, np.int64) for k in ("offset", "timestamp", "segment", "position")}
         if n == 0:
@@ -533,6 +536,22 @@ def _find_batch(v: SegmentList, target: int, slot: int, hint: BatchLocation | No
         if found is not None:
             return BatchLocation(seg.base_offset, found.base_offset, found.offset, found.position, found.size)
     return None
+
+
+def _check_mode(mode: object) -> None:
+    if mode not in ("floor", "ceiling"):
+        got = repr(mode[:40]) if isinstance(mode, str) else type(mode).__name__
+        raise InvalidArgument(f"mode must be 'floor' or 'ceiling', got {got}")
+
+
+def _check_timestamp(value: object, what: str = "timestamp") -> int:
+    """A target timestamp, as every method takes it: an int64 >= 0, or ListOffsets' -1 (latest),
+    -2 (earliest) or -3 (max timestamp)."""
+    value = check_int64(value, what)
+    if value < MAX_TIMESTAMP:
+        raise InvalidArgument(f"{what} {value} is negative and not one of -1 (latest), -2 (earliest) "
+                              f"or -3 (max timestamp)")
+    return value
 
 
 def _int64_array(values, what: str) -> np.ndarray:
