@@ -193,6 +193,30 @@ async def test_tcp_needs_auth_when_a_token_is_set(sock, short_dir):
         assert await unix.call("ping") == (None, "pong")
 
 
+@pytest.mark.trio
+async def test_wrong_tokens_are_slowed_down_then_the_connection_is_closed(sock, short_dir):
+    from lookupd.daemon.service import AUTH_DELAY_S, MAX_AUTH_FAILURES
+
+    token_file = os.path.join(short_dir, "token")
+    with open(token_file, "w") as f:
+        f.write("let-me-in\n")
+    os.chmod(token_file, 0o600)
+    async with running(sock, tcp="127.0.0.1:0", auth_token_file=token_file) as d:
+        port = next(b.sock.getsockname()[1] for b in d.listeners if b.kind == "tcp")
+        p = RawPeer(await trio.open_tcp_stream("127.0.0.1", port))
+        took = []
+        for _ in range(MAX_AUTH_FAILURES):
+            t0 = trio.current_time()
+            err, _ = await p.call("auth", "guess")
+            took.append(trio.current_time() - t0)
+            assert err["code"] == "UNAUTHORIZED"
+        assert took[0] < AUTH_DELAY_S and took[2] >= 2 * AUTH_DELAY_S, took  # each wrong token waits longer
+        assert "closing the connection" in err["message"]
+        assert await p.recv() is None  # closed after the last answer
+        p = RawPeer(await trio.open_tcp_stream("127.0.0.1", port))  # a new connection starts afresh
+        assert await p.call("auth", "let-me-in") == (None, True)
+
+
 def test_non_loopback_tcp_needs_a_token(short_dir):
     cfg = Config(log_dirs=["/x"], socket="", tcp="0.0.0.0:0")
     with pytest.raises(InvalidArgument, match="auth_token_file"):

@@ -33,7 +33,7 @@ from ..rpc import protocol as rpc
 from ..sdnotify import sd_notify
 from .config import Config, read_token
 from .listeners import Bound, close_listeners, open_listeners
-from .service import NEEDS_THREAD, Counters, Service, Session, error_for
+from .service import NEEDS_THREAD, Counters, Service, Session, auth_penalty, error_for
 
 log = logging.getLogger(__name__)
 
@@ -250,6 +250,16 @@ class Daemon:
                             await self._flush(st, out)
                         await st.slots.acquire()
                         st.nursery.start_soon(self._in_thread, st, session, event)
+                    elif error is not None and error["code"] == "UNAUTHORIZED" and event.method == "auth":
+                        delay, close = auth_penalty(session)
+                        await self._flush(st, out)
+                        await trio.sleep(delay)
+                        out.append(self._answer(st, event, error, result))
+                        if close:
+                            log.warning("%s: %d wrong tokens; closing the connection", st.peer, session.auth_failures)
+                            await self._flush(st, out)
+                            st.nursery.cancel_scope.cancel()
+                            return
                     else:
                         out.append(self._answer(st, event, error, result))
                         if len(out) >= 64:

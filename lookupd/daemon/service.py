@@ -70,6 +70,23 @@ class Session:
 
     trusted: bool
     authenticated: bool = False
+    auth_failures: int = 0  # wrong tokens sent on this connection
+
+
+# Wrong tokens: the answer to each one after the first waits twice as long as the last (from
+# AUTH_DELAY_S, at most AUTH_DELAY_MAX_S), and the MAX_AUTH_FAILURES-th closes the connection.
+# A client guessing tokens gets a handful of tries per connection and per couple of seconds.
+AUTH_DELAY_S = 0.1
+AUTH_DELAY_MAX_S = 2.0
+MAX_AUTH_FAILURES = 5
+
+
+def auth_penalty(session: Session) -> tuple[float, bool]:
+    """(seconds to wait before answering, whether to close the connection) after a wrong token."""
+    n = session.auth_failures
+    if n <= 1:
+        return 0.0, False
+    return min(AUTH_DELAY_S * 2 ** (n - 2), AUTH_DELAY_MAX_S), n >= MAX_AUTH_FAILURES
 
 
 # Where a method may run: "inline" on the event loop always (no file access), "hot" inline
@@ -150,7 +167,10 @@ class Service:
         if self.token is not None:
             given = token.encode() if isinstance(token, str) else token
             if not hmac.compare_digest(given, self.token.encode()):
-                raise Unauthorized("wrong token")
+                session.auth_failures += 1
+                left = MAX_AUTH_FAILURES - session.auth_failures
+                raise Unauthorized("wrong token" + (f"; {left} more closes the connection" if left > 0 else
+                                                    "; closing the connection"))
         session.authenticated = True
         return True
 
