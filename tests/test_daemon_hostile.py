@@ -86,3 +86,69 @@ def test_a_wide_value_in_an_error_message_stays_short(daemon):
     answers = _answers(sock, msgpack.packb([wide, 1, "x", []]))
     assert answers[0][2][0]["code"] == "INVALID_ARGUMENT"
     assert len(answers[0][2][0]["message"]) < 200
+
+
+def test_descriptor_exhaustion_refuses_new_clients_and_keeps_every_partition(short_dir):  # noqa: F811
+    """Under a low RLIMIT_NOFILE, clients past the budget get UNAVAILABLE, connected clients keep getting
+    answers, and rescans still list every partition (accept never meets EMFILE)."""
+    import resource
+    import subprocess
+    import sys
+    import time
+
+    limit = 256
+    sock = os.path.join(short_dir, "d.sock")
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lookupd", "serve", "--log-dir", str(R.require() / "logs"), "--socket", sock],
+        cwd=short_dir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)))
+    clients = []
+    try:
+        deadline = time.monotonic() + 30
+        while not os.path.exists(sock):
+            assert proc.poll() is None and time.monotonic() < deadline, "daemon did not start"
+            time.sleep(0.05)
+        time.sleep(0.2)
+        n_partitions = len(blocking_call(sock, "partitions")[1])
+        refused = 0
+        for _ in range(limit + 50):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(10)
+            s.connect(sock)
+            try:
+                s.sendall(msgpack.packb([0, 1, "ping", []]))
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # refused and closed already; its notification is still to be read
+            u = msgpack.Unpacker(raw=False)
+            while (msg := next(u, None)) is None:
+                data = s.recv(4096)
+                assert data, "closed without an answer"
+                u.feed(data)
+            if msg[0] == 2:
+                assert msg[1] == "error" and msg[2][0]["code"] == "UNAVAILABLE", msg
+                assert "file descriptors" in msg[2][0]["message"]
+                refused += 1
+                s.close()
+            else:
+                assert msg == [1, 1, None, "pong"]
+                clients.append(s)
+        assert refused >= 50 and clients, (refused, len(clients))
+        time.sleep(1.5)  # a rescan or more under the shortage
+        for s in clients[:5]:  # connected clients still get answers
+            s.sendall(msgpack.packb([0, 2, "partitions", []]))
+            u = msgpack.Unpacker(raw=False)
+            while (msg := next(u, None)) is None:
+                u.feed(s.recv(1 << 20))
+            assert msg[2] is None and len(msg[3]) == n_partitions
+        for s in clients:
+            s.close()
+        clients.clear()
+        time.sleep(0.5)
+        assert len(blocking_call(sock, "partitions")[1]) == n_partitions
+        assert proc.poll() is None
+    finally:
+        for s in clients:
+            s.close()
+        stop_daemon(proc)
+    assert "Too many open files" not in proc.stderr.read()

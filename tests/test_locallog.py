@@ -137,3 +137,32 @@ def test_log_start_offset_checkpoint(tmp_path):
     assert log.offset_for_timestamp(-2).offset == end // 2
     with pytest.raises(OffsetOutOfRange):
         log.resolve_offset(end // 2 - 1)
+
+
+def test_a_rescan_that_cannot_list_keeps_the_last_listing(tmp_path):
+    """EMFILE while listing a log dir is a passing shortage: every partition stays served; a log
+    dir that is gone is a real change and its partitions go."""
+    import resource
+
+    for p in range(2):
+        write(tmp_path / f"t-{p}", batches=5)[0].close()
+    lm = LogManager([tmp_path])
+    assert len(lm.logs()) == 2
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    held = []
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 8, hard))
+        with pytest.raises(OSError):
+            while True:
+                held.append(os.open(os.devnull, os.O_RDONLY))
+        lm.refresh()
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert [(l.topic, l.partition) for l in lm.logs()] == [("t", 0), ("t", 1)]
+    assert lm.get("t", 1).lookup_offset(20) is not None
+    os.rename(tmp_path, str(tmp_path) + "-gone")
+    lm.refresh()
+    assert lm.logs() == []
+    lm.close()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import resource
 import signal
 from typing import Any
 
@@ -46,6 +47,29 @@ ACCEPT_RETRY_S = 0.1
 REFUSE_GRACE_S = 1.0
 # How long a closing connection may take to write answers it already computed.
 FLUSH_ON_CLOSE_S = 1.0
+# Descriptors never given to connections: stdio, the listeners, a rescan's directory listings,
+# sockets to systemd, and the one a refused client holds while it reads why. The index cache's
+# room (open .log and index files, at most half the limit) is kept free for it as well.
+FD_RESERVE = 64
+
+
+def raise_nofile_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit (a broker host's default soft 1024 is far below
+    what thousands of clients and segments need); returns the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as err:
+            log.warning("cannot raise the descriptor limit from %d to %d: %s", soft, hard, err)
+    return nofile_limit()
+
+
+def nofile_limit() -> int:
+    """The soft RLIMIT_NOFILE in force (unlimited counts as 2**20, the kernel's usual nr_open)."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20
 
 
 # ====================================================================== systemd watchdog
@@ -73,6 +97,7 @@ class Daemon:
         self.service = Service(manager, limits=cfg.limits, counters=self.counters, token=token,
                                inline_hot_lookups=cfg.inline_hot_lookups)
         self.limiter = trio.CapacityLimiter(cfg.blocking_threads)
+        self.fd_limit = nofile_limit()
         self._stop: trio.Event | None = None
         self._rescan_now: trio.Event | None = None
         self._stopping = False
@@ -183,19 +208,30 @@ class Daemon:
                 except OSError:  # already gone again
                     peer = f"tcp#{self._next_id}"
             if self.counters.connections >= self.cfg.max_connections:
-                conns.start_soon(self._refuse, stream, peer)
+                conns.start_soon(self._refuse, stream, peer,
+                                 f"too many connections (max_connections={self.cfg.max_connections})")
+                continue
+            if stream.socket.fileno() >= self._connection_fd_ceiling():
+                # Descriptors are handed out lowest first: this one's number is how many are open.
+                conns.start_soon(self._refuse, stream, peer,
+                                 f"out of file descriptors ({stream.socket.fileno() + 1} of {self.fd_limit} open)")
                 continue
             self.counters.connections += 1
             conns.start_soon(self._connection, stream, Session(trusted=bound.kind == "unix"), peer)
 
-    async def _refuse(self, stream: trio.SocketStream, peer: str) -> None:
-        log.warning("%s: refused, already %d connections (max_connections)", peer, self.cfg.max_connections)
+    def _connection_fd_ceiling(self) -> int:
+        """The lowest descriptor number a new connection may not have: what the reserve and the
+        index cache's unused room leave of the limit."""
+        cache = self.manager.cache
+        return self.fd_limit - FD_RESERVE - max(0, cache.max_open - cache.open_count)
+
+    async def _refuse(self, stream: trio.SocketStream, peer: str, why: str) -> None:
+        log.warning("%s: refused: %s", peer, why)
         conn = rpc.Connection("server")
         with trio.move_on_after(REFUSE_GRACE_S):
             try:
-                await stream.send_all(conn.send_error(rpc.ProtocolError(
-                    "UNAVAILABLE", f"too many connections (max_connections={self.cfg.max_connections}); retry later",
-                    fatal=True)))
+                await stream.send_all(conn.send_error(rpc.ProtocolError("UNAVAILABLE", f"{why}; retry later",
+                                                                        fatal=True)))
             except trio.BrokenResourceError:
                 pass
         await trio.aclose_forcefully(stream)
@@ -357,7 +393,12 @@ def build(cfg: Config) -> tuple[LogManager, list[Bound], str | None]:
     for d in cfg.log_dirs:
         if not os.path.isdir(d):
             raise InvalidArgument(f"log dir {d} does not exist or is not a directory")
-    manager = LogManager(cfg.log_dirs, cache=IndexCache(cfg.max_open_indexes, cfg.max_mapped_bytes))
+    fd_limit = raise_nofile_limit()
+    max_open = min(cfg.max_open_indexes, max(16, fd_limit // 2))
+    if max_open < cfg.max_open_indexes:
+        log.info("keeping at most %d files open (max_open_indexes %d; half of the %d-descriptor limit)",
+                 max_open, cfg.max_open_indexes, fd_limit)
+    manager = LogManager(cfg.log_dirs, cache=IndexCache(max_open, cfg.max_mapped_bytes))
     try:
         listeners = open_listeners(cfg, token)
     except BaseException:

@@ -53,15 +53,22 @@ class LogManager:
         """Rescan the log dirs: new partitions and segments appear, deleted ones are released.
 
         Returns counts of partitions added and removed and of partitions whose segments changed.
-        A log dir that is missing is reported in the log and treated as empty.
+        A log dir that is missing is reported in the log and treated as empty; one that cannot
+        be listed for another reason (no descriptor left, an I/O error) keeps its last listing,
+        so a passing shortage does not unlist every partition.
         """
         found: dict[tuple[str, int], str] = {}
         starts: dict[tuple[str, int], int] = {}
+        unlisted: list[str] = []  # log dirs whose partitions stay as they were
         for root in self.log_dirs:
             try:
                 entries = list(os.scandir(root))
-            except OSError as err:
+            except FileNotFoundError as err:
                 log.warning("cannot list log dir %s: %s", root, err)
+                continue
+            except OSError as err:
+                log.warning("cannot list log dir %s: %s; serving its last listing", root, err)
+                unlisted.append(root + os.sep)
                 continue
             starts.update(read_offset_checkpoint(os.path.join(root, LOG_START_OFFSET_CHECKPOINT)))
             for entry in entries:
@@ -77,6 +84,8 @@ class LogManager:
         with self._lock:
             current = dict(self._logs)
         for key in set(current).difference(found):
+            if current[key].dir.startswith(tuple(unlisted)):
+                continue
             removed += 1
             current.pop(key).close()
             self._dir_mtimes.pop(key, None)
