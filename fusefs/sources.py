@@ -17,8 +17,9 @@ import threading
 from collections import OrderedDict
 from typing import Iterator, NamedTuple
 
-from lookupd.format.batch import BatchHeader, frame_size, parse_header
+from lookupd.format.batch import BatchHeader, parse_header, whole_frames
 from lookupd.log.fileio import FileHandle
+from lookupd.log.filerecords import read_frames
 from lookupd.format.names import segment_file_name
 
 from .catalog import Catalog, PartitionInfo
@@ -39,12 +40,10 @@ Batch = tuple[BatchHeader, memoryview, Cursor]  # header, bytes, the cursor just
 
 
 def whole_batches(buf: bytes, position: int, path: str) -> Iterator[tuple[BatchHeader, memoryview]]:
-    """The complete batches at the front of `buf`, which starts at file `position`."""
+    """The batches of a daemon `read` answer (whole batches), which starts at file `position`."""
     mv = memoryview(buf)
-    off = 0
-    while (size := frame_size(buf, off, len(buf), position + off, path)) is not None:
+    for off, size in whole_frames(buf, position, path):
         yield parse_header(buf, off, position + off, path), mv[off:off + size]
-        off += size
 
 
 class Handles:
@@ -112,22 +111,13 @@ class LocalSource:
         while True:
             path = self.log_name(segment)
             handle = self._handles.open(path)
-            end = handle.size()
-            while position < end:
-                buf = handle.pread(min(READ_BYTES, end - position), position)
-                done = 0
-                for header, data in whole_batches(buf, position, path):
-                    done += len(data)
-                    yield header, data, Cursor(segment, position + done, header.last_offset + 1)
-                if done == 0:  # a batch longer than one read, or an incomplete one at the end
-                    size = frame_size(buf, 0, end - position, position, path)
-                    if size is None:
-                        break
-                    data = memoryview(handle.pread(size, position))
-                    header = parse_header(data, 0, position, path)
-                    done = size
-                    yield header, data, Cursor(segment, position + size, header.last_offset + 1)
-                position += done
+            mv, last = None, None
+            for buf, off, pos, size in read_frames(handle, position, handle.size(), path=path, chunk=READ_BYTES,
+                                                   whole=True):
+                if buf is not last:
+                    mv, last = memoryview(buf), buf
+                header = parse_header(buf, off, pos, path)
+                yield header, mv[off:off + size], Cursor(segment, pos + size, header.last_offset + 1)
             nxt = self._catalog.segments(self.part).after(segment) if follow else None
             if nxt is None:
                 return
