@@ -32,6 +32,7 @@ from fuse import FuseOSError, Operations
 
 from lookupd.rpc.client import RemoteError
 from lookupd.errors import LookupdError
+from lookupd.format.names import segment_file_name
 from lookupd.daemon.server import sd_notify
 
 from . import tree
@@ -235,8 +236,7 @@ class KafkaFS(Operations):
         if part.local_dir is not None:
             on_disk = set(os.listdir(part.local_dir))
             for base in segments.bases:
-                stem = f"{base:020d}."
-                names += tree.segment_names(base, {s for s in tree.RAW if stem + s in on_disk})
+                names += tree.segment_names(base, {s for s in tree.RAW if segment_file_name(base, "." + s) in on_disk})
         else:
             for base in segments.bases:
                 names += tree.segment_names(base, {"log"})
