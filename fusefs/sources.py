@@ -4,7 +4,7 @@ Both sources answer the same two questions: the record batches from a point on (
 segment, or across segments to the end of the partition), and the raw bytes of a segment
 file at any position. Local descriptors live in a bounded LRU cache: opening a file in the
 mount pins the descriptor it got (so a segment deleted while open keeps giving its old
-bytes), and reads never open anything. Through the daemon only `.log` bytes exist; a byte
+bytes); a generated view pins the `.log`s it reads the same way (see LocalSource). Through the daemon only `.log` bytes exist; a byte
 position is mapped to the batch holding it with `resolve_offset` (a binary search over
 the segment's offsets), since the daemon reads by offset.
 """
@@ -89,12 +89,25 @@ class LocalFile:
 
 
 class LocalSource:
-    """A partition whose directory is on this host."""
+    """A partition whose directory is on this host.
+
+    A source made for one open generated file pins the descriptors of the `.log`s it read
+    (the first one from the open on, and the latest MAX_PINNED): a segment deleted by
+    retention while the file is open keeps its bytes, so reads, and restarts of the view
+    from a checkpoint, go on as if nothing happened. A view following the partition skips
+    segments deleted before it got to them; one restarting in a segment that was deleted
+    and is no longer pinned ends there, cleanly.
+    """
+
+    MAX_PINNED = 8  # descriptors one open file holds beyond its first segment's
 
     def __init__(self, part: PartitionInfo, catalog: Catalog, handles: Handles):
         self.part = part
         self._catalog = catalog
         self._handles = handles
+        self._first: tuple[int, FileHandle] | None = None
+        self._pins: OrderedDict[int, FileHandle] = OrderedDict()
+        self._pins_lock = threading.Lock()
 
     def path(self, base_offset: int, suffix: str) -> str:
         return os.path.join(self.part.local_dir, segment_file_name(base_offset, "." + suffix))
@@ -105,12 +118,34 @@ class LocalSource:
     def open_raw(self, base_offset: int, suffix: str) -> LocalFile:
         return LocalFile(self._handles.open(self.path(base_offset, suffix)))
 
+    def pin(self, base_offset: int) -> FileHandle:
+        """The segment's `.log`, open from now on; FileNotFoundError when it is gone already."""
+        with self._pins_lock:
+            if self._first is not None and self._first[0] == base_offset:
+                return self._first[1]
+            handle = self._pins.get(base_offset)
+            if handle is not None:
+                self._pins.move_to_end(base_offset)
+                return handle
+        handle = self._handles.open(self.log_name(base_offset))
+        with self._pins_lock:
+            if self._first is None:
+                self._first = (base_offset, handle)
+            else:
+                self._pins[base_offset] = handle
+                while len(self._pins) > self.MAX_PINNED:
+                    self._pins.popitem(last=False)
+        return handle
+
     def batches(self, cursor: Cursor, follow: bool) -> Iterator[Batch]:
         """Batches from `cursor` to the end of its segment, and of the later ones if `follow`."""
         segment, position = cursor.segment, cursor.position
+        try:
+            handle = self.pin(segment)
+        except FileNotFoundError:
+            return  # deleted, and not pinned: the view ends here
         while True:
             path = self.log_name(segment)
-            handle = self._handles.open(path)
             mv, last = None, None
             for buf, off, pos, size in read_frames(handle, position, handle.size(), path=path, chunk=READ_BYTES,
                                                    whole=True):
@@ -118,10 +153,18 @@ class LocalSource:
                     mv, last = memoryview(buf), buf
                 header = parse_header(buf, off, pos, path)
                 yield header, mv[off:off + size], Cursor(segment, pos + size, header.last_offset + 1)
-            nxt = self._catalog.segments(self.part).after(segment) if follow else None
-            if nxt is None:
+            if not follow:
                 return
-            segment, position = nxt.base_offset, 0
+            while True:
+                nxt = self._catalog.segments(self.part).after(segment)
+                if nxt is None:
+                    return
+                segment, position = nxt.base_offset, 0
+                try:
+                    handle = self.pin(segment)
+                    break
+                except FileNotFoundError:
+                    continue  # retention deleted it after the listing: its records are gone
 
 
 class RemoteSource:
