@@ -21,6 +21,8 @@ from lookupd.format.batch import BatchHeader, parse_header, whole_frames
 from lookupd.log.fileio import FileHandle
 from lookupd.log.filerecords import read_frames
 from lookupd.format.names import segment_file_name
+from lookupd.errors import OffsetOutOfRange
+from lookupd.rpc.client import RemoteError
 
 from .catalog import Catalog, PartitionInfo
 from .daemon import DaemonLink
@@ -179,8 +181,14 @@ class RemoteSource:
         return (f"{self.part.topic}-{self.part.partition}/{segment_file_name(base_offset, '.log')} "
                 f"(via lookupd at {self._daemon.address})")
 
-    def read(self, offset: int) -> dict:
-        return self._daemon.call("read", self.part.topic, self.part.partition, offset, READ_BYTES)
+    def read(self, offset: int) -> dict | None:
+        """The daemon's `read` from `offset`; None once retention deleted it (below the log start)."""
+        try:
+            return self._daemon.call("read", self.part.topic, self.part.partition, offset, READ_BYTES)
+        except RemoteError as err:
+            if err.code == OffsetOutOfRange.code:
+                return None
+            raise
 
     def resolve(self, offset: int) -> dict | None:
         return self._daemon.call("resolve_offset", self.part.topic, self.part.partition, offset)
@@ -195,7 +203,7 @@ class RemoteSource:
         offset = cursor.offset
         while True:
             r = self.read(offset)
-            if not r["records"] or (not follow and r["segment"] != cursor.segment):
+            if r is None or not r["records"] or (not follow and r["segment"] != cursor.segment):
                 return
             label = self.log_name(r["segment"])
             position = r["position"]
@@ -249,7 +257,7 @@ class RemoteLog:
                 return False
         while True:
             r = self._source.read(offset)
-            if r["segment"] != self._base or not r["records"]:
+            if r is None or r["segment"] != self._base or not r["records"]:
                 return False
             records, at = r["records"], r["position"]
             for header, data in whole_batches(records, at, self._source.log_name(self._base)):

@@ -177,3 +177,35 @@ def test_an_error_the_daemon_answers_keeps_the_connection(tmp_path):
         assert bad_read.value.errno == errno.EIO  # the daemon's reason is in the log
         assert "kept disappearing" in mnt.log
         assert "lost the connection" not in mnt.log and "reconnected" not in mnt.log
+
+
+def test_through_the_daemon_deleted_segments_end_views_cleanly(tmp_path):
+    """Read through the daemon only (no local files): views of a deleted segment end, or go
+    on with what the daemon still serves, without an error; new opens are ENOENT."""
+    logs = tmp_path / "logs"
+    part = logs / "events-0"
+    prod = Producer(str(part), segment_bytes=4096, index_interval_bytes=256)
+    prod.batches(60)
+    prod.writer.close()
+    oldest, second = segment_bases(str(part))[:2]
+    with mounted([logs], "--ttl", "0.2", via_tcp=True) as (mnt, _):
+        view = mnt.path("events", "0")
+        records = os.path.join(view, stem(oldest) + ".records.jsonl")
+        at_offset = os.path.join(view, "at-offset", f"{oldest + 3}.jsonl")
+        fds = {p: os.open(p, os.O_RDONLY) for p in (records, at_offset)}
+        try:
+            delete_like_retention(str(part), oldest)
+            wait_for("the daemon no longer lists it", lambda: stem(oldest) + ".log" not in os.listdir(view))
+            got = {p: read_fd(fd) for p, fd in fds.items()}  # no OSError
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+        by_offset = {r["offset"]: r for r in prod.records}
+        for p, data in got.items():
+            rows = [record_fields(json.loads(x)) for x in data.splitlines()]
+            assert [by_offset[r["offset"]] for r in rows] == rows and rows == sorted(rows, key=lambda r: r["offset"])
+        assert all(r["offset"] < second for r in map(json.loads, got[records].splitlines()))
+        assert opened_errno(records) == errno.ENOENT
+        wait_for("the log start moves past it", lambda: gone(at_offset))
+        assert opened_errno(at_offset) == errno.ENOENT
+        assert "answering EIO" not in mnt.log and "Traceback" not in mnt.log
