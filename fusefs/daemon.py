@@ -5,7 +5,9 @@ Every call goes over one thread-safe `lookupd.client.Client`. When the connectio
 on a fresh connection, so a restarted daemon is picked up by the next lookup; while it
 stays down, calls fail at once with `Unavailable` naming the address and the reason, and
 a new connection is tried at most every `retry_s` seconds. A call that times out fails
-alone: the connection stays if the daemon still answers a ping on it.
+alone: the connection stays if the daemon still answers a ping on it. An error the daemon
+answers (RemoteError) is passed on and is never a reason to reconnect: only a transport
+failure is.
 """
 
 from __future__ import annotations
@@ -45,9 +47,11 @@ class DaemonLink:
                 if attempt == 2:
                     raise
             except RemoteError as err:
-                if err.code != Unavailable.code:
-                    raise
-                self._drop(client, err)  # e.g. refused for too many connections: start over next time
+                # An answered error (a partition deleted meanwhile answers UNAVAILABLE) leaves the
+                # connection as it was; only one closed by the daemon, with this as its reason
+                # (refused for too many connections), is dropped, to start over next time.
+                if client.closed:
+                    self._drop(client, err)
                 raise
         raise AssertionError("unreachable")
 

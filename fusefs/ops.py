@@ -12,8 +12,10 @@ end of the content. Other files and directories carry the time of the mount.
 
 Errors: unknown paths ENOENT; offsets outside the partition ENOENT; writes of any kind
 EROFS (the mount is read-only, and fusepy's Operations refuses what is not defined
-here); the daemon unreachable, a file vanished mid-read or corrupt data: EIO, with the
-reason in the log (the same reason at most every 10 s).
+here); the daemon unreachable or corrupt data: EIO, with the reason in the log (the same
+reason at most every 10 s). A segment deleted by retention is ENOENT from then on, but
+files opened before keep reading: raw files and generated views hold the descriptors of
+what they read (see fusefs.sources), index views read their entries at open.
 """
 
 from __future__ import annotations
@@ -32,13 +34,14 @@ from fuse import FuseOSError, Operations
 
 from lookupd.rpc.client import RemoteError
 from lookupd.errors import LookupdError
+from lookupd.format.names import segment_file_name
 from lookupd.sdnotify import sd_notify
 
 from . import tree
 from .catalog import Catalog, PartitionInfo
 from .sources import Cursor, Handles, LocalFile, LocalSource, RemoteLog, RemoteSource
 from .stream import Pieces, Stream
-from .views import RenderCache, index_lines, partition_json, record_lines
+from .views import RenderCache, index_lines, partition_json, read_index, record_lines
 
 log = logging.getLogger(__name__)
 
@@ -235,8 +238,7 @@ class KafkaFS(Operations):
         if part.local_dir is not None:
             on_disk = set(os.listdir(part.local_dir))
             for base in segments.bases:
-                stem = f"{base:020d}."
-                names += tree.segment_names(base, {s for s in tree.RAW if stem + s in on_disk})
+                names += tree.segment_names(base, {s for s in tree.RAW if segment_file_name(base, "." + s) in on_disk})
         else:
             for base in segments.bases:
                 names += tree.segment_names(base, {"log"})
@@ -269,25 +271,50 @@ class KafkaFS(Operations):
         return self.daemon.call("offset_for_timestamp", part.topic, part.partition, timestamp)
 
     def _producer(self, node: tree.Node) -> tuple:
-        """(producer, start cursor) of a generated file."""
+        """(producer, start cursor) of a generated file, with what it reads pinned now: a view
+        opened before retention deletes its segment reads on as if it had not (ENOENT once it has)."""
         part = self.catalog.partition(node.topic, node.partition)
         if isinstance(node, tree.PartitionJson):
             return functools.partial(_once, partition_json(part, self.catalog.segments(part))), None
+        source = self._source(part)
         if isinstance(node, tree.SegmentFile):
             if node.suffix == "records.jsonl":
-                produce = functools.partial(record_lines, self._source(part), self.renders, None, None, False)
+                if isinstance(source, LocalSource):
+                    source.pin(node.base_offset)
+                produce = functools.partial(record_lines, source, self.renders, None, None, False)
                 return produce, Cursor(node.base_offset, 0, node.base_offset)
             active = self.catalog.segment(part, node.base_offset).active
-            return functools.partial(index_lines, part.local_dir, node.base_offset, node.disk_suffix, active), 0
+            entries = read_index(part.local_dir, node.base_offset, node.disk_suffix, active)
+            return functools.partial(index_lines, entries), 0
         if isinstance(node, tree.AtOffset):
             first, end = node.start, node.end
             at = self._resolve_offset(part, first)
+            if at is not None and isinstance(source, LocalSource):
+                source.pin(at["segment"])  # gone: the offset is below the log start now (ENOENT)
         else:
             at = self._offset_for_timestamp(part, node.start)
             first = at["offset"] if at is not None else None
             to = self._offset_for_timestamp(part, node.end) if node.end is not None and at is not None else None
             end = to["offset"] if to is not None else None
+            if at is not None and isinstance(source, LocalSource):
+                at = self._pin_from(source, part, at)
+                first = at["offset"] if at is not None else None
         if at is None:  # the log end, or no record that late
             return _nothing, None
-        produce = functools.partial(record_lines, self._source(part), self.renders, first, end, True)
+        produce = functools.partial(record_lines, source, self.renders, first, end, True)
         return produce, Cursor(at["segment"], at["position"], first)
+
+    def _pin_from(self, source: LocalSource, part: PartitionInfo, at: dict) -> dict | None:
+        """`at`, or where the next segment starts if retention deleted its segment meanwhile
+        (the records from a time on are then those of the segments that are left)."""
+        segment = at["segment"]
+        while True:
+            try:
+                source.pin(segment)
+                return at
+            except FileNotFoundError:
+                nxt = self.catalog.segments(part).after(segment)
+                if nxt is None:
+                    return None
+                segment = nxt.base_offset
+                at = {"segment": segment, "position": 0, "offset": segment}

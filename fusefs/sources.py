@@ -4,7 +4,7 @@ Both sources answer the same two questions: the record batches from a point on (
 segment, or across segments to the end of the partition), and the raw bytes of a segment
 file at any position. Local descriptors live in a bounded LRU cache: opening a file in the
 mount pins the descriptor it got (so a segment deleted while open keeps giving its old
-bytes), and reads never open anything. Through the daemon only `.log` bytes exist; a byte
+bytes); a generated view pins the `.log`s it reads the same way (see LocalSource). Through the daemon only `.log` bytes exist; a byte
 position is mapped to the batch holding it with `resolve_offset` (a binary search over
 the segment's offsets), since the daemon reads by offset.
 """
@@ -17,9 +17,12 @@ import threading
 from collections import OrderedDict
 from typing import Iterator, NamedTuple
 
-from lookupd.format.batch import BatchHeader, frame_size, parse_header
+from lookupd.format.batch import BatchHeader, parse_header, whole_frames
 from lookupd.log.fileio import FileHandle
+from lookupd.log.filerecords import read_frames
 from lookupd.format.names import segment_file_name
+from lookupd.errors import OffsetOutOfRange
+from lookupd.rpc.client import RemoteError
 
 from .catalog import Catalog, PartitionInfo
 from .daemon import DaemonLink
@@ -39,12 +42,10 @@ Batch = tuple[BatchHeader, memoryview, Cursor]  # header, bytes, the cursor just
 
 
 def whole_batches(buf: bytes, position: int, path: str) -> Iterator[tuple[BatchHeader, memoryview]]:
-    """The complete batches at the front of `buf`, which starts at file `position`."""
+    """The batches of a daemon `read` answer (whole batches), which starts at file `position`."""
     mv = memoryview(buf)
-    off = 0
-    while (size := frame_size(buf, off, len(buf), position + off, path)) is not None:
+    for off, size in whole_frames(buf, position, path):
         yield parse_header(buf, off, position + off, path), mv[off:off + size]
-        off += size
 
 
 class Handles:
@@ -90,12 +91,25 @@ class LocalFile:
 
 
 class LocalSource:
-    """A partition whose directory is on this host."""
+    """A partition whose directory is on this host.
+
+    A source made for one open generated file pins the descriptors of the `.log`s it read
+    (the first one from the open on, and the latest MAX_PINNED): a segment deleted by
+    retention while the file is open keeps its bytes, so reads, and restarts of the view
+    from a checkpoint, go on as if nothing happened. A view following the partition skips
+    segments deleted before it got to them; one restarting in a segment that was deleted
+    and is no longer pinned ends there, cleanly.
+    """
+
+    MAX_PINNED = 8  # descriptors one open file holds beyond its first segment's
 
     def __init__(self, part: PartitionInfo, catalog: Catalog, handles: Handles):
         self.part = part
         self._catalog = catalog
         self._handles = handles
+        self._first: tuple[int, FileHandle] | None = None
+        self._pins: OrderedDict[int, FileHandle] = OrderedDict()
+        self._pins_lock = threading.Lock()
 
     def path(self, base_offset: int, suffix: str) -> str:
         return os.path.join(self.part.local_dir, segment_file_name(base_offset, "." + suffix))
@@ -106,32 +120,53 @@ class LocalSource:
     def open_raw(self, base_offset: int, suffix: str) -> LocalFile:
         return LocalFile(self._handles.open(self.path(base_offset, suffix)))
 
+    def pin(self, base_offset: int) -> FileHandle:
+        """The segment's `.log`, open from now on; FileNotFoundError when it is gone already."""
+        with self._pins_lock:
+            if self._first is not None and self._first[0] == base_offset:
+                return self._first[1]
+            handle = self._pins.get(base_offset)
+            if handle is not None:
+                self._pins.move_to_end(base_offset)
+                return handle
+        handle = self._handles.open(self.log_name(base_offset))
+        with self._pins_lock:
+            if self._first is None:
+                self._first = (base_offset, handle)
+            else:
+                self._pins[base_offset] = handle
+                while len(self._pins) > self.MAX_PINNED:
+                    self._pins.popitem(last=False)
+        return handle
+
     def batches(self, cursor: Cursor, follow: bool) -> Iterator[Batch]:
         """Batches from `cursor` to the end of its segment, and of the later ones if `follow`."""
         segment, position = cursor.segment, cursor.position
+        try:
+            handle = self.pin(segment)
+        except FileNotFoundError:
+            return  # deleted, and not pinned: the view ends here
         while True:
             path = self.log_name(segment)
-            handle = self._handles.open(path)
-            end = handle.size()
-            while position < end:
-                buf = handle.pread(min(READ_BYTES, end - position), position)
-                done = 0
-                for header, data in whole_batches(buf, position, path):
-                    done += len(data)
-                    yield header, data, Cursor(segment, position + done, header.last_offset + 1)
-                if done == 0:  # a batch longer than one read, or an incomplete one at the end
-                    size = frame_size(buf, 0, end - position, position, path)
-                    if size is None:
-                        break
-                    data = memoryview(handle.pread(size, position))
-                    header = parse_header(data, 0, position, path)
-                    done = size
-                    yield header, data, Cursor(segment, position + size, header.last_offset + 1)
-                position += done
-            nxt = self._catalog.segments(self.part).after(segment) if follow else None
-            if nxt is None:
+            mv, last = None, None
+            for buf, off, pos, size in read_frames(handle, position, handle.size(), path=path, chunk=READ_BYTES,
+                                                   whole=True):
+                if buf is not last:
+                    mv, last = memoryview(buf), buf
+                header = parse_header(buf, off, pos, path)
+                yield header, mv[off:off + size], Cursor(segment, pos + size, header.last_offset + 1)
+            if not follow:
                 return
-            segment, position = nxt.base_offset, 0
+            while True:
+                nxt = self._catalog.segments(self.part).after(segment)
+                if nxt is None:
+                    return
+                segment, position = nxt.base_offset, 0
+                try:
+                    handle = self.pin(segment)
+                    break
+                except FileNotFoundError:
+                    continue  # retention deleted it after the listing: its records are gone
 
 
 class RemoteSource:
@@ -146,8 +181,14 @@ class RemoteSource:
         return (f"{self.part.topic}-{self.part.partition}/{segment_file_name(base_offset, '.log')} "
                 f"(via lookupd at {self._daemon.address})")
 
-    def read(self, offset: int) -> dict:
-        return self._daemon.call("read", self.part.topic, self.part.partition, offset, READ_BYTES)
+    def read(self, offset: int) -> dict | None:
+        """The daemon's `read` from `offset`; None once retention deleted it (below the log start)."""
+        try:
+            return self._daemon.call("read", self.part.topic, self.part.partition, offset, READ_BYTES)
+        except RemoteError as err:
+            if err.code == OffsetOutOfRange.code:
+                return None
+            raise
 
     def resolve(self, offset: int) -> dict | None:
         return self._daemon.call("resolve_offset", self.part.topic, self.part.partition, offset)
@@ -162,7 +203,7 @@ class RemoteSource:
         offset = cursor.offset
         while True:
             r = self.read(offset)
-            if not r["records"] or (not follow and r["segment"] != cursor.segment):
+            if r is None or not r["records"] or (not follow and r["segment"] != cursor.segment):
                 return
             label = self.log_name(r["segment"])
             position = r["position"]
@@ -216,7 +257,7 @@ class RemoteLog:
                 return False
         while True:
             r = self._source.read(offset)
-            if r["segment"] != self._base or not r["records"]:
+            if r is None or r["segment"] != self._base or not r["records"]:
                 return False
             records, at = r["records"], r["position"]
             for header, data in whole_batches(records, at, self._source.log_name(self._base)):

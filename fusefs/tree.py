@@ -46,7 +46,7 @@ from typing import NamedTuple
 from fuse import FuseOSError
 
 from lookupd.errors import InvalidArgument
-from lookupd.format.names import validate_topic
+from lookupd.format.names import segment_file_name, validate_topic
 
 RAW = ("log", "index", "timeindex", "txnindex")
 # Generated views of a segment, and the on-disk file each is made from (and shown beside).
@@ -209,9 +209,8 @@ def parse(path: str) -> Node:
 
 def segment_names(base_offset: int, on_disk: set[str]) -> list[str]:
     """What a partition directory lists for one segment: its files on disk and their views."""
-    stem = f"{base_offset:020d}"
-    names = [f"{stem}.{s}" for s in RAW if s in on_disk]
-    names += [f"{stem}.{v}" for v, s in VIEWS.items() if s in on_disk]
+    names = [segment_file_name(base_offset, "." + s) for s in RAW if s in on_disk]
+    names += [segment_file_name(base_offset, "." + v) for v, s in VIEWS.items() if s in on_disk]
     return names
 
 

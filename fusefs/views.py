@@ -17,6 +17,8 @@ import threading
 from collections import OrderedDict
 from typing import NamedTuple
 
+import numpy as np
+
 from lookupd.format.batch import BatchHeader, ensure_valid
 from lookupd.format.records import decode_batch
 from lookupd.format.render import record_json
@@ -109,20 +111,36 @@ def _index_columns(seg: LogSegment, suffix: str) -> tuple[list, Exception | None
     return [e[f] for f in ("version", "producer_id", "first_offset", "last_offset", "last_stable_offset")], None
 
 
-def index_lines(directory: str, base_offset: int, suffix: str, active: bool, cursor: int) -> Pieces:
-    """Producer: one line per valid entry of the segment's `.index`, `.timeindex` or `.txnindex`,
-    from entry number `cursor`; a corrupt index ends with its error after the valid entries."""
+class IndexEntries(NamedTuple):
+    """A segment index's valid entries, read when its view is opened, and the fault that ends them."""
+
+    suffix: str
+    columns: list
+    fault: Exception | None
+
+
+def read_index(directory: str, base_offset: int, suffix: str, active: bool) -> IndexEntries:
+    """The entries of the segment's `.index`, `.timeindex` or `.txnindex`, read now: an open
+    view keeps them when retention deletes the segment (FileNotFoundError when it is gone already)."""
     seg = LogSegment(directory, base_offset, live=active)
     try:
         columns, fault = _index_columns(seg, suffix)
-        rows = list(zip(*(c.tolist() for c in columns)))
+        columns = [np.array(c) for c in columns]  # copies: nothing left pointing into the index file
     finally:
         seg.close()
-    fmt = _INDEX_LINES[suffix]
-    for i in range(cursor, len(rows), LINES_PER_PIECE):
-        yield "".join(fmt % row for row in rows[i:i + LINES_PER_PIECE]).encode("ascii"), i + LINES_PER_PIECE
-    if fault is not None:
-        raise fault
+    return IndexEntries(suffix, columns, fault)
+
+
+def index_lines(entries: IndexEntries, cursor: int) -> Pieces:
+    """Producer: one line per valid entry, from entry number `cursor`; a corrupt index ends
+    with its error after the valid entries."""
+    fmt = _INDEX_LINES[entries.suffix]
+    count = len(entries.columns[0])
+    for i in range(cursor, count, LINES_PER_PIECE):
+        rows = zip(*(c[i:i + LINES_PER_PIECE].tolist() for c in entries.columns))
+        yield "".join(fmt % row for row in rows).encode("ascii"), i + LINES_PER_PIECE
+    if entries.fault is not None:
+        raise entries.fault
 
 
 def partition_json(part: PartitionInfo, segments: Segments) -> bytes:

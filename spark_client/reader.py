@@ -16,16 +16,15 @@ from __future__ import annotations
 
 import bisect
 import logging
-import struct
 from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
 
-from lookupd.format.batch import LOG_OVERHEAD, BatchHeader, ensure_valid, frame_size, parse_header
+from lookupd.format.batch import BatchHeader, ensure_valid, parse_header, whole_frames
 from lookupd.rpc.client import Client, RemoteError
 from lookupd.errors import CorruptRecordError
-from lookupd.log.filerecords import FileRecords
+from lookupd.log.filerecords import FileRecords, read_frames
 from lookupd.format.records import decode_batch
 
 from .errors import DataLossError
@@ -33,12 +32,11 @@ from .splits import Piece, Split
 
 log = logging.getLogger(__name__)
 
-CHUNK_BYTES = 8 << 20  # one pread per chunk of the .log
+CHUNK_BYTES = 8 << 20  # pread size: a split reads whole pieces front to back, so few large reads
 DAEMON_READ_BYTES = 4 << 20  # max_bytes of each `read` (the daemon's default cap is 8 MiB)
 MIN_DAEMON_READ_BYTES = 64 << 10
 ROWS_PER_BATCH = 32_768
 MAX_TIMESTAMP_MS = (1 << 63) // 1000  # Spark's microseconds overflow past this
-_SIZE = struct.Struct(">i")
 
 
 class ReadSettings:
@@ -130,47 +128,33 @@ class _SplitReader:
         """Yield the piece's batches from the local file; return whether all of them matched the plan."""
         log_file = FileRecords(piece.path)
         try:
-            log_file.handle()
+            handle = log_file.handle()
         except FileNotFoundError:
             return False
         pos, checked = piece.start, False
+        frames = read_frames(handle, piece.start, piece.end, path=piece.path, chunk=CHUNK_BYTES, whole=True)
+        mv, last = None, None
         try:
-            while pos < piece.end:
-                chunk = log_file.read(pos, min(CHUNK_BYTES, piece.end - pos))
-                view = memoryview(chunk)
-                off = 0
-                while True:
-                    try:
-                        size = frame_size(chunk, off, len(chunk), pos + off, piece.path)
-                        header = None if size is None else parse_header(chunk, off, pos + off, piece.path)
-                    except CorruptRecordError:
-                        if checked:
-                            raise
-                        return False  # not a batch where the plan has one
-                    if size is None:
+            while True:
+                try:
+                    frame = next(frames, None)
+                    if frame is None:
                         break
-                    if not checked:
-                        if header.base_offset != piece.first_base:
-                            return False
-                        checked = True
-                    yield header, view[off:off + size], piece.path
-                    self.cursor = header.last_offset + 1
-                    off += size
-                if off == 0:  # a batch larger than the chunk, or the file ends before the plan does
-                    need = _SIZE.unpack_from(chunk, 8)[0] + LOG_OVERHEAD if len(chunk) >= LOG_OVERHEAD else 0
-                    if not LOG_OVERHEAD < need <= piece.end - pos or len(chunk) >= need:
-                        return False
-                    chunk = log_file.read(pos, need)
-                    if len(chunk) < need:
-                        return False
-                    header = parse_header(chunk, 0, pos, piece.path)
-                    if not checked and header.base_offset != piece.first_base:
+                    buf, off, pos, size = frame
+                    header = parse_header(buf, off, pos, piece.path)
+                except CorruptRecordError:
+                    if checked:
+                        raise
+                    return False  # not a batch where the plan has one
+                if not checked:
+                    if header.base_offset != piece.first_base:
                         return False
                     checked = True
-                    yield header, memoryview(chunk), piece.path
-                    self.cursor = header.last_offset + 1
-                    off = need
-                pos += off
+                if buf is not last:
+                    mv, last = memoryview(buf), buf
+                yield header, mv[off:off + size], piece.path
+                self.cursor = header.last_offset + 1
+                pos += size
         finally:
             log_file.close()
         return pos == piece.end
@@ -196,15 +180,13 @@ class _SplitReader:
             if not data:
                 return
             where = f"{s.topic}-{s.partition}/{answer['segment']:020d}.log through lookupd at {s.address}"
-            pos = 0
-            while pos < len(data):
-                size = frame_size(data, pos, len(data), answer["position"] + pos, where)
-                header = parse_header(data, pos, answer["position"] + pos, where)
+            view = memoryview(data)
+            for off, size in whole_frames(data, answer["position"], where):
+                header = parse_header(data, off, answer["position"] + off, where)
                 if s.stop is not None and (header.base_offset, header.last_offset) == s.stop:
                     return
-                yield header, memoryview(data)[pos:pos + size], where
+                yield header, view[off:off + size], where
                 self.cursor = header.last_offset + 1
-                pos += size
                 if self.cursor >= limit:
                     return
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import struct
 import zlib
 from enum import IntEnum
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
 
 import crc32c as _crc32c
 
@@ -177,6 +177,22 @@ def frame_size(buf, pos: int, end: int, file_position: int, path=None) -> int | 
     if pos > end - LOG_OVERHEAD - size:
         return None
     return size + LOG_OVERHEAD
+
+
+def whole_frames(buf, position: int = 0, path=None, end: int | None = None) -> Iterator[tuple[int, int]]:
+    """(offset in `buf`, size) of each complete batch at the front of `buf[:end]`.
+
+    `buf` starts at file `position` (for error messages). Stops at the first batch that
+    is not wholly in the buffer: callers that need it read again from there (see
+    `lookupd.log.filerecords.read_frames`), callers given whole batches check that the
+    frames reached the end.
+    """
+    if end is None:
+        end = len(buf)
+    off = 0
+    while (size := frame_size(buf, off, end, position + off, path)) is not None:
+        yield off, size
+        off += size
 
 
 def last_offset_at(buf, pos: int) -> int:

@@ -1,9 +1,9 @@
-"""A segment's `.log` (Kafka's FileRecords, read side): batch headers scanned with `pread`.
+"""A segment's `.log` (Kafka's FileRecords, read side): batches framed from `pread` chunks.
 
 The log is never mapped: the broker truncates it (follower truncation, recovery) and a
-mapped read past the new end would be a SIGBUS. Scans read 16 KiB chunks and walk the
-batch headers in them, so finding a batch from an index entry (at most
-`index.interval.bytes` away) is usually one system call.
+mapped read past the new end would be a SIGBUS. `read_frames` is the one loop that reads
+a `.log` in chunks and splits them into batches; every reader of `.log` bytes (segments,
+the FUSE mount, the Spark reader) goes through it.
 """
 
 from __future__ import annotations
@@ -11,14 +11,63 @@ from __future__ import annotations
 import struct
 from typing import Iterator, NamedTuple
 
-from ..format.batch import (HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, MAGIC_OFFSET, RECORD_OVERHEAD_V0, V2_HEADER_SIZE,
-                    BatchHeader, last_offset_at, max_timestamp_at, parse_header)
+from ..format.batch import (HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, V2_HEADER_SIZE, BatchHeader, frame_size,
+                            last_offset_at, max_timestamp_at, parse_header)
 from ..errors import CorruptRecordError
 from .fileio import FileHandle, LazyHandle
 
-CHUNK = 16 * 1024
-_SIZE = struct.Struct(">i")
+# Header scans start at an index entry, at most `index.interval.bytes` (4 KiB by default)
+# before the batch looked for: 16 KiB usually reaches it, and what follows, in one pread.
+HEADER_SCAN_BYTES = 16 * 1024
 _BASE = struct.Struct(">q")
+_SIZE = struct.Struct(">i")
+
+
+def read_frames(handle: FileHandle, start: int, end: int, *, path: str, chunk: int = HEADER_SCAN_BYTES,
+                need: int = V2_HEADER_SIZE, whole: bool = False,
+                strict: bool = False) -> Iterator[tuple[bytes, int, int, int]]:
+    """Walk the batches of a `.log` in [start, end): yields (buffer, offset in buffer, file position, size).
+
+    The file is read `chunk` bytes at a time. At least `need` header bytes of each batch
+    are in the buffer (fewer only when the file itself ends sooner); with `whole`, all of
+    the batch is, a batch larger than `chunk` being read on its own. Stops, like
+    FileLogInputStream, at a batch that runs past `end`; with `strict` that is reported as
+    a cut-off batch instead, which is right for a rolled segment and wrong for the active
+    one, whose last batch may be mid-append. A size field below the smallest legal batch
+    is corruption either way.
+    """
+    pos = start
+    buf = b""
+    buf_start = start
+    while True:
+        if pos >= end - HEADER_SIZE_UP_TO_MAGIC:
+            if strict and pos < end:
+                raise CorruptRecordError(path, pos, f"{end - pos} trailing bytes are too few for a batch header")
+            return
+        off = pos - buf_start
+        if off + need > len(buf):
+            buf = handle.pread(min(max(chunk, need), end - pos), pos)
+            buf_start, off = pos, 0
+            if len(buf) < LOG_OVERHEAD + 1:
+                if strict:
+                    raise CorruptRecordError(path, pos, "log file ended before the batch it was sized to hold")
+                return
+        size = frame_size(buf, off, off + end - pos, pos, path)
+        if size is None:  # runs past `end` (too few bytes for a header was ruled out above)
+            if strict:
+                declared = _SIZE.unpack_from(buf, off + 8)[0] + LOG_OVERHEAD
+                raise CorruptRecordError(path, pos, f"batch is cut off: it declares {declared} bytes "
+                                                    f"but only {end - pos} remain in the log")
+            return
+        if whole and off + size > len(buf):
+            buf = handle.pread(min(max(chunk, size), end - pos), pos)
+            buf_start, off = pos, 0
+            if len(buf) < size:  # the file shrank under us
+                if strict:
+                    raise CorruptRecordError(path, pos, "log file ended before the batch it was sized to hold")
+                return
+        yield buf, off, pos, size
+        pos += size
 
 
 class LogOffsetPosition(NamedTuple):
@@ -53,43 +102,9 @@ class FileRecords:
 
     def frames(self, start: int, end: int | None = None, *, strict: bool = False,
                need: int = V2_HEADER_SIZE) -> Iterator[tuple[bytes, int, int, int]]:
-        """Walk the batches in [start, end): yields (buffer, offset in buffer, file position, size).
-
-        At least `need` header bytes of each batch are in the buffer (fewer only when the
-        file itself ends sooner). Stops, like FileLogInputStream, at a batch that runs past
-        `end`; with `strict` that is reported as a cut-off batch instead, which is right for
-        a rolled segment and wrong for the active one, whose last batch may be mid-append.
-        """
+        """`read_frames` over this file, from `start` to `end` (default: its current size)."""
         h = self._file.get()
-        if end is None:
-            end = h.size()
-        pos = start
-        buf = b""
-        buf_start = start
-        while True:
-            if pos >= end - HEADER_SIZE_UP_TO_MAGIC:
-                if strict and pos < end:
-                    raise CorruptRecordError(self.path, pos, f"{end - pos} trailing bytes are too few for a batch header")
-                return
-            off = pos - buf_start
-            if off + need > len(buf):
-                buf = h.pread(min(max(CHUNK, need), end - pos), pos)
-                buf_start, off = pos, 0
-                if len(buf) < LOG_OVERHEAD + 1:
-                    if strict:
-                        raise CorruptRecordError(self.path, pos, "log file ended before the batch it was sized to hold")
-                    return
-            size = _SIZE.unpack_from(buf, off + 8)[0]
-            if size < RECORD_OVERHEAD_V0:
-                raise CorruptRecordError(self.path, pos,
-                                         f"batch size {size} is smaller than the minimum record overhead {RECORD_OVERHEAD_V0}")
-            if pos > end - LOG_OVERHEAD - size:
-                if strict:
-                    raise CorruptRecordError(self.path, pos, f"batch is cut off: it declares {size + LOG_OVERHEAD} bytes "
-                                                             f"but only {end - pos} remain in the log")
-                return
-            yield buf, off, pos, size + LOG_OVERHEAD
-            pos += size + LOG_OVERHEAD
+        return read_frames(h, start, h.size() if end is None else end, path=self.path, need=need, strict=strict)
 
     def batches(self, start: int = 0, end: int | None = None, *, strict: bool = False) -> Iterator[BatchHeader]:
         """Parsed headers of every batch in [start, end)."""
@@ -121,5 +136,3 @@ class FileRecords:
             found = (last_offset_at(buf, off), pos)
         return found
 
-    def magic_at(self, position: int) -> int:
-        return self.read(position + MAGIC_OFFSET, 1)[0]

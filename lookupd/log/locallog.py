@@ -566,12 +566,9 @@ def _int64_array(values, what: str) -> np.ndarray:
 
 def _whole_batches(data: bytes, seg: LogSegment) -> tuple[int, int]:
     """(bytes of whole batches at the front of `data`, next offset after them)."""
-    from ..format.batch import frame_size, last_offset_at
+    from ..format.batch import last_offset_at, whole_frames
 
-    pos, next_offset = 0, -1
-    while True:
-        size = frame_size(data, pos, len(data), pos, seg.log.path)
-        if size is None:
-            return pos, next_offset
-        next_offset = last_offset_at(data, pos) + 1
-        pos += size
+    whole, next_offset = 0, -1
+    for off, size in whole_frames(data, 0, seg.log.path):
+        whole, next_offset = off + size, last_offset_at(data, off) + 1
+    return whole, next_offset

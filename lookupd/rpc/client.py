@@ -150,6 +150,11 @@ class Client(_Methods):
         self._reader.join(timeout=5)
         self._sock.close()
 
+    @property
+    def closed(self) -> bool:
+        """Whether the connection is gone (calls fail at once with the reason)."""
+        return self._closed is not None
+
     def call(self, method: str, *params: Any, timeout: float | None = None) -> Any:
         """Send one request and wait for its answer; several threads may call at once."""
         fut: Future = Future()

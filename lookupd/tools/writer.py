@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import struct
-from ..format.batch import BatchHeader, parse_header, frame_size
+from ..format.batch import BatchHeader, parse_header, whole_frames
 from ..format.names import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, segment_file_name
 from .producerstate import TransactionTracker
 from ..log.txnindex import AbortedTxn
@@ -111,13 +111,12 @@ def append_info(batches: list[BatchHeader]) -> tuple[int, int, int]:
 
 def split_batches(records: bytes) -> list[BatchHeader]:
     """Headers of the whole batches in `records`; anything else is a caller error."""
-    out, pos = [], 0
-    while pos < len(records):
-        size = frame_size(records, pos, len(records), pos)
-        if size is None:
-            raise ValueError(f"records end with a partial batch at byte {pos}")
-        out.append(parse_header(records, pos))
-        pos += size
+    out, whole = [], 0
+    for off, size in whole_frames(records):
+        out.append(parse_header(records, off))
+        whole = off + size
+    if whole < len(records):
+        raise ValueError(f"records end with a partial batch at byte {whole}")
     if not out:
         raise ValueError("no batches to append")
     return out
