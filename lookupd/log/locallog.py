@@ -174,18 +174,20 @@ class LocalLog:
     # ------------------------------------------------------------- segments
 
     def refresh(self) -> bool:
-        """Re-list the directory: pick up rolled and new segments, release deleted ones.
+        """Re-list the directory: pick up rolled and new segments, release deleted ones and reopen
+        replaced ones (a name that now names another file, as after the cleaner's swap).
 
         Returns whether anything changed. Raises FileNotFoundError if the directory is gone.
         Segments changing role (rolled, newly active) are told so after the lock is released:
         that remaps their indexes, which may take a while on a slow disk.
         """
         bases = list_segments(self.dir)
+        replaced = {b for b, seg in list(self._segments.items()) if seg.replaced()}
         with self._lock:
-            if bases == self._bases:
+            if bases == self._bases and not replaced:
                 return False
             old_last = self._bases[-1] if self._bases else None
-            gone = set(self._bases).difference(bases)
+            gone = set(self._bases).difference(bases) | replaced
             self._bases = bases
             released = [self._segments.pop(b) for b in gone if b in self._segments]
             rolled = self._segments.get(old_last) if old_last is not None and bases and bases[-1] != old_last else None
@@ -195,7 +197,7 @@ class LocalLog:
         if active is not None:
             active.set_live(True)
         for seg in released:
-            log.debug("released deleted segment %s", seg)
+            log.debug("released %s segment %s", "replaced" if seg.base_offset in replaced else "deleted", seg)
             seg.close()
         return True
 

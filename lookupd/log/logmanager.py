@@ -46,6 +46,7 @@ class LogManager:
         self.cache = cache if cache is not None else IndexCache()
         self._logs: dict[tuple[str, int], LocalLog] = {}
         self._dir_mtimes: dict[str, int] = {}
+        self._dir_ids: dict[tuple[str, int], tuple[int, int]] = {}  # a partition dir's (device, inode)
         self._lock = threading.Lock()
         self.refresh()
 
@@ -89,11 +90,14 @@ class LogManager:
             removed += 1
             current.pop(key).close()
             self._dir_mtimes.pop(key, None)
+            self._dir_ids.pop(key, None)
         for key, path in found.items():
             llog = current.get(key)
             try:
-                mtime = os.stat(path).st_mtime_ns
-                if llog is None or llog.dir != path:
+                st = os.stat(path)
+                mtime, ident = st.st_mtime_ns, (st.st_dev, st.st_ino)
+                if llog is None or llog.dir != path or self._dir_ids.get(key) != ident:
+                    # new, moved, or deleted and created again: a new partition either way
                     if llog is not None:
                         llog.close()
                     llog = LocalLog(path, key[0], key[1], self.cache, log_start_offset=starts.get(key))
@@ -103,6 +107,7 @@ class LogManager:
                     changed += llog.refresh()
                 llog.checkpointed_log_start = starts.get(key)
                 self._dir_mtimes[key] = mtime
+                self._dir_ids[key] = ident
             except FileNotFoundError:
                 if key in current:
                     current.pop(key).close()

@@ -52,6 +52,10 @@ class LogSegment:
         self.time_index = TimeIndex(os.path.join(d, segment_file_name(base_offset, TIME_INDEX_SUFFIX)), base_offset, cache)
         self.txn_index = TransactionIndex(os.path.join(d, segment_file_name(base_offset, TXN_INDEX_SUFFIX)), base_offset, cache)
         self.live = False
+        # Which files these are: a segment's identity is its files, not their names. Kafka's
+        # cleaner renames a rewritten `.log` (and indexes) over the old names; `replaced()`
+        # compares against this to notice.
+        self._identity = self._file_ids()
         self._warned: set[str] = set()
         self._cached_next_offset: tuple[int, int] | None = None  # (log size, next offset)
         self._cached_max_ts: tuple[int, tuple[int, int]] | None = None  # (log size, (timestamp, offset))
@@ -65,6 +69,21 @@ class LogSegment:
         self.live = live
         self.offset_index.set_live(live)
         self.time_index.set_live(live)
+
+    def _file_ids(self) -> tuple:
+        ids = []
+        for path in (self.log.path, self.offset_index.path, self.time_index.path, self.txn_index.path):
+            try:
+                st = os.stat(path)
+                ids.append((st.st_dev, st.st_ino))
+            except FileNotFoundError:
+                ids.append(None)
+        return tuple(ids)
+
+    def replaced(self) -> bool:
+        """Whether any of the segment's names now names another file than when this object was made
+        (the cleaner's swap, a deletion, a re-created topic): its maps and handles are stale."""
+        return self._file_ids() != self._identity
 
     def close(self) -> None:
         """Release descriptors and maps (readers still using them finish first)."""
