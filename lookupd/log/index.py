@@ -11,6 +11,13 @@ keys strictly increase), and for the live segment so is any entry whose position
 yet inside the `.log` (offset index) or whose offset is beyond the last valid offset-index
 entry (time index). Entries the broker appends are picked up by the next lookup.
 
+A follower's truncation leaves stale bytes behind: Kafka's truncateToEntries only moves its
+in-memory entry count, so after a truncation and a new fetch the live index holds the new
+entries followed by old ones. For the live segment, an entry out of order therefore ends
+the valid range (it is no corruption), and the offset index's entries are checked against
+the `.log` (the segment's `verify`: a batch starts at the entry's position and holds its
+offset); the first that fails ends the valid range too, until the broker writes that slot again.
+
 Never a SIGBUS. Touching a mapped page past end-of-file kills the process, and the broker
 shrinks the active index when it rolls. Each lookup first checks the file still covers the
 valid entries (one `pread` or `fstat`) and remaps a file that shrank. The remaining race,
@@ -179,6 +186,11 @@ class AbstractIndex:
         self._lock = threading.RLock()  # serialises (re)mapping; searches never take it
         self._state: _State | None = None
         self._live = False
+        # Live only: whether an entry (absolute key, value) matches the `.log`, and the first slot
+        # that did not with its bytes then (stale bytes ignored until the broker rewrites them).
+        self._verify: Callable[[int, int], bool] | None = None
+        self._rejected: tuple[int, bytes] | None = None
+        self._checked: _State | None = None  # the last state whose last entry passed `_verify`
         self._native_cols: tuple[object, int, np.ndarray, np.ndarray] | None = None
         self.warm_entries = WARM_SECTION_BYTES // self.ENTRY_SIZE
         self._ZERO = bytes(self.ENTRY_SIZE)
@@ -215,11 +227,15 @@ class AbstractIndex:
             self._state = None
             self._native_cols = None
 
-    def set_live(self, live: bool) -> None:
-        """Mark whether this belongs to the active segment (whose index may still grow)."""
+    def set_live(self, live: bool, verify: Callable[[int, int], bool] | None = None) -> None:
+        """Mark whether this belongs to the active segment (whose index may still grow); `verify`
+        checks a live entry against the `.log` (see the module docstring)."""
+        self._verify = verify if live else None
         if live != self._live:
             with self._lock:
                 self._live = live
+                self._rejected = None
+                self._checked = None
                 if self._state is not None:
                     self._load()  # entries cut as "not yet valid" are judged again
 
@@ -246,6 +262,9 @@ class AbstractIndex:
             else:
                 n = m.length // self.ENTRY_SIZE
                 count, fault = self._ordered_prefix(m.mm, self._nonzero_prefix(m.mm, n))
+                if self._live:
+                    fault = None  # stale entries after a follower's truncation end the valid range
+                    count = self._before_rejected(m.mm, count)
                 if m.length % self.ENTRY_SIZE and fault is None:
                     fault = CorruptIndexError(
                         self.path, n * self.ENTRY_SIZE,
@@ -268,6 +287,43 @@ class AbstractIndex:
                 self._state = new
                 return new
             return self._state or old
+
+    def _before_rejected(self, mm, count: int) -> int:
+        """`count` cut at the rejected slot while that slot still holds the bytes it was rejected with."""
+        rej = self._rejected
+        if rej is None or count <= rej[0]:
+            return count
+        start = rej[0] * self.ENTRY_SIZE
+        if mm[start:start + self.ENTRY_SIZE] == rej[1]:
+            return rej[0]
+        self._rejected = None  # the broker wrote that slot again
+        return count
+
+    def _check_against_log(self, st: _State) -> _State:
+        """Live offset index: the valid entries, ended before the first whose batch the `.log` does not
+        hold. New entries precede stale ones, so the boundary is found by bisection."""
+        verify, mm, n = self._verify, st.mapping.mm, st.entries
+        ok = lambda slot: verify(*self._absolute_entry(mm, slot))  # noqa: E731
+        if ok(n - 1):
+            self._checked = st
+            return st
+        lo, hi = 0, n - 1
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if ok(mid):
+                lo = mid + 1
+            else:
+                hi = mid
+        start = lo * self.ENTRY_SIZE
+        self._rejected = (lo, bytes(mm[start:start + self.ENTRY_SIZE]))
+        log.info("%s: entries from slot %d on are not in the log (left by a truncation); ignoring them", self.path, lo)
+        cut = _State(st.mapping, lo, st.fault)
+        self._publish(st, cut)
+        self._checked = cut
+        return cut
+
+    def _absolute_entry(self, mm, slot: int) -> tuple[int, int]:
+        return self._entry_raw(mm, slot)
 
     # ----------------------------------------------------------------- validity
 
@@ -345,6 +401,8 @@ class AbstractIndex:
             st = self._follow(st)
         if limit is not None and st.entries and st.mapping.mm is not None:
             st = self._apply_limit(st, limit)
+        if self._verify is not None and st.entries and st is not self._checked and st.mapping.mm is not None:
+            st = self._check_against_log(st)
         return st
 
     def _intact(self, m: IndexMapping | _Missing, n: int) -> bool:
@@ -398,7 +456,7 @@ class AbstractIndex:
             if end <= n * E:
                 return self._reload("grew past its mapping") if size > m.length else st
             chunk = m.mm[n * E:min(end, n * E + _PROBE_BYTES)]
-            if chunk[:E] == self._ZERO:
+            if chunk[:E] == self._ZERO or self._before_rejected(m.mm, n + 1) == n:
                 return st
             k = len(chunk) // E
             keys, values = self._columns(chunk, k)
@@ -664,6 +722,10 @@ class OffsetIndex(AbstractIndex):
 
     def _absolute(self, keys, values):
         return keys + self.base_offset, values
+
+    def _absolute_entry(self, mm, slot: int) -> tuple[int, int]:
+        rel, position = self._entry_raw(mm, slot)
+        return self.base_offset + rel, position
 
     def _disorder(self, keys, values, prev=None):
         if len(keys) == 0:

@@ -12,8 +12,8 @@ import logging
 import os
 from typing import NamedTuple
 
-from ..format.batch import parse_header
-from ..errors import CorruptIndexError, LookupdError
+from ..format.batch import V2_HEADER_SIZE, parse_header
+from ..errors import CorruptIndexError, CorruptRecordError, LookupdError
 from .filerecords import FileRecords, LogOffsetPosition
 from .index import OffsetIndex, TimeIndex
 from ..format.names import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, segment_file_name
@@ -65,10 +65,21 @@ class LogSegment:
         return f"LogSegment({self.log.path!r}, live={self.live})"
 
     def set_live(self, live: bool) -> None:
-        """The active segment may still grow: indexes follow appends and the tail may be mid-write."""
+        """The active segment may still grow: indexes follow appends and the tail may be mid-write,
+        and its offset index may hold stale entries a follower's truncation left (checked against
+        the `.log` with `holds_batch`)."""
         self.live = live
-        self.offset_index.set_live(live)
+        self.offset_index.set_live(live, self.holds_batch)
         self.time_index.set_live(live)
+
+    def holds_batch(self, offset: int, position: int) -> bool:
+        """Whether a batch holding `offset` starts at `position` of the `.log` (an index entry's claim)."""
+        try:
+            buf = self.log.read(position, V2_HEADER_SIZE)
+            header = parse_header(buf, 0, position, self.log.path)
+        except (CorruptRecordError, OSError):
+            return False
+        return header.base_offset <= offset <= header.last_offset
 
     def _file_ids(self) -> tuple:
         ids = []

@@ -1,0 +1,126 @@
+"""A follower's truncation done Kafka's way, then a new fetch: answers must come from the batches.
+
+Kafka's `AbstractIndex.truncateToEntries` only moves the in-memory entry count; the index file
+keeps the old entries' bytes, and the entries of the new fetch are written over the first of
+them. So the active index holds new entries followed by stale ones, in order or not.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import pytest
+
+from lookupd.format.batch import parse_header
+from lookupd.format.builder import build_batch
+from lookupd.format.names import segment_file_name
+from lookupd.log.logmanager import LogManager
+from lookupd.tools.writer import LogWriter, SegmentWriter
+
+INTERVAL = 150  # bytes between offset-index entries: one every few batches
+PER_BATCH = 5
+
+
+def _batch(offset: int, value_size: int) -> bytes:
+    recs = [(1_000_000 + offset + i, f"k{offset + i}".encode(), b"v" * value_size, ()) for i in range(PER_BATCH)]
+    return build_batch(recs, base_offset=offset)
+
+
+def _scan(path: str) -> list:
+    """Every batch of the `.log`: the truth the answers are checked against."""
+    with open(path, "rb") as f:
+        data = f.read()
+    out, pos = [], 0
+    while pos < len(data):
+        h = parse_header(data, pos)
+        out.append(h)
+        pos += h.size
+    return out
+
+
+def kafka_truncate_and_fetch(d: str, truncate_to: int, fetch: int, new_value_size: int = 3,
+                             one_fetch: bool = False) -> None:
+    """40 batches, then Kafka's truncateTo(truncate_to) and one fetch of `fetch` batches of another size:
+    smaller batches leave stale entries out of order after the new ones, larger ones leave them in
+    order but pointing inside the new batches."""
+    w = LogWriter(d, segment_bytes=1 << 30, index_interval_bytes=INTERVAL)
+    for b in range(40):
+        w.append(_batch(b * PER_BATCH, 20))
+    w.close()  # the active segment keeps its preallocated indexes, as a running broker's
+    log_path = os.path.join(d, segment_file_name(0, ".log"))
+    cut = next((h.position for h in _scan(log_path) if h.base_offset >= truncate_to), os.path.getsize(log_path))
+    os.truncate(log_path, cut)
+    with open(os.path.join(d, segment_file_name(0, ".index")), "rb") as f:
+        raw = f.read()
+    kept = [(rel, pos) for rel, pos in struct.iter_unpack(">ii", raw) if (rel or pos) and rel < truncate_to]
+    with open(os.path.join(d, segment_file_name(0, ".timeindex")), "rb") as f:
+        raw_t = f.read()
+    kept_t = [(ts, rel) for ts, rel in struct.iter_unpack(">qi", raw_t) if ts and rel < truncate_to]
+    sw = SegmentWriter(d, 0, index_interval_bytes=INTERVAL)  # the broker after truncateTo: only the count moved
+    sw.index.offset_entries = kept
+    sw.index.time_entries = kept_t
+    if kept_t:
+        sw.index.max_timestamp = kept_t[-1][0]
+    first = truncate_to // PER_BATCH * PER_BATCH
+    new = [_batch(first + b * PER_BATCH, new_value_size) for b in range(fetch)]  # other sizes: positions move
+    if one_fetch:  # one append: at most one index entry, so stale entries stay right after the kept ones
+        sw.append(b"".join(new))
+    else:
+        for batch in new:
+            sw.append(batch)
+    sw.close()
+
+
+@pytest.mark.parametrize("new_value_size,one_fetch", [(3, False), (60, False), (20, True), (60, True)],
+                         ids=["smaller-batches", "larger-batches", "one-fetch", "one-fetch-larger"])
+@pytest.mark.parametrize("truncate_to", [0, 50, 100])
+def test_answers_after_a_kafka_truncation_come_from_the_batches(tmp_path, truncate_to, new_value_size, one_fetch):
+    d = tmp_path / "t-0"
+    d.mkdir()
+    kafka_truncate_and_fetch(str(d), truncate_to, fetch=10, new_value_size=new_value_size, one_fetch=one_fetch)
+    batches = _scan(str(d / segment_file_name(0, ".log")))
+    leo = batches[-1].last_offset + 1
+    starts = {h.position: h for h in batches}
+    lm = LogManager([str(tmp_path)])
+    llog = lm.get("t", 0)
+    assert llog.log_end_offset == leo
+    assert llog.info()["log_end_offset"] == leo
+    for o in range(leo):
+        loc = llog.resolve_offset(o)
+        want = next(h for h in batches if h.last_offset >= o)
+        assert (loc.position, loc.base_offset, loc.last_offset) == (want.position, want.base_offset, want.last_offset)
+        point = llog.lookup_offset(o, "floor")
+        assert point.position in starts, (o, point)  # never a position inside a batch
+        assert starts[point.position].base_offset <= max(point.offset, starts[point.position].base_offset) <= o
+        ceiling = llog.lookup_offset(o, "ceiling")
+        assert ceiling is None or ceiling.position in starts
+    assert llog.resolve_offset(leo) is None
+    cols = llog.lookup_offsets(list(range(leo)), "floor")
+    assert set(cols["position"].tolist()) <= set(starts)
+    lm.close()
+
+
+def test_entries_the_broker_writes_after_a_truncation_are_picked_up(tmp_path):
+    """The stale slot that was ignored becomes valid once the broker writes a real entry there."""
+    d = tmp_path / "t-0"
+    d.mkdir()
+    kafka_truncate_and_fetch(str(d), 0, fetch=4)
+    lm = LogManager([str(tmp_path)])
+    llog = lm.get("t", 0)
+    assert llog.log_end_offset == 4 * PER_BATCH
+    entries_before = llog.segment(0).offset_index.valid_entries(limit=llog.segment(0).size())
+    sw = SegmentWriter(str(d), 0, index_interval_bytes=INTERVAL)
+    with open(d / segment_file_name(0, ".index"), "rb") as f:
+        raw = f.read()
+    sw.index.offset_entries = list(struct.iter_unpack(">ii", raw))[:entries_before]
+    sw.size = os.path.getsize(d / segment_file_name(0, ".log"))
+    for b in range(4, 30):
+        sw.append(_batch(b * PER_BATCH, 3))
+    sw.close()
+    batches = _scan(str(d / segment_file_name(0, ".log")))
+    assert llog.log_end_offset == batches[-1].last_offset + 1 == 30 * PER_BATCH
+    starts = {h.position for h in batches}
+    assert all(llog.lookup_offset(o, "floor").position in starts for o in range(0, 150, 7))
+    assert llog.segment(0).offset_index.valid_entries(limit=llog.segment(0).size()) > entries_before
+    lm.close()
