@@ -163,3 +163,4 @@ async def test_the_daemon_answers_from_the_swapped_files_within_a_rescan(plain):
         fresh.close()
     finally:
         shutil.rmtree(sock_dir, ignore_errors=True)
+

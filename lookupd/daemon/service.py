@@ -204,8 +204,12 @@ def _row(t) -> dict | None:
 
 
 def _columns(cols: dict[str, np.ndarray], keys: tuple[str, ...]) -> dict[str, list]:
-    """numpy columns -> plain int lists (`tolist` is the fastest way into msgpack: see bench)."""
-    return {k: cols[k].tolist() for k in keys}
+    """numpy columns -> plain int lists (`tolist` is the fastest way into msgpack: see bench); the
+    `error` column (a message or nil per row) when corrupt data failed some rows."""
+    out = {k: cols[k].tolist() for k in keys}
+    if "error" in cols:
+        out["error"] = cols["error"]
+    return out
 
 
 def _ping(s: Service, p: list) -> str:

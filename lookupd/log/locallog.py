@@ -17,7 +17,7 @@ from typing import Callable, Iterator, NamedTuple, TypeVar
 import numpy as np
 
 from ..format.batch import parse_header
-from ..errors import InvalidArgument, OffsetOutOfRange, Unavailable, check_int64
+from ..errors import CorruptDataError, InvalidArgument, OffsetOutOfRange, Unavailable, check_int64
 from ..format.names import parse_segment_file
 from .segment import LogSegment
 from .txnindex import AbortedTxn
@@ -415,7 +415,7 @@ class LocalLog:
                 fetched = seg.read(offset, max_bytes, min_one_message=True)
                 if fetched is None:
                     continue
-                whole, next_offset = _whole_batches(fetched.records, seg)
+                whole, next_offset = _whole_batches(fetched.records, fetched.position, seg)
                 return ReadResult(seg.base_offset, fetched.position, next_offset if whole else offset,
                                   fetched.records[:whole])
         active = v.active
@@ -453,10 +453,15 @@ class LocalLog:
         if ceiling:
             below = slot < 0
             seg_out[below], off_out[below], pos_out[below] = bases[0], bases[0], 0
+        errors = _RowErrors(n)
         for s in np.unique(slot[slot >= 0]):
             mask = slot == s
             seg = v.segment(int(bases[s]))
-            o, p = seg.offset_index.lookup_many(t[mask], limit=seg.size(), ceiling=ceiling)
+            try:
+                o, p = seg.offset_index.lookup_many(t[mask], limit=seg.size(), ceiling=ceiling)
+            except CorruptDataError as err:  # this segment's rows say so; the others are answered
+                errors.add(np.flatnonzero(mask), err)
+                continue
             if ceiling:
                 at_start = t[mask] <= seg.base_offset
                 o[at_start], p[at_start] = seg.base_offset, 0
@@ -469,7 +474,7 @@ class LocalLog:
             else:
                 segs = np.full(len(o), seg.base_offset, np.int64)
             seg_out[mask], off_out[mask], pos_out[mask] = segs, o, p
-        return {"segment": seg_out, "offset": off_out, "position": pos_out}
+        return errors.attach({"segment": seg_out, "offset": off_out, "position": pos_out})
 
     @_one_listing
     def resolve_offsets(self, v: SegmentList, offsets) -> dict[str, np.ndarray]:
@@ -487,17 +492,23 @@ class LocalLog:
         start, end = v.log_start_offset, v.log_end_offset
         slot = np.searchsorted(bases, t, side="right") - 1
         prev: BatchLocation | None = None
+        errors = _RowErrors(n)
         for k in np.argsort(t, kind="stable"):
             target = int(t[k])
             if not start <= target < end:
                 continue
             if prev is None or target > prev.last_offset:
-                prev = _find_batch(v, target, int(slot[k]), prev)
+                try:
+                    prev = _find_batch(v, target, int(slot[k]), prev)
+                except CorruptDataError as err:  # this row says so; the others are answered
+                    errors.add([k], err)
+                    prev = None
+                    continue
                 if prev is None:
                     continue
             for field, value in zip(BatchLocation._fields, prev):
                 out[field][k] = value
-        return out
+        return errors.attach(out)
 
     @_one_listing
     def offsets_for_timestamps(self, v: SegmentList, timestamps) -> dict[str, np.ndarray]:
@@ -513,21 +524,26 @@ class LocalLog:
         largest = np.maximum.accumulate(np.array([seg.largest_timestamp() for seg in v.segments()], dtype=np.int64)) \
             if bases else np.empty(0, np.int64)
         start = v.log_start_offset
+        errors = _RowErrors(n)
         for k in np.argsort(t, kind="stable"):
             ts = int(t[k])
             r = None
-            if ts >= 0:
-                i = int(np.searchsorted(largest, ts, side="left"))
-                if i < len(bases):
-                    seg = v.segment(bases[i])
-                    found = seg.find_offset_by_timestamp(ts, start)
-                    if found is not None:
-                        r = OffsetAndTimestamp(found.offset, found.timestamp, seg.base_offset, found.position)
-            elif ts >= MAX_TIMESTAMP:
-                r = self._offset_for_timestamp(v, ts)
+            try:
+                if ts >= 0:
+                    i = int(np.searchsorted(largest, ts, side="left"))
+                    if i < len(bases):
+                        seg = v.segment(bases[i])
+                        found = seg.find_offset_by_timestamp(ts, start)
+                        if found is not None:
+                            r = OffsetAndTimestamp(found.offset, found.timestamp, seg.base_offset, found.position)
+                elif ts >= MAX_TIMESTAMP:
+                    r = self._offset_for_timestamp(v, ts)
+            except CorruptDataError as err:  # this row says so; the others are answered
+                errors.add([k], err)
+                continue
             if r is not None:
                 out["offset"][k], out["timestamp"][k], out["segment"][k], out["position"][k] = r[:4]
-        return out
+        return errors.attach(out)
 
 
 def _find_batch(v: SegmentList, target: int, slot: int, hint: BatchLocation | None = None) -> BatchLocation | None:
@@ -538,6 +554,27 @@ def _find_batch(v: SegmentList, target: int, slot: int, hint: BatchLocation | No
         if found is not None:
             return BatchLocation(seg.base_offset, found.base_offset, found.offset, found.position, found.size)
     return None
+
+
+class _RowErrors:
+    """Per-row errors of a columnar call: corrupt data fails the rows that met it, not the call.
+    Attached as an `error` column (a message, or None) only when some row failed."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.messages: dict[int, str] = {}
+
+    def add(self, rows, err: Exception) -> None:
+        for row in rows:
+            self.messages[int(row)] = f"{getattr(err, 'code', 'CORRUPT_DATA')}: {err}"
+
+    def attach(self, columns: dict) -> dict:
+        if self.messages:
+            error = [None] * self.n
+            for row, message in self.messages.items():
+                error[row] = message
+            columns["error"] = error
+        return columns
 
 
 def _check_mode(mode: object) -> None:
@@ -566,11 +603,15 @@ def _int64_array(values, what: str) -> np.ndarray:
     return arr
 
 
-def _whole_batches(data: bytes, seg: LogSegment) -> tuple[int, int]:
-    """(bytes of whole batches at the front of `data`, next offset after them)."""
-    from ..format.batch import last_offset_at, whole_frames
+def _whole_batches(data: bytes, position: int, seg: LogSegment) -> tuple[int, int]:
+    """(bytes of whole batches at the front of `data`, next offset after them); each batch's checksum
+    is checked, so `read` never hands out a batch whose bytes were damaged on disk."""
+    from ..format.batch import ensure_valid, parse_header, whole_frames
 
     whole, next_offset = 0, -1
-    for off, size in whole_frames(data, 0, seg.log.path):
-        whole, next_offset = off + size, last_offset_at(data, off) + 1
+    view = memoryview(data)
+    for off, size in whole_frames(data, position, seg.log.path):
+        header = parse_header(data, off, position + off, seg.log.path)
+        ensure_valid(header, view[off:off + size], seg.log.path)
+        whole, next_offset = off + size, header.last_offset + 1
     return whole, next_offset
