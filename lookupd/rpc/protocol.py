@@ -29,6 +29,7 @@ never meets a value deep enough to exhaust Python's recursion limit.
 from __future__ import annotations
 
 import itertools
+import threading
 from typing import Any, NamedTuple
 
 import msgpack
@@ -104,11 +105,9 @@ class Connection:
             raise ValueError("max_frame_bytes must be at least 16")
         self.role = role
         self.max_frame_bytes = max_frame_bytes
-        # Maps may only have str/bytes keys (msgpack's default: no hash flooding); invalid
-        # UTF-8 in a str is kept as surrogates so that it fails validation, not framing.
-        self._unpacker = msgpack.Unpacker(max_buffer_size=max_frame_bytes, raw=False,
-                                          unicode_errors="surrogateescape")
-        self._packer = msgpack.Packer(use_bin_type=True, unicode_errors="surrogateescape")
+        # An unpacker is held only while a message is partly received (see _UnpackerPool).
+        self._unpacker: msgpack.Unpacker | None = None
+        self._tell_base = 0  # unpacker.tell() - stream position, for the unpacker held now
         self._pending = bytearray()  # received, not yet handed to the unpacker
         self._fed = 0  # bytes handed to the unpacker so far
         self._frame_start = 0  # stream position where the current message starts
@@ -132,6 +131,11 @@ class Connection:
         if self._broken is not None:
             return self._broken
         while True:
+            if self._unpacker is None:
+                if not self._pending:
+                    return CLOSED if self._eof else NEED_DATA
+                self._unpacker = _POOL.take(self.max_frame_bytes)
+                self._tell_base = self._unpacker.tell() - self._fed
             try:
                 value = self._unpacker.unpack()
             except msgpack.OutOfData:
@@ -143,7 +147,10 @@ class Connection:
                 if self._eof:
                     if in_frame:
                         return self._fail("INVALID_ARGUMENT", "the stream ended in the middle of a message")
+                    self._give_back()
                     return CLOSED
+                if not in_frame:
+                    self._give_back()
                 return NEED_DATA
             except ValueError as err:
                 if "exceeds max_" in str(err):  # a length header above the frame limit: fail fast
@@ -153,7 +160,7 @@ class Connection:
             except Exception as err:  # noqa: BLE001 - any unpack failure leaves the stream unframeable
                 return self._fail("INVALID_ARGUMENT", f"malformed msgpack ({type(err).__name__}: {err})"
                                   if str(err) else f"malformed msgpack ({type(err).__name__})")
-            self._frame_start = self._unpacker.tell()
+            self._frame_start = self._unpacker.tell() - self._tell_base
             if not _within_depth(value, MAX_DEPTH):
                 msgid = value[1] if type(value) is list and len(value) > 1 and value[0] == REQUEST \
                     and _is_msgid(value[1]) and self.role == "server" else None
@@ -172,9 +179,15 @@ class Connection:
         self._fed += len(chunk)
         return True
 
+    def _give_back(self) -> None:
+        """Between messages: the unpacker holds nothing of this stream; another connection may use it."""
+        _POOL.give(self.max_frame_bytes, self._unpacker)
+        self._unpacker = None
+
     def _fail(self, code: str, message: str) -> ProtocolError:
         self._broken = ProtocolError(code, message, fatal=True)
         self._pending.clear()
+        self._unpacker = None  # mid-message state: never reused
         return self._broken
 
     def _classify(self, value: Any) -> Event:
@@ -202,16 +215,16 @@ class Connection:
         """
         msgid = next(self._msgids) & MAX_MSGID
         try:
-            return msgid, self._packer.pack([REQUEST, msgid, method, list(params)])
+            return msgid, _pack([REQUEST, msgid, method, list(params)])
         except (TypeError, ValueError, OverflowError) as err:
             raise InvalidArgument(f"cannot send {method} {list(params)!r}: {err}") from None
 
     def send_response(self, msgid: int, error: Any, result: Any) -> bytes:
         """Bytes of a response; raises TypeError/ValueError/OverflowError if `result` cannot be packed."""
-        return self._packer.pack([RESPONSE, msgid, error, result])
+        return _pack([RESPONSE, msgid, error, result])
 
     def send_notification(self, method: str, params: list | tuple) -> bytes:
-        return self._packer.pack([NOTIFICATION, method, list(params)])
+        return _pack([NOTIFICATION, method, list(params)])
 
     def send_error(self, error: ProtocolError) -> bytes:
         """The answer to a ProtocolError: an error response if it has a msgid, else an error notification."""
@@ -219,6 +232,56 @@ class Connection:
         if error.msgid is not None:
             return self.send_response(error.msgid, err, None)
         return self.send_notification(ERROR_NOTIFICATION, [err])
+
+
+class _UnpackerPool:
+    """Unpackers not in use, by frame limit: a connection holds one only while a message is partly
+    received. A msgpack Unpacker costs about 45 KB (its parse stack is embedded), so one per open
+    connection made 2,000 idle connections cost ~90 MB the allocator kept after they closed; now
+    that memory scales with the connections in the middle of a message. list.pop/append are atomic,
+    so clients in several threads can share the pool."""
+
+    KEEP = 64  # idle unpackers kept per frame limit; more are left to the garbage collector
+
+    def __init__(self) -> None:
+        self._free: dict[int, list[msgpack.Unpacker]] = {}
+
+    def take(self, max_frame_bytes: int) -> msgpack.Unpacker:
+        free = self._free.get(max_frame_bytes)
+        if free:
+            try:
+                return free.pop()
+            except IndexError:  # another thread took the last one
+                pass
+        # Maps may only have str/bytes keys (msgpack's default: no hash flooding); invalid UTF-8
+        # in a str is kept as surrogates so that it fails validation, not framing. The buffer
+        # starts small and grows to max_frame_bytes only for a message that long.
+        return msgpack.Unpacker(max_buffer_size=max_frame_bytes, read_size=min(max_frame_bytes, _READ_SIZE),
+                                raw=False, unicode_errors="surrogateescape")
+
+    def give(self, max_frame_bytes: int, unpacker: msgpack.Unpacker) -> None:
+        free = self._free.setdefault(max_frame_bytes, [])
+        if len(free) < self.KEEP:
+            free.append(unpacker)
+
+
+_POOL = _UnpackerPool()
+_READ_SIZE = 16 << 10
+# Packing: one Packer per thread (the daemon packs on its event loop; client threads pack their
+# own requests). A Packer keeps its largest buffer, so after packing something bigger than
+# _PACKER_KEEP_BYTES (a large columnar answer) the thread's Packer is replaced, giving it back.
+_PACKER_KEEP_BYTES = 1 << 20
+_packers = threading.local()
+
+
+def _pack(value: Any) -> bytes:
+    packer = getattr(_packers, "packer", None)
+    if packer is None:
+        packer = _packers.packer = msgpack.Packer(use_bin_type=True, unicode_errors="surrogateescape")
+    data = packer.pack(value)
+    if len(data) > _PACKER_KEEP_BYTES:
+        _packers.packer = None
+    return data
 
 
 def _is_int(v: Any) -> bool:
