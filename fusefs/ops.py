@@ -8,7 +8,9 @@ Attributes: directories 0555, files 0444, owned by the user who mounted. A segme
 files carry the segment's largest record timestamp as mtime; raw files their true size;
 generated files size 0 (like /proc: the size is not known before the content is made)
 and are opened with direct I/O, so every read reaches the mount and tools read to the
-end of the content. Other files and directories carry the time of the mount.
+end of the content. A rolled segment's raw files keep the kernel's page cache from one
+open to the next while they are the same file (see `_cache_kept`); the active segment's
+are read through the mount at every open, as it grows. Other files and directories carry the time of the mount.
 
 Errors: unknown paths ENOENT; offsets outside the partition ENOENT; writes of any kind
 EROFS (the mount is read-only, and fusepy's Operations refuses what is not defined
@@ -28,6 +30,7 @@ import os
 import stat
 import threading
 import time
+from collections import OrderedDict
 from typing import NamedTuple
 
 from fuse import FuseOSError, Operations
@@ -46,6 +49,7 @@ from .views import RenderCache, index_lines, partition_json, read_index, record_
 log = logging.getLogger(__name__)
 
 WARN_EVERY_S = 10.0
+MAX_IDENTITIES = 1 << 16  # raw files whose last open is remembered (forgotten: opened once without keep_cache)
 _NOT_THERE = {"UNKNOWN_PARTITION", "OFFSET_OUT_OF_RANGE"}
 
 
@@ -81,6 +85,8 @@ class KafkaFS(Operations):
         self._owner = {"st_uid": os.getuid(), "st_gid": os.getgid()}
         self._files: dict[int, OpenFile] = {}
         self._fh = itertools.count(1)
+        self._identities: OrderedDict[str, tuple] = OrderedDict()  # path -> identity at its last open
+        self._identity_lock = threading.Lock()
         self._warned: dict[str, float] = {}
         self._warn_lock = threading.Lock()
 
@@ -170,12 +176,30 @@ class KafkaFS(Operations):
         if isinstance(node, tree.SegmentFile) and node.raw:
             part = self.catalog.partition(node.topic, node.partition)
             content = self._source(part).open_raw(node.base_offset, node.suffix)
+            if isinstance(content, LocalFile):
+                rolled = not self.catalog.segment(part, node.base_offset).active
+                fi.keep_cache = int(self._cache_kept(path, content.identity(), rolled))
         else:
             content = Stream(*self._producer(node))
             fi.direct_io = 1
         fi.fh = next(self._fh)
         self._files[fi.fh] = OpenFile(content, attrs)
         return 0
+
+    def _cache_kept(self, path: str, identity: tuple, rolled: bool) -> bool:
+        """Whether the kernel may keep the pages it cached for `path` (FOPEN_KEEP_CACHE).
+
+        Only for a rolled segment's file, and only when it is the very file, in the very
+        state (device, inode, size, mtime), that the last open of `path` found: a file
+        deleted and made again, replaced (compaction's swap) or truncated under the same name
+        is opened without, and that makes the kernel drop the old name's pages at this open.
+        """
+        with self._identity_lock:
+            before = self._identities.pop(path, None)
+            self._identities[path] = identity
+            while len(self._identities) > MAX_IDENTITIES:
+                self._identities.popitem(last=False)
+        return rolled and before == identity
 
     def read(self, path: str, size: int, offset: int, fi) -> bytes:
         return self._files[fi.fh].content.read(size, offset)

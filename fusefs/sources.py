@@ -89,6 +89,11 @@ class LocalFile:
     def size(self) -> int:
         return self._handle.size()
 
+    def identity(self) -> tuple[int, int, int, int]:
+        """(device, inode, size, mtime): which file, and which state of it, this open holds."""
+        st = os.fstat(self._handle.fd)
+        return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
 
 class LocalSource:
     """A partition whose directory is on this host.

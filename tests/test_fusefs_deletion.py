@@ -209,3 +209,39 @@ def test_through_the_daemon_deleted_segments_end_views_cleanly(tmp_path):
         wait_for("the log start moves past it", lambda: gone(at_offset))
         assert opened_errno(at_offset) == errno.ENOENT
         assert "answering EIO" not in mnt.log and "Traceback" not in mnt.log
+
+
+def test_a_segment_replaced_under_its_name_never_reads_stale(tmp_path):
+    """Rolled segments keep the kernel's page cache between opens, but only while the name
+    still holds the same file: replaced (compaction's swap), truncated, or deleted and
+    written again, the next open reads what is on disk now."""
+    logs = tmp_path / "logs"
+    part = logs / "events-0"
+    prod = Producer(str(part), segment_bytes=4096, index_interval_bytes=256)
+    prod.batches(60)
+    prod.writer.close()
+    rolled = segment_bases(str(part))[1]
+    disk = str(part / (stem(rolled) + ".log"))
+    with mounted([logs], "--ttl", "0.2") as (mnt, _):
+        through = mnt.path("events", "0", stem(rolled) + ".log")
+        original = read(disk)
+        for _ in range(3):  # the second and third opens keep the cached pages
+            assert read(through) == original
+
+        swapped = bytes(reversed(original))  # same size, other bytes, another inode
+        with open(disk + ".swap", "wb") as f:
+            f.write(swapped)
+        os.rename(disk + ".swap", disk)
+        assert read(through) == swapped
+        assert read(through) == swapped
+
+        os.truncate(disk, len(swapped) // 2)  # the same inode, shorter
+        wait_for("the new size is seen", lambda: os.stat(through).st_size == len(swapped) // 2)
+        assert read(through) == swapped[:len(swapped) // 2]
+
+        os.remove(disk)  # deleted and written again with the first bytes
+        with open(disk, "wb") as f:
+            f.write(original)
+        wait_for("the new size is seen", lambda: os.stat(through).st_size == len(original))
+        assert read(through) == original
+        assert "Traceback" not in mnt.log
