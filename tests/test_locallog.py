@@ -166,3 +166,15 @@ def test_a_rescan_that_cannot_list_keeps_the_last_listing(tmp_path):
     lm.refresh()
     assert lm.logs() == []
     lm.close()
+
+
+def test_columnar_targets_are_checked_alike_in_process_and_through_the_daemon(tmp_path):
+    """One int64-array check: a float, a bool or a nested list is refused, not converted."""
+    write(tmp_path / "t-0", batches=5)[0].close()
+    lm = LogManager([tmp_path])
+    llog = lm.get("t", 0)
+    for bad in ([1.5], [True], [[1]], ["1"], [1 << 63], 5):
+        with pytest.raises(InvalidArgument, match="offsets must be"):
+            llog.resolve_offsets(bad)
+    assert llog.resolve_offsets([0, 10])["base_offset"].tolist() == [0, 10]
+    lm.close()

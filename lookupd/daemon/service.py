@@ -39,6 +39,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from ..errors import InvalidArgument, LookupdError, TooLarge, Unauthorized, Unavailable
+from ..log.locallog import int64_array
 from ..log.logmanager import LogManager
 
 log = logging.getLogger(__name__)
@@ -181,22 +182,10 @@ class Service:
 
     def _targets(self, values: Any, what: str) -> np.ndarray:
         """A list of int64 values as an array; TOO_LARGE past max_batch_lookups."""
-        if not isinstance(values, list):
-            raise InvalidArgument(f"{what} must be an array of integers, got {type(values).__name__}")
-        if len(values) > self.limits.max_batch_lookups:
+        if isinstance(values, list) and len(values) > self.limits.max_batch_lookups:
             raise TooLarge(f"{len(values)} {what} in one call; the limit is {self.limits.max_batch_lookups} "
                            f"(max_batch_lookups): split the list")
-        if not values:
-            return np.empty(0, np.int64)
-        try:
-            arr = np.asarray(values)
-        except (ValueError, OverflowError):
-            raise InvalidArgument(f"{what} must be a flat array of integers") from None
-        if arr.ndim != 1 or arr.dtype.kind not in "iu" or (arr.dtype.kind == "u" and int(arr.max()) >= 1 << 63):
-            kinds = {type(v).__name__ for v in values if isinstance(v, bool) or not isinstance(v, int)}
-            why = f"found {', '.join(sorted(kinds))}" if kinds else "a value is outside the int64 range"
-            raise InvalidArgument(f"{what} must be a flat array of int64 integers: {why}")
-        return arr.astype(np.int64, copy=False)
+        return int64_array(values, what)
 
 
 def _row(t) -> dict | None:

@@ -238,10 +238,6 @@ class LocalLog:
         return SegmentList(self, self._bases).segments(start)
 
     @property
-    def active_segment(self) -> LogSegment | None:
-        return SegmentList(self, self._bases).active
-
-    @property
     def log_start_offset(self) -> int:
         """First segment's base offset, or the broker's checkpointed log start if higher."""
         return SegmentList(self, self._bases).log_start_offset
@@ -440,7 +436,7 @@ class LocalLog:
     def lookup_offsets(self, v: SegmentList, offsets, mode: str = "floor") -> dict[str, np.ndarray]:
         """Vectorised `lookup_offset`: arrays segment, offset, position (-1 where nothing matches)."""
         _check_mode(mode)
-        t = _int64_array(offsets, "offsets")
+        t = int64_array(offsets, "offsets")
         n = len(t)
         seg_out = np.full(n, -1, np.int64)
         off_out = np.full(n, -1, np.int64)
@@ -483,7 +479,7 @@ class LocalLog:
         Targets are resolved in sorted order: each scan starts where the previous answer
         was, and a target inside the batch just found costs nothing.
         """
-        t = _int64_array(offsets, "offsets")
+        t = int64_array(offsets, "offsets")
         n = len(t)
         out = {k: np.full(n, -1, np.int64) for k in BatchLocation._fields}
         bases = np.asarray(v.bases, dtype=np.int64)
@@ -513,7 +509,7 @@ class LocalLog:
     @_one_listing
     def offsets_for_timestamps(self, v: SegmentList, timestamps) -> dict[str, np.ndarray]:
         """Vectorised `offset_for_timestamp`: arrays offset, timestamp, segment, position (-1 where none)."""
-        t = _int64_array(timestamps, "timestamps")
+        t = int64_array(timestamps, "timestamps")
         if len(t) and int(t.min()) < MAX_TIMESTAMP:
             _check_timestamp(int(t.min()), "timestamps: a value")
         n = len(t)
@@ -593,14 +589,26 @@ def _check_timestamp(value: object, what: str = "timestamp") -> int:
     return value
 
 
-def _int64_array(values, what: str) -> np.ndarray:
-    try:
-        arr = np.asarray(values, dtype=np.int64)
-    except (OverflowError, ValueError, TypeError):
-        raise InvalidArgument(f"{what} must be a list of int64 integers") from None
-    if arr.ndim != 1:
-        raise InvalidArgument(f"{what} must be a flat list")
-    return arr
+def int64_array(values, what: str) -> np.ndarray:
+    """A flat list (or 1-d integer array) of int64 values as an array; InvalidArgument naming what
+    was wrong otherwise (floats, bools, strings and nested lists are refused, not converted)."""
+    if isinstance(values, np.ndarray):
+        arr = values
+    elif isinstance(values, (list, tuple)):
+        if not values:
+            return np.empty(0, np.int64)
+        try:
+            arr = np.asarray(values)
+        except (ValueError, OverflowError):
+            raise InvalidArgument(f"{what} must be a flat array of integers") from None
+    else:
+        raise InvalidArgument(f"{what} must be an array of integers, got {type(values).__name__}")
+    if arr.ndim != 1 or arr.dtype.kind not in "iu" or (arr.dtype.kind == "u" and len(arr) and int(arr.max()) >= 1 << 63):
+        kinds = {type(v).__name__ for v in values if isinstance(v, bool) or not isinstance(v, (int, np.integer))} \
+            if arr.dtype.kind not in "iu" else set()
+        why = f"found {', '.join(sorted(kinds))}" if kinds else "a value is outside the int64 range"
+        raise InvalidArgument(f"{what} must be a flat array of int64 integers: {why}")
+    return arr.astype(np.int64, copy=False)
 
 
 def _whole_batches(data: bytes, position: int, seg: LogSegment) -> tuple[int, int]:
