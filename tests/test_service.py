@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 import pytest
 
@@ -162,25 +163,42 @@ def test_error_mapping(caplog):
 
 
 def test_thread_policy():
-    """Only lookup_offset on a mapped index runs inline; everything that may touch cold data uses a thread."""
+    """A lookup runs on the event loop when all it reads is in memory; cold data (an index not mapped
+    yet, `.log` pages not in the page cache) sends it to a thread; listings and columnar calls
+    always go there."""
     R.require()
     lm = LogManager([R.LOGS])
     try:
         svc = Service(lm)
-        p = ["large", 0, 1000, "floor"]
-        assert svc.call_inline("lookup_offset", p, TRUSTED) is NEEDS_THREAD  # index not mapped yet
-        want = call(svc, "lookup_offset", *p)
-        assert lm.get("large", 0).segment(0).offset_index.is_open
-        assert svc.call_inline("lookup_offset", p, TRUSTED) == want
-        assert svc.call_inline("lookup_offset", ["large", 0, 200010, "floor"], TRUSTED) is NEEDS_THREAD  # cold
+        ts = lm.get("large", 0).offset_for_timestamp(0).timestamp + 1000
+        hot = {"lookup_offset": ["large", 0, 1000, "floor"], "lookup_timestamp": ["large", 0, ts, "floor"],
+               "resolve_offset": ["large", 0, 1000], "offset_for_timestamp": ["large", 0, ts],
+               "read": ["large", 0, 1000, 1], "aborted_transactions": ["txn", 0, 0, 300]}
+        fresh = LogManager([R.LOGS])
+        for m, p in hot.items():
+            if m != "aborted_transactions":  # reads no index: inline as soon as its pages are cached
+                assert Service(fresh).call_inline(m, p, TRUSTED) is NEEDS_THREAD, m  # no index mapped yet
+        fresh.close()
+        for m, p in hot.items():
+            want = call(svc, m, *p)  # the worker thread's way: maps and opens what it needs
+            assert svc.call_inline(m, p, TRUSTED) == want, m
+        assert svc.call_inline("lookup_offset", ["plain", 0, 100, "floor"], TRUSTED) is NEEDS_THREAD  # not mapped
         with pytest.raises(LookupdError, match="not in the log dirs"):  # a cheap error is answered inline
             svc.call_inline("lookup_offset", ["nosuch", 0, 1, "floor"], TRUSTED)
         assert svc.call_inline("ping", [], TRUSTED) == "pong"
         assert svc.call_inline("stats", [], TRUSTED)["partitions"] == len(R.PARTITIONS)
-        for m in ("partitions", "segments", "lookup_timestamp", "resolve_offset", "offset_for_timestamp", "read",
-                  "aborted_transactions", "lookup_offsets", "resolve_offsets", "offsets_for_timestamps"):
-            assert svc.call_inline(m, ["large", 0, 1000, "floor"], TRUSTED) is NEEDS_THREAD
-        assert Service(lm, inline_hot_lookups=False).call_inline("lookup_offset", p, TRUSTED) is NEEDS_THREAD
+        for m in ("partitions", "segments", "lookup_offsets", "resolve_offsets", "offsets_for_timestamps"):
+            assert svc.call_inline(m, ["large", 0, [1000], "floor"][:len(METHODS[m].params)], TRUSTED) is NEEDS_THREAD
+        assert Service(lm, inline_hot_lookups=False).call_inline("lookup_offset", hot["lookup_offset"],
+                                                                   TRUSTED) is NEEDS_THREAD
+        # The .log's pages leave the page cache: the batch scan would wait for the disk.
+        seg = lm.get("large", 0).resolve_offset(1000).segment
+        fd = os.open(str(R.log_dir("large-0") / f"{seg:020d}.log"), os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+        assert svc.call_inline("resolve_offset", hot["resolve_offset"], TRUSTED) is NEEDS_THREAD
+        assert call(svc, "resolve_offset", *hot["resolve_offset"]) == svc.call_inline(
+            "resolve_offset", hot["resolve_offset"], TRUSTED)  # cached again by the threaded call
     finally:
         lm.close()
 

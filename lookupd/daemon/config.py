@@ -43,7 +43,7 @@ class Config:
     max_open_indexes: int = 4096        # index/log files kept open and mapped (LRU)
     max_mapped_bytes: int = 4 << 30     # bytes of index maps kept (LRU)
     blocking_threads: int = 16          # worker threads for calls that may touch the disk
-    inline_hot_lookups: bool = True     # run lookup_offset on the event loop when its index is mapped
+    inline_hot_lookups: bool = True     # single lookups on the event loop when all they read is in memory
 
     @classmethod
     def load(cls, path: str | None, **overrides: Any) -> "Config":

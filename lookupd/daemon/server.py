@@ -7,12 +7,11 @@ systemd: sockets passed by socket activation (LISTEN_FDS, Unix and TCP) replace 
 
 Structure: a nursery of listeners inside a nursery of connections inside the root nursery
 (rescans, signals, watchdog). Each connection is a reader task plus one task per request
-that needs a worker thread. Where work runs (see Service.call_inline): lookup_offset on an
-already mapped index runs on the event loop (~10 us; through trio.to_thread the same call
-costs ~200 us on 2 cores, and a daemon doing every lookup in threads has ~2.5x the
-single-client latency and a fifth of the 8-client throughput: bench/bench_daemon.py);
-anything that may page an index in or read a `.log` runs in a worker thread under a
-CapacityLimiter of `blocking_threads`, so a cold index on a slow disk stalls only its caller.
+that needs a worker thread. Where work runs (see Service.call_inline): a single lookup whose
+data is all in memory runs on the event loop (microseconds; a trip through trio.to_thread
+costs ~100-200 us on 2 cores: bench/bench_daemon.py); one that would wait for the disk, and
+every listing and columnar call, runs in a worker thread under a CapacityLimiter of
+`blocking_threads`, so a cold index on a slow disk stalls only its caller.
 `stats` counts `connections` currently open, `requests` and `errors` since start.
 """
 

@@ -39,6 +39,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from ..errors import InvalidArgument, LookupdError, TooLarge, Unauthorized, Unavailable
+from ..log.fileio import WouldBlock, nonblocking
 from ..log.locallog import int64_array
 from ..log.logmanager import LogManager
 
@@ -90,8 +91,10 @@ def auth_penalty(session: Session) -> tuple[float, bool]:
     return min(AUTH_DELAY_S * 2 ** (n - 2), AUTH_DELAY_MAX_S), n >= MAX_AUTH_FAILURES
 
 
-# Where a method may run: "inline" on the event loop always (no file access), "hot" inline
-# only when the index it searches is mapped already, "thread" always in a worker thread.
+# Where a method may run: "inline" on the event loop always (no file access); "hot" on the event
+# loop when everything it reads is in memory (tried in non-blocking mode: see
+# lookupd.log.fileio), else in a worker thread; "thread" always in a worker thread (listings and
+# columnar calls: milliseconds of CPU even when hot, which would hold up every other client).
 INLINE, HOT, THREAD = "inline", "hot", "thread"
 NEEDS_THREAD = object()  # call_inline's answer for a call that must go to a worker thread
 
@@ -127,29 +130,22 @@ class Service:
             raise Unauthorized("this connection must call auth [token] first (the daemon has a token configured)")
 
     def call_inline(self, name: str, params: list, session: Session) -> Any:
-        """Run the call now if it cannot touch cold data, else return NEEDS_THREAD.
+        """Run the call now if nothing it reads has to come from the disk, else return NEEDS_THREAD.
 
-        Inline: methods without file access, and lookup_offset when the offset index it
-        searches is mapped already (microseconds). Everything else may page an index in or
-        read a `.log` and belongs in a worker thread (`call`).
+        A "hot" method runs in non-blocking mode: an index not mapped or not resident, or a
+        `.log` read that would wait (RWF_NOWAIT), raises WouldBlock, and the whole call is run
+        again in a worker thread (`call`); lookups only read, so nothing is left half done.
         """
         m = METHODS.get(name)
         if m is None or m.where == INLINE:
             return self.call(name, params, session)
         if m.where == THREAD or not self.inline_hot_lookups:
             return NEEDS_THREAD
-        index = self._floor_index(params)
-        if index is None:  # bad params or below the first segment: answered without the index
-            return self.call(name, params, session)
-        return self.call(name, params, session) if index.is_open else NEEDS_THREAD
-
-    def _floor_index(self, params: list):
-        """The offset index lookup_offset searches, None if it needs none (or the params are bad)."""
         try:
-            seg = self.manager.get(params[0], params[1]).floor_segment(params[2])
-        except (LookupdError, IndexError, TypeError):
-            return None
-        return seg.offset_index if seg is not None else None
+            with nonblocking():
+                return self.call(name, params, session)
+        except WouldBlock:
+            return NEEDS_THREAD
 
     def call(self, name: str, params: list, session: Session) -> Any:
         """Run one method (in a worker thread: it may block); raises LookupdError for caller mistakes."""
@@ -284,13 +280,11 @@ METHODS: dict[str, Method] = {
     "partitions": Method(_partitions, (), THREAD),
     "segments": Method(_segments, _TP, THREAD),
     "lookup_offset": Method(_lookup_offset, _TP + ("offset", "mode"), HOT),
-    # Picking the segment reads every segment's largest timestamp (an fstat each, a pread
-    # of a cold time index): not a microsecond operation, so never inline.
-    "lookup_timestamp": Method(_lookup_timestamp, _TP + ("timestamp", "mode"), THREAD),
-    "resolve_offset": Method(_resolve_offset, _TP + ("offset",), THREAD),
-    "offset_for_timestamp": Method(_offset_for_timestamp, _TP + ("timestamp",), THREAD),
-    "aborted_transactions": Method(_aborted_transactions, _TP + ("start_offset", "end_offset"), THREAD),
-    "read": Method(_read, _TP + ("offset", "max_bytes"), THREAD),
+    "lookup_timestamp": Method(_lookup_timestamp, _TP + ("timestamp", "mode"), HOT),
+    "resolve_offset": Method(_resolve_offset, _TP + ("offset",), HOT),
+    "offset_for_timestamp": Method(_offset_for_timestamp, _TP + ("timestamp",), HOT),
+    "aborted_transactions": Method(_aborted_transactions, _TP + ("start_offset", "end_offset"), HOT),
+    "read": Method(_read, _TP + ("offset", "max_bytes"), HOT),
     "lookup_offsets": Method(_lookup_offsets, _TP + ("offsets", "mode"), THREAD),
     "resolve_offsets": Method(_resolve_offsets, _TP + ("offsets",), THREAD),
     "offsets_for_timestamps": Method(_offsets_for_timestamps, _TP + ("timestamps",), THREAD),

@@ -237,7 +237,43 @@ native_plain_slot(PyObject *self, PyObject *args)
     return PyLong_FromSsize_t(hi);
 }
 
+/*
+ * Residency: whether every page of [address, address + length) is in memory, so that reading it
+ * cannot wait for the disk (mincore). The daemon answers a lookup on its event loop only when
+ * the index pages it will search are resident; otherwise it hands the lookup to a worker thread.
+ */
+#define RESIDENT_VEC 4096
+
+static PyObject *
+native_resident(PyObject *self, PyObject *args)
+{
+    unsigned long long address;
+    Py_ssize_t length;
+    if (!PyArg_ParseTuple(args, "Kn", &address, &length))
+        return NULL;
+    if (length <= 0)
+        Py_RETURN_TRUE;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t start = (uintptr_t)address & ~(page - 1);
+    uintptr_t end = (uintptr_t)address + (uintptr_t)length;
+    unsigned char vec[RESIDENT_VEC];
+    while (start < end) {
+        size_t pages = (end - start + page - 1) / page;
+        if (pages > RESIDENT_VEC)
+            pages = RESIDENT_VEC;
+        if (mincore((void *)start, pages * page, vec) != 0)
+            Py_RETURN_FALSE;  /* not a mapping we can ask about: take the safe answer */
+        for (size_t i = 0; i < pages; i++)
+            if (!(vec[i] & 1))
+                Py_RETURN_FALSE;
+        start += pages * page;
+    }
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef methods[] = {
+    {"resident", native_resident, METH_VARARGS,
+     "resident(address, length) -> whether every page of the range is in memory (mincore)."},
     {"slot", native_slot, METH_VARARGS,
      "slot(buffer, n, entry_size, field_offset, width, target, warm_entries, upper) -> Kafka's slot search."},
     {"plain_slot", native_plain_slot, METH_VARARGS,

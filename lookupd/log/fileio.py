@@ -1,15 +1,49 @@
-"""Read-only file handles that close themselves when the last user lets go.
+"""Read-only file handles that close themselves when the last user lets go, and reads that never wait.
 
 A handle may be dropped by the cache (eviction, segment deleted) while another thread is
 still reading through it; closing the descriptor then could hand its number to a new
 file mid-read. So nothing closes a descriptor explicitly: the handle's finalizer does,
 once no reader holds it.
+
+Non-blocking mode (`nonblocking()`, per thread): the daemon runs a lookup on its event loop
+inside it. Reads then use `preadv(..., RWF_NOWAIT)`, which returns at once with EAGAIN when
+the data is not in the page cache (about a microsecond on ext4), and indexes that are not
+mapped or not resident raise `WouldBlock` instead of touching the disk; the daemon then runs
+the lookup again in a worker thread. Lookups only read, so starting one over is harmless.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 import weakref
+from typing import Iterator
+
+
+class WouldBlock(BaseException):
+    """Raised in non-blocking mode where a read would wait for the disk. A BaseException so that no
+    handler for ordinary errors (OSError, Exception) on the way up can take it for a failure."""
+
+
+_mode = threading.local()
+_NOWAIT = getattr(os, "RWF_NOWAIT", None)
+
+
+def is_nonblocking() -> bool:
+    return getattr(_mode, "on", False)
+
+
+@contextlib.contextmanager
+def nonblocking() -> Iterator[None]:
+    """Within this block (this thread only), reads that would wait for the disk raise WouldBlock."""
+    if _NOWAIT is None:  # no RWF_NOWAIT (not Linux): every read may block, so nothing runs inline
+        raise WouldBlock()
+    _mode.on = True
+    try:
+        yield
+    finally:
+        _mode.on = False
 
 
 class FileHandle:
@@ -27,6 +61,8 @@ class FileHandle:
 
     def pread(self, size: int, position: int) -> bytes:
         """Up to `size` bytes at `position`; shorter only at end of file."""
+        if getattr(_mode, "on", False):
+            return self._pread_nowait(size, position)
         data = os.pread(self.fd, size, position)
         if len(data) == size or not data:
             return data
@@ -39,6 +75,20 @@ class FileHandle:
             parts.append(more)
             got += len(more)
         return b"".join(parts)
+
+
+    def _pread_nowait(self, size: int, position: int) -> bytes:
+        buf = bytearray(size)
+        got = 0
+        while got < size:
+            try:
+                n = os.preadv(self.fd, [memoryview(buf)[got:]], position + got, _NOWAIT)
+            except BlockingIOError:
+                raise WouldBlock() from None
+            if n == 0:
+                break
+            got += n
+        return bytes(buf) if got == size else bytes(buf[:got])
 
 
 class LazyHandle:

@@ -38,12 +38,14 @@ import mmap
 import os
 import struct
 import threading
+import time
 import weakref
 from typing import TYPE_CHECKING, Callable, NamedTuple, TypeVar
 
 import numpy as np
 
 from ..errors import CorruptIndexError
+from .fileio import WouldBlock, is_nonblocking
 
 try:
     from . import _native
@@ -60,6 +62,9 @@ WARM_SECTION_BYTES = 8192
 _PROBE_BYTES = 4096
 _PAGE_IN_CHUNK = 1 << 20
 _RETRIES = 5
+# How long a mapping found resident is trusted before mincore is asked again: pages of an index
+# being searched stay hot; one evicted meanwhile costs a page fault on the event loop at worst.
+RESIDENCY_RECHECK_S = 0.05
 
 
 def _no_faults() -> int:
@@ -124,7 +129,7 @@ class IndexMapping:
     not take page faults while holding the GIL and stall every other thread.
     """
 
-    __slots__ = ("mm", "length", "__weakref__")
+    __slots__ = ("mm", "length", "address", "__weakref__")
 
     def __init__(self, path: str):
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -137,12 +142,20 @@ class IndexMapping:
             os.close(fd)
         self.mm = mm
         self.length = length
+        self.address = 0
         if mm is not None:
             slot = -1
             if _native is not None:
                 _native.install()
-                slot = _native.register(np.frombuffer(mm, np.uint8).ctypes.data, length)
+                self.address = np.frombuffer(mm, np.uint8).ctypes.data
+                slot = _native.register(self.address, length)
             weakref.finalize(self, _release, mm, slot)
+
+    def resident(self) -> bool:
+        """Whether every page of the map is in memory (False when that cannot be asked)."""
+        if self.mm is None:
+            return True
+        return _native is not None and _native.resident(self.address, self.length)
 
     def size(self) -> int:
         """The file's size now (an fstat)."""
@@ -165,6 +178,9 @@ class _Missing:
 
     def size(self) -> int:
         return 0
+
+    def resident(self) -> bool:
+        return True
 
 
 _MISSING = _Missing()
@@ -191,6 +207,7 @@ class AbstractIndex:
         self._verify: Callable[[int, int], bool] | None = None
         self._rejected: tuple[int, bytes] | None = None
         self._checked: _State | None = None  # the last state whose last entry passed `_verify`
+        self._resident_checked: tuple[object, float] | None = None  # (mapping, when mincore said resident)
         self._native_cols: tuple[object, int, np.ndarray, np.ndarray] | None = None
         self.warm_entries = WARM_SECTION_BYTES // self.ENTRY_SIZE
         self._ZERO = bytes(self.ENTRY_SIZE)
@@ -251,6 +268,8 @@ class AbstractIndex:
 
     def _load(self) -> _State:
         """(Re)map the file, work out its valid entries from scratch, and publish both at once."""
+        if is_nonblocking():
+            raise WouldBlock()  # mapping reads the whole file in: a worker thread's job
         for _ in range(_RETRIES):
             before = _faults()
             try:
@@ -389,6 +408,8 @@ class AbstractIndex:
         search never pairs one mapping with another mapping's entry count.
         """
         st = self._state
+        if is_nonblocking():
+            self._check_resident(st)
         if st is None:
             st = self._ensure_open()
         elif self._cache is not None:
@@ -404,6 +425,20 @@ class AbstractIndex:
         if self._verify is not None and st.entries and st is not self._checked and st.mapping.mm is not None:
             st = self._check_against_log(st)
         return st
+
+    def _check_resident(self, st: _State | None) -> None:
+        """Non-blocking mode: raise WouldBlock unless the index is mapped and its pages are in memory.
+        Residency is asked at most every RESIDENCY_RECHECK_S per mapping (one mincore)."""
+        if st is None:
+            raise WouldBlock()
+        m = st.mapping
+        now = time.monotonic()
+        checked = self._resident_checked
+        if checked is not None and checked[0] is m and now - checked[1] < RESIDENCY_RECHECK_S:
+            return
+        if not m.resident():
+            raise WouldBlock()
+        self._resident_checked = (m, now)
 
     def _intact(self, m: IndexMapping | _Missing, n: int) -> bool:
         """Whether the file still holds the first `n` entries.
@@ -507,6 +542,8 @@ class AbstractIndex:
         the index is mapped already, missing, empty, or ends in a preallocated zero tail."""
         if self._state is not None:
             return None
+        if is_nonblocking():
+            raise WouldBlock()
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:

@@ -208,13 +208,6 @@ class LocalLog:
         for seg in segs:
             seg.close()
 
-    def floor_segment(self, offset: int) -> LogSegment | None:
-        """The segment an offset lookup for `offset` searches (the last one based at or below it),
-        None below the first segment."""
-        bases = self._bases
-        slot = bisect.bisect_right(bases, offset) - 1
-        return self.segment(bases[slot]) if slot >= 0 else None
-
     @property
     def base_offsets(self) -> list[int]:
         return self._bases
