@@ -44,6 +44,10 @@ ACCEPT_RESOURCE_ERRORS = frozenset((errno.EMFILE, errno.ENFILE, errno.ENOMEM, er
 ACCEPT_RETRY_S = 0.1
 # How long a refused client is given to read its UNAVAILABLE notification before the close.
 REFUSE_GRACE_S = 1.0
+# The idle sweep looks at every connection IDLE_SWEEP_STEPS times per idle_timeout_s (at most
+# every IDLE_SWEEP_MIN_S): an idle connection is closed within a quarter of the timeout late.
+IDLE_SWEEP_STEPS = 4
+IDLE_SWEEP_MIN_S = 0.05
 # How long a closing connection may take to write answers it already computed.
 FLUSH_ON_CLOSE_S = 1.0
 # Descriptors never given to connections: stdio, the listeners, a rescan's directory listings,
@@ -101,6 +105,7 @@ class Daemon:
         self._rescan_now: trio.Event | None = None
         self._stopping = False
         self._readers: set[trio.CancelScope] = set()
+        self._states: set[_ConnState] = set()
         self._conns: trio.Nursery | None = None
         self._forced = False
         self._next_id = 0
@@ -124,6 +129,7 @@ class Daemon:
             if handle_signals:
                 await root.start(self._signals)
             root.start_soon(self._rescan_loop)
+            root.start_soon(self._idle_sweep)
             interval = watchdog_interval()
             if interval:
                 root.start_soon(self._watchdog, interval)
@@ -241,6 +247,7 @@ class Daemon:
         state = _ConnState(stream, conn, peer, trio.Semaphore(self.cfg.max_in_flight_per_connection))
         reader = trio.CancelScope()
         self._readers.add(reader)
+        self._states.add(state)
         if self._stopping:
             reader.cancel()
         try:
@@ -252,6 +259,7 @@ class Daemon:
             log.exception("%s: unexpected failure; closing the connection", peer)
         finally:
             self._readers.discard(reader)
+            self._states.discard(state)
             self.counters.connections -= 1
             await trio.aclose_forcefully(stream)
 
@@ -314,18 +322,31 @@ class Daemon:
                 await self._flush(st, out)  # answers already computed still go out on the way down
 
     async def _receive(self, st: "_ConnState") -> bytes | None:
-        """The next bytes (b"" at end of stream), None when the peer went idle or away."""
+        """The next bytes (b"" at end of stream), None when the peer went away. The idle timeout is
+        enforced by `_idle_sweep` (one task for all connections, not a cancel scope per receive)."""
+        st.waiting = True
+        try:
+            data = await st.stream.receive_some(RECEIVE_BYTES)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as err:
+            log.info("%s: connection lost (%s)", st.peer, err.__cause__ or err)
+            st.nursery.cancel_scope.cancel()
+            return None
+        finally:
+            st.waiting = False
+        st.last_active = trio.current_time()
+        return data
+
+    async def _idle_sweep(self) -> None:
+        """Close connections whose peer sent nothing for idle_timeout_s while nothing was in flight."""
+        idle = self.cfg.idle_timeout_s
         while True:
-            with trio.move_on_after(self.cfg.idle_timeout_s):
-                try:
-                    return await st.stream.receive_some(RECEIVE_BYTES)
-                except (trio.BrokenResourceError, trio.ClosedResourceError) as err:
-                    log.info("%s: connection lost (%s)", st.peer, err.__cause__ or err)
+            await trio.sleep(max(IDLE_SWEEP_MIN_S, idle / IDLE_SWEEP_STEPS))
+            now = trio.current_time()
+            for st in list(self._states):
+                if st.waiting and now - st.last_active >= idle and \
+                        st.slots.value == self.cfg.max_in_flight_per_connection:
+                    log.info("%s: idle for %.0f s; closing", st.peer, idle)
                     st.nursery.cancel_scope.cancel()
-                    return None
-            if st.slots.value == self.cfg.max_in_flight_per_connection:
-                log.info("%s: idle for %.0f s; closing", st.peer, self.cfg.idle_timeout_s)
-                return None
 
     async def _in_thread(self, st: "_ConnState", session: Session, req: rpc.Request) -> None:
         try:
@@ -358,7 +379,24 @@ class Daemon:
             await self._send(st, data)
 
     async def _send(self, st: "_ConnState", data: bytes) -> None:
-        """Write one whole message; a peer that stopped reading or went away loses its connection."""
+        """Write one whole message; a peer that stopped reading or went away loses its connection.
+
+        Most answers fit the socket buffer: they are written with one system call and no
+        scheduling. The rest (and anything written while another write is under way) go
+        through trio under the connection's lock, with idle_timeout_s for the peer to read.
+        """
+        if not st.send_lock.locked():
+            try:
+                sent = os.write(st.fd, data)
+            except BlockingIOError:
+                sent = 0
+            except OSError as err:
+                log.info("%s: went away before reading its responses (%s)", st.peer, err.strerror)
+                st.nursery.cancel_scope.cancel()
+                return
+            if sent == len(data):
+                return
+            data = data[sent:]
         async with st.send_lock:
             with trio.move_on_after(self.cfg.idle_timeout_s) as timeout:
                 try:
@@ -372,15 +410,21 @@ class Daemon:
 
 
 class _ConnState:
-    __slots__ = ("stream", "conn", "peer", "slots", "send_lock", "nursery")
+    """One connection's state. The reader task writes its own answers; `send_lock` is taken only
+    when a write cannot finish at once or a threaded answer is being written (see `_send`)."""
+
+    __slots__ = ("stream", "fd", "conn", "peer", "slots", "send_lock", "nursery", "last_active", "waiting")
 
     def __init__(self, stream: trio.SocketStream, conn: rpc.Connection, peer: str, slots: trio.Semaphore):
         self.stream = stream
+        self.fd = stream.socket.fileno()
         self.conn = conn
         self.peer = peer
         self.slots = slots
         self.send_lock = trio.Lock()
         self.nursery: trio.Nursery | None = None
+        self.last_active = trio.current_time()  # when the peer last sent something
+        self.waiting = False  # the reader waits for the peer (the idle sweep may close it)
 
 
 # ====================================================================== entry point
