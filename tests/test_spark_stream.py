@@ -12,7 +12,10 @@ import time
 
 import pytest
 
-from spark_fixtures import LiveTopic, live_log, spark  # noqa: F401
+from spark_fixtures import (LiveTopic, aborted_offsets, arrow_rows, live_log, ref_daemon,  # noqa: F401
+                            reference_rows, spark)
+
+import pyarrow as pa  # noqa: E402
 
 from pyspark.errors import AnalysisException, StreamingQueryException  # noqa: E402
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows  # noqa: E402
@@ -213,6 +216,22 @@ def test_available_now_stops_at_the_offsets_present_when_it_started(spark, live_
     assert len(t.records[0]) == 180
 
 
+def test_trigger_once_reads_everything_in_one_batch(spark, live_log, tmp_path):
+    root, address = live_log
+    t = LiveTopic(root, address, "once")
+    t.append(0, 60)
+    t.wait_visible(0)
+    t.close()
+    sink = Batches()
+    q = stream(spark, address, subscribe="once", startingOffsets="earliest", maxOffsetsPerTrigger="10") \
+        .writeStream.foreachBatch(sink).trigger(once=True).option("checkpointLocation", str(tmp_path / "ck")).start()
+    try:
+        assert q.awaitTermination(QUERY_TIMEOUT_S)
+    finally:
+        q.stop()
+    assert [len(b) for b in sink.batches] == [60]  # Spark ignores the read limit with Trigger.Once
+
+
 def test_ending_options_are_refused_for_streams(spark, live_log):
     root, address = live_log
     q = None
@@ -284,6 +303,42 @@ def test_min_offsets_per_trigger_waits_until_max_trigger_delay(live_log):
     capped = reader(address, subscribe="minrows", startingOffsets="earliest", maxOffsetsPerTrigger="8")
     assert capped.getDefaultReadLimit() == ReadMaxRows(8)
     assert capped.latestOffset(start, capped.getDefaultReadLimit()) == {"minrows": {"0": 8}}
+
+
+def test_starting_timestamp_and_topics_that_appear_later(live_log):
+    root, address = live_log
+    t = LiveTopic(root, address, "pattern-a")
+    t.append(0, 30)  # timestamps 1_767_225_600_000 + offset
+    t.wait_visible(0)
+    r = reader(address, subscribePattern="pattern-.*", startingTimestamp=str(1_767_225_600_000 + 12))
+    start = r.initialOffset()
+    assert start == {"pattern-a": {"0": 12}}
+    u = LiveTopic(root, address, "pattern-b")
+    u.append(0, 7)
+    u.wait_visible(0)
+    end = r.latestOffset(start, ReadAllAvailable())
+    assert end == {"pattern-a": {"0": 30}, "pattern-b": {"0": 7}}
+    assert [(s.topic, s.start, s.end) for s in r.partitions(start, end)] == [("pattern-a", 12, 30), ("pattern-b", 0, 7)]
+    with pytest.raises(OptionError, match="No offset matched from request of topic-partition pattern-a-0"):
+        reader(address, subscribe="pattern-a", startingTimestamp=str(1_767_225_700_000)).initialOffset()
+    late = reader(address, subscribe="pattern-a", startingTimestamp=str(1_767_225_700_000),
+                  startingOffsetsByTimestampStrategy="latest")
+    assert late.initialOffset() == {"pattern-a": {"0": 30}}
+    assert reader(address, subscribe="pattern-c").initialOffset() == {}  # a topic that does not exist yet
+    t.close()
+    u.close()
+
+
+def test_read_committed_micro_batch(ref_daemon):
+    r = reader(ref_daemon, subscribe="txn", startingOffsets="earliest", isolationLevel="read_committed",
+               includeHeaders="true", maxBytesPerSplit="20000")
+    start = r.initialOffset()
+    end = r.latestOffset(start, ReadAllAvailable())
+    splits = r.partitions(start, end)
+    assert len(splits) > 1
+    rows = arrow_rows(pa.Table.from_batches([b for s in splits for b in r.read(s)], r.settings.arrow_schema))
+    aborted = aborted_offsets("txn-0")
+    assert rows == [row for row in reference_rows("txn-0") if row[0] not in aborted]
 
 
 def test_lost_partitions_and_offsets_fail_or_are_skipped(live_log):
