@@ -73,17 +73,24 @@ class KafkaSegmentsStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         self._available_now: Offsets | None = None  # the end Trigger.AvailableNow fixed when the query started
         self._latest: Offsets | None = None  # log end offsets at the last trigger (reportLatestOffset)
         self._last_trigger_ms = time.time() * 1000
+        self._initial: dict | None = None
 
     # ------------------------------------------------------------- offsets (driver)
 
     def initialOffset(self) -> dict:
-        """Where a new query starts: startingOffsets / startingTimestamp / startingOffsetsByTimestamp."""
-        with Daemons(self.settings.token) as daemons:
-            routes = discover(self.options.address, daemons)
-            infos = [route(routes, tp, self.options.address)
-                     for tp in select(self.options, routes, need_topics=False)]
-            check_partitions(self.options, [i.tp for i in infos])
-            return to_json({i.tp: resolve_bounds(self.options, daemons.client(i.address), i)[0] for i in infos})
+        """Where a new query starts: startingOffsets / startingTimestamp / startingOffsetsByTimestamp.
+
+        Resolved once: Spark asks again when it plans the first micro-batch, and `latest` must not
+        move past the end it already chose."""
+        if self._initial is None:
+            with Daemons(self.settings.token) as daemons:
+                routes = discover(self.options.address, daemons)
+                infos = [route(routes, tp, self.options.address)
+                         for tp in select(self.options, routes, need_topics=False)]
+                check_partitions(self.options, [i.tp for i in infos])
+                self._initial = to_json({i.tp: resolve_bounds(self.options, daemons.client(i.address), i)[0]
+                                         for i in infos})
+        return self._initial
 
     def prepareForTriggerAvailableNow(self) -> None:
         with Daemons(self.settings.token) as daemons:

@@ -24,6 +24,7 @@ from spark_client.datasource import KafkaSegmentsDataSource  # noqa: E402
 from spark_client.errors import DataLossError, OptionError  # noqa: E402
 from spark_client.options import parse_stream_options  # noqa: E402
 from spark_client.stream import rate_limit  # noqa: E402
+from lookupd.rpc.client import Client  # noqa: E402
 
 QUERY_TIMEOUT_S = 60
 
@@ -292,6 +293,7 @@ def test_min_offsets_per_trigger_waits_until_max_trigger_delay(live_log):
     t.append(0, 20)
     t.wait_visible(0)
     assert r.latestOffset(start, r.getDefaultReadLimit()) == {"minrows": {"0": 30}}  # 30 >= 25
+    assert r.initialOffset() == start  # Spark asks again when it plans the first micro-batch
     later = {"minrows": {"0": 30}}
     t.append(0, 5)
     t.wait_visible(0)
@@ -357,3 +359,28 @@ def test_lost_partitions_and_offsets_fail_or_are_skipped(live_log):
     assert lenient.partitions(gone, {"lost": {"0": 20}}) == []
     splits = lenient.partitions({"lost": {"0": 3}, "lost9": {"0": 0}}, {"lost": {"0": 20}, "lost9": {"0": 5}})
     assert [(s.topic, s.start, s.end) for s in splits] == [("lost", 3, 20)]
+
+
+# ---------------------------------------------------------------- the example
+
+
+def test_follow_example_counts_every_record_appended_while_it_runs(spark, live_log):
+    from spark_client.examples import follow
+
+    root, address = live_log
+    t = LiveTopic(root, address, "follow", partitions=2)
+    for p in (0, 1):
+        t.append(p, 10)  # before the start: not counted (latest)
+        t.wait_visible(p)
+    t.close()
+    args = follow.parse_args(["--topic", "follow", "--address", address, "--seconds", "4", "--trigger", "1",
+                              "--append-to", root, "--rate", "80"])
+    lines = []
+    counts = follow.run(args, spark, report=lines.append)
+    assert lines and all(line.startswith("micro-batch ") for line in lines)
+    assert {topic for _, topic in counts} == {"follow"}
+    now = time.time() * 1000
+    assert all(now - 120_000 < minute <= now for minute, _ in counts)  # stamped when appended
+    with Client(address) as c:
+        ends = [p["log_end_offset"] for p in c.partitions() if p["topic"] == "follow"]
+    assert sum(counts.values()) == sum(ends) - 20 > 0
