@@ -29,7 +29,8 @@ from .common import address, session
 MINUTE_MS = 60_000
 APPEND_INTERVAL_S = 0.25  # the writer appends one batch per partition this often
 SEGMENT_BYTES = 64 * 1024  # as `lookupd demo-data` rolls, so appends roll segments too
-VISIBLE_TIMEOUT_S = 30.0  # the daemon shows new segments within its rescan interval
+VISIBLE_TIMEOUT_S = 30.0
+SHUFFLE_PARTITIONS = 4  # the daemon shows new segments within its rescan interval
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -116,7 +117,7 @@ def run(args: argparse.Namespace, spark, *, report=print) -> dict[tuple[int, str
         for m, topic, n in changed:
             counts[(m, topic)] = n
         if changed:
-            report(f"micro-batch {batch_id}: " + ", ".join(f"{_minute(m)} {t} {n}" for m, t, n in changed))
+            report(f"micro-batch {batch_id} ({len(changed)} minute-topic counts changed): " + ", ".join(f"{_minute(m)} {t} {n}" for m, t, n in changed))
 
     query = (df.groupBy(minute, "topic").count().writeStream.outputMode("update").foreachBatch(show)
              .trigger(processingTime=f"{args.trigger} seconds").start())
@@ -143,10 +144,12 @@ def _minute(epoch_ms: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    spark = session("kafka-segments follow")
-    spark.sparkContext.setLogLevel("WARN")
+    # A few shuffle partitions: the aggregate is small, and 200 tasks per micro-batch would take seconds.
+    spark = session("kafka-segments follow", **{"spark.sql.shuffle.partitions": str(SHUFFLE_PARTITIONS),
+                                                 "spark.ui.showConsoleProgress": "false"})
+    spark.sparkContext.setLogLevel("ERROR")
     try:
-        counts = run(args, spark)
+        counts = run(args, spark, report=lambda line: print(line, flush=True))
     finally:
         spark.stop()
     print(f"{'minute (UTC)':<17} {'topic':<20} {'records':>9}")
