@@ -16,7 +16,6 @@ import random
 import statistics
 import sys
 import tempfile
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
