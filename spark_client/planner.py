@@ -2,10 +2,12 @@
 
 Runs in the driver. A batch read resolves its bounds from the options (`plan`); a micro-batch
 of a stream has them from its offsets (spark_client.stream); both are cut into splits by
-`plan_ranges`, so batch and stream splits are made, and read, the same way. Every bound is resolved through the daemons with columnar calls, one
-per partition and step (offsets_for_timestamps for timestamps, resolve_offsets for the
-batches at the bounds, the segment starts and the cut points), the partitions' calls in
-flight together over one connection per daemon. Errors mirror Spark's Kafka source.
+`plan_ranges`, so batch and stream splits are made, and read, the same way.
+
+Every bound is resolved through the daemons with columnar calls, one per partition and step
+(offsets_for_timestamps for timestamps, resolve_offsets for the batches at the bounds, the
+segment starts and the cut points), the partitions' calls in flight together over one
+connection per daemon. Errors mirror Spark's Kafka source.
 """
 
 from __future__ import annotations

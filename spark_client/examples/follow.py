@@ -55,6 +55,9 @@ class Appender(threading.Thread):
         with Client(daemon) as c:
             self.partitions = sorted((p["topic"], p["partition"]) for p in c.partitions() if p["topic"] in topics)
             ends = {(p["topic"], p["partition"]): p["log_end_offset"] for p in c.partitions() if p["topic"] in topics}
+        if not self.partitions:
+            raise ValueError(f"no partition of {', '.join(topics)} is served by lookupd at {daemon}: "
+                             f"nothing to append to")
         self.daemon_address = daemon
         self.writers = {tp: LogWriter(os.path.join(log_dir, f"{tp[0]}-{tp[1]}"), segment_bytes=SEGMENT_BYTES)
                         for tp in self.partitions}
@@ -78,9 +81,13 @@ class Appender(threading.Thread):
         except BaseException as err:  # noqa: BLE001 - reported by finish()
             self.failure = err
 
+    def halt(self) -> None:
+        """Stop appending (after the current round)."""
+        self._halt.set()
+
     def finish(self) -> None:
         """Stop appending, close the writers, and wait until the daemon shows every record written."""
-        self._halt.set()
+        self.halt()
         self.join()
         for w in self.writers.values():
             w.close()
@@ -117,7 +124,8 @@ def run(args: argparse.Namespace, spark, *, report=print) -> dict[tuple[int, str
         for m, topic, n in changed:
             counts[(m, topic)] = n
         if changed:
-            report(f"micro-batch {batch_id} ({len(changed)} minute-topic counts changed): " + ", ".join(f"{_minute(m)} {t} {n}" for m, t, n in changed))
+            report(f"micro-batch {batch_id} ({len(changed)} minute-topic counts changed): "
+                   + ", ".join(f"{_minute(m)} {t} {n}" for m, t, n in changed))
 
     query = (df.groupBy(minute, "topic").count().writeStream.outputMode("update").foreachBatch(show)
              .trigger(processingTime=f"{args.trigger} seconds").start())
@@ -133,7 +141,7 @@ def run(args: argparse.Namespace, spark, *, report=print) -> dict[tuple[int, str
         query.processAllAvailable()
     finally:
         if appender is not None and appender.is_alive():
-            appender._halt.set()
+            appender.halt()
         query.stop()
     return counts
 
