@@ -19,7 +19,7 @@ SPARK_TO     ?= 2026-01-01T12:00:00Z
 SPARK_OUT    ?= run/replay-orders
 SPARK_DAEMON := $(PY) -m spark_client.examples.with_daemon --log-dir $(LOG_DIR) --socket $(SPARK_SOCKET) --
 
-.PHONY: all venv run test bench bench-quick system-deps node-deps spark-replay spark-hourly clean
+.PHONY: all venv run test bench bench-quick system-deps node-deps spark-replay spark-hourly spark-stream clean
 
 all: venv
 
@@ -78,6 +78,14 @@ spark-replay: venv $(LOG_DIR)
 spark-hourly: venv $(LOG_DIR)
 	$(SPARK_DAEMON) $(PY) -m spark_client.examples.hourly --address $(SPARK_SOCKET) \
 	  --topic orders,payments,clicks --isolation-level read_committed
+
+# A streaming query following a copy of $(LOG_DIR) (run/stream-data) while records are appended to it
+# for 60 s: records per minute and topic, printed every micro-batch. The copy keeps $(LOG_DIR) as made.
+spark-stream: venv $(LOG_DIR)
+	rm -rf run/stream-data && mkdir -p run && cp -r $(LOG_DIR) run/stream-data
+	$(PY) -m spark_client.examples.with_daemon --log-dir run/stream-data --socket $(SPARK_SOCKET) -- \
+	  $(PY) -m spark_client.examples.follow --address $(SPARK_SOCKET) --topic orders,payments,clicks \
+	  --append-to run/stream-data --seconds 60
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis lookupd/*/*.so

@@ -1,5 +1,7 @@
 """Spark jobs through lookupd: bulk position lookups vs one request per row; reading the sample data
-with the kafka-segments source vs a single-process loop over the same files.
+with the kafka-segments source vs a single-process loop over the same files; streams: catching up
+with Trigger.AvailableNow vs a batch read of the same data, and the latency from a batch being
+appended to the log to its records reaching a streaming query's sink.
 
 A local Spark session (local[2]: this machine's cores) and a `lookupd serve` subprocess over a
 sample log dir (`lookupd demo-data`; 20,000 records per topic with --quick, 200,000 without).
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import os
 import random
+import statistics
 import sys
 import tempfile
 import time
@@ -22,6 +25,8 @@ from common import Figure, ratio, repeat  # noqa: E402
 from lookupd.tools.demo import generate  # noqa: E402
 from lookupd.log.filerecords import FileRecords  # noqa: E402
 from lookupd.format.records import decode_batch  # noqa: E402
+from lookupd.format.builder import build_batch  # noqa: E402
+from lookupd.tools.writer import LogWriter  # noqa: E402
 from spark_client.datasource import KafkaSegmentsDataSource  # noqa: E402
 
 SOURCE_OPTIONS = {"subscribePattern": ".*", "minPartitions": "8"}
@@ -129,6 +134,77 @@ def reads(spark, address: str, log_dir: str, times: int) -> list[Figure]:
     ]
 
 
+def catch_up(spark, address: str, records: int, times: int) -> list[Figure]:
+    """Every record of the sample through a stream with Trigger.AvailableNow (one micro-batch; a new
+    checkpoint each time) into the noop sink, vs the batch read of the same records already measured."""
+    def available_now() -> float:
+        with tempfile.TemporaryDirectory(prefix="lkck") as ck:
+            df = (spark.readStream.format("kafka-segments").options(**SOURCE_OPTIONS)
+                  .option("lookupd.address", address).option("startingOffsets", "earliest").load())
+            t0 = time.perf_counter()
+            q = df.writeStream.format("noop").trigger(availableNow=True).option("checkpointLocation", ck).start()
+            q.awaitTermination()
+            return records / (time.perf_counter() - t0)
+
+    return [Figure("kafka-segments stream, Trigger.AvailableNow from earliest, local[2]", "records/s",
+                   repeat(available_now, times), group="spark-read", params={"records": records},
+                   higher_is_better=True)]
+
+
+LATENCY_INTERVAL_S = 0.1  # one batch appended this often while the query runs
+LATENCY_BATCH_RECORDS = 5
+
+
+def latency(spark, address: str, log_dir: str, batches: int) -> list[Figure]:
+    """A writer appends a batch every LATENCY_INTERVAL_S, its wall-clock time in each record's value; a
+    stream with the default trigger (the next micro-batch as soon as the last ends) collects each
+    micro-batch in foreachBatch; latency = time collected - time appended, per appended batch."""
+    from lookupd.rpc.client import Client
+
+    writer = LogWriter(os.path.join(log_dir, "latency-0"))
+    writer.append(build_batch([(0, b"k", b"0", ())], base_offset=0))
+    with Client(address) as client:  # the new partition shows after the daemon's rescan
+        while not any(p["topic"] == "latency" for p in client.partitions()):
+            time.sleep(0.05)
+    seen: dict[bytes, float] = {}
+
+    def sink(df, batch_id: int) -> None:
+        values = [r["value"] for r in df.select("value").collect()]
+        now = time.time()
+        for v in values:
+            seen.setdefault(bytes(v), now)
+
+    q = (spark.readStream.format("kafka-segments").option("lookupd.address", address).option("subscribe", "latency")
+         .load().writeStream.foreachBatch(sink).start())
+    appended: list[bytes] = []
+    try:
+        q.processAllAvailable()
+        for i in range(batches):
+            stamp = repr(time.time()).encode()
+            base = writer.next_offset
+            writer.append(build_batch([(int(time.time() * 1000), b"k", stamp, ())] * LATENCY_BATCH_RECORDS,
+                                      base_offset=base))
+            appended.append(stamp)
+            time.sleep(LATENCY_INTERVAL_S)
+        deadline = time.monotonic() + 60
+        while not all(s in seen for s in appended) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        q.stop()
+        writer.close()
+    lags = sorted((seen[s] - float(s)) * 1000 for s in appended if s in seen)
+    if len(lags) < len(appended):
+        raise RuntimeError(f"{len(appended) - len(lags)} appended batches never reached the sink")
+    params = {"batches": batches, "interval_s": LATENCY_INTERVAL_S, "records_per_batch": LATENCY_BATCH_RECORDS}
+    p99 = lags[min(len(lags) - 1, round(0.99 * (len(lags) - 1)))]
+    return [
+        Figure("stream latency, append to sink, default trigger: p50", "ms", [statistics.median(lags)],
+               group="spark-stream-latency", params=params),
+        Figure("stream latency, append to sink, default trigger: p99", "ms", [p99],
+               group="spark-stream-latency", params=params),
+    ]
+
+
 def run(quick: bool = False) -> list[Figure]:
     from lookupd.rpc.client import Client
     from spark_client.examples.with_daemon import running_daemon
@@ -146,6 +222,8 @@ def run(quick: bool = False) -> list[Figure]:
                 figures = positions(spark, sock, partitions, 100_000 if quick else 1_000_000,
                                     10_000 if quick else 50_000, times)
                 figures += reads(spark, sock, log_dir, times)
+                figures += catch_up(spark, sock, int(figures[-1].params["records"]), times)
+                figures += latency(spark, sock, log_dir, 50 if quick else 300)
             finally:
                 spark.stop()
     return figures
@@ -159,6 +237,9 @@ def ratios(figures: list[Figure]) -> list[dict | None]:
         ratio("spark-read-speedup", figures, "kafka-segments source, local[2]",
               "single-process loop (FileRecords + decode_batch)",
               "records per second read by the Spark source over a single Python process"),
+        ratio("spark-available-now-vs-batch", figures,
+              "kafka-segments stream, Trigger.AvailableNow from earliest, local[2]", "kafka-segments source, local[2]",
+              "records per second caught up by a stream with Trigger.AvailableNow over a batch read of the same data"),
     ]
 
 

@@ -17,3 +17,7 @@ class DataLossError(RuntimeError):
             "If you don't want your query to fail on such cases, set the source option failOnDataLoss to false. "
             f"Reason: {reason}")
         self.reason = reason
+
+
+class SegmentsChanged(OptionError):
+    """Segments were rolled or deleted while a read was planned: planning again gives a consistent plan."""

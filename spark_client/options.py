@@ -78,6 +78,10 @@ class ReadOptions:
     address: str | dict[str, str]
     token_file: str | None
     read_from: str  # "auto", "files" or "daemon"
+    # Streams only (spark_client.stream): admission control per micro-batch.
+    max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 0
 
 
 ASSIGN, SUBSCRIBE, SUBSCRIBE_PATTERN = "assign", "subscribe", "subscribepattern"
@@ -87,6 +91,8 @@ ADDRESS_EXAMPLE = '{"broker-1": "broker-1:9470", "broker-2": "broker-2:9470", "o
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 READ_FROM = ("auto", "files", "daemon")
 STREAM_ONLY = ("maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay")
+DEFAULT_MAX_TRIGGER_DELAY = "15m"  # Spark's default for maxTriggerDelay
+_TIME_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
 _UNSUPPORTED_KAFKA = {
     "kafka.auto.offset.reset": (
         "Kafka option 'auto.offset.reset' is not supported. Instead set the source option 'startingOffsets' "
@@ -120,6 +126,42 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
         if off == EARLIEST:
             raise OptionError(f"ending offset for {tp_name(tp)} can't be earliest for batch queries on Kafka")
         _check_offset("endingOffsets", tp, off)
+    strategy, splitting = _general(opts)
+    for key in STREAM_ONLY:
+        if key in opts:
+            log.warning("%s option ignored in batch queries", key)
+    _check_limits(starting, ending)
+    return ReadOptions(strategy=strategy, starting=starting, ending=ending, no_match_strategy=no_match,
+                       **splitting, **_settings(opts))
+
+
+def parse_stream_options(options: Mapping[str, str]) -> ReadOptions:
+    """Check `options` as Spark checks a streaming Kafka read (validateStreamOptions); OptionError if rejected.
+
+    The start defaults to `latest` and is used only when a query first starts (later runs resume
+    from their checkpoint); ending options are refused; `ending` is the log end of each trigger.
+    """
+    opts = {str(k).lower(): str(v) for k, v in options.items()}
+    if "endingoffsets" in opts:
+        raise OptionError("ending offset not valid in streaming queries")
+    if "endingoffsetsbytimestamp" in opts or "endingtimestamp" in opts:
+        raise OptionError("ending timestamp not valid in streaming queries")
+    no_match = _no_match_strategy(opts)
+    starting = _bound(opts, "startingtimestamp", "startingoffsetsbytimestamp", "startingoffsets", "latest")
+    for tp, off in starting.per_partition if starting.kind == "offsets" else ():
+        _check_offset("startingOffsets", tp, off)
+    strategy, splitting = _general(opts)
+    max_offsets = _positive_int(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger")
+    min_offsets = _positive_int(opts, "minoffsetspertrigger", "minOffsetsPerTrigger")
+    delay = _duration_ms(opts.get("maxtriggerdelay", DEFAULT_MAX_TRIGGER_DELAY), "maxTriggerDelay")
+    return ReadOptions(strategy=strategy, starting=starting, ending=Bound("latest"), no_match_strategy=no_match,
+                       max_offsets_per_trigger=max_offsets, min_offsets_per_trigger=min_offsets,
+                       max_trigger_delay_ms=delay, **splitting, **_settings(opts))
+
+
+def _general(opts: dict[str, str]) -> tuple[Strategy, dict]:
+    """The strategy and split sizes, checked alike for batch and stream reads after their bounds
+    (validateGeneralOptions), then the refused kafka.* options."""
     strategy = _strategy(opts)
     min_partitions = _positive_int(opts, "minpartitions", "minPartitions")
     max_records = _positive_int(opts, "maxrecordsperpartition", "maxRecordsPerPartition")
@@ -127,15 +169,15 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
     for key, message in _UNSUPPORTED_KAFKA.items():
         if key in opts:
             raise OptionError(message)
-    for key in STREAM_ONLY:
-        if key in opts:
-            log.warning("%s option ignored in batch queries", key)
-    _check_limits(starting, ending)
-    return ReadOptions(
-        strategy=strategy, starting=starting, ending=ending, no_match_strategy=no_match,
+    return strategy, dict(min_partitions=min_partitions, max_records_per_partition=max_records,
+                          max_bytes_per_split=max_bytes)
+
+
+def _settings(opts: dict[str, str]) -> dict:
+    """Headers, data loss, isolation and the lookupd.* options, checked last."""
+    return dict(
         include_headers=_boolean(opts, "includeheaders", "includeHeaders", False),
         fail_on_data_loss=_boolean(opts, "failondataloss", "failOnDataLoss", True),
-        min_partitions=min_partitions, max_records_per_partition=max_records, max_bytes_per_split=max_bytes,
         read_committed=_isolation_level(opts) == "read_committed",
         address=parse_address(opts.get(ADDRESS)), token_file=opts.get("lookupd.tokenfile") or None,
         read_from=_choice(opts, "lookupd.readfrom", "lookupd.readFrom", READ_FROM, "auto"),
@@ -256,6 +298,14 @@ def _positive_int(opts: dict[str, str], key: str, name: str) -> int | None:
     if n <= 0:
         raise OptionError(f"{name} must be positive")
     return n
+
+
+def _duration_ms(text: str, name: str) -> int:
+    """A Spark time string (`500ms`, `30s`, `15m`, `1h`, `2d`; a bare number is milliseconds)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", text.lower())
+    if m is None or m.group(2) not in ("", *_TIME_UNITS_MS):
+        raise OptionError(f"{name} must be a time such as 500ms, 30s, 15m or 1h; got '{text}'")
+    return int(m.group(1)) * _TIME_UNITS_MS.get(m.group(2), 1)
 
 
 def _boolean(opts: dict[str, str], key: str, name: str, default: bool) -> bool:

@@ -1,9 +1,13 @@
-"""Planning a batch read: partitions to read, their [start, end) offsets, and the splits.
+"""Planning a read: partitions to read, their [start, end) offsets, and the splits.
 
-Runs in the driver. Every bound is resolved through the daemons with columnar calls, one
-per partition and step (offsets_for_timestamps for timestamps, resolve_offsets for the
-batches at the bounds, the segment starts and the cut points), the partitions' calls in
-flight together over one connection per daemon. Errors mirror Spark's Kafka source.
+Runs in the driver. A batch read resolves its bounds from the options (`plan`); a micro-batch
+of a stream has them from its offsets (spark_client.stream); both are cut into splits by
+`plan_ranges`, so batch and stream splits are made, and read, the same way.
+
+Every bound is resolved through the daemons with columnar calls, one per partition and step
+(offsets_for_timestamps for timestamps, resolve_offsets for the batches at the bounds, the
+segment starts and the cut points), the partitions' calls in flight together over one
+connection per daemon. Errors mirror Spark's Kafka source.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import logging
 import re
 from concurrent.futures import ThreadPoolExecutor
 
-from .errors import DataLossError, OptionError
+from .errors import DataLossError, OptionError, SegmentsChanged
 from .options import EARLIEST, LATEST, Bound, ReadOptions, TopicPartition, tp_name, tp_names
 from .routing import Daemons, PartitionInfo, addresses, columnar, discover, route
 from .splits import Batch, PartitionRange, Segment, Split, build_splits, cut_targets, part_counts
@@ -28,7 +32,16 @@ def plan(options: ReadOptions, daemons: Daemons) -> list[Split]:
     infos = [route(routes, tp, options.address) for tp in select(options, routes)]
     check_partitions(options, [i.tp for i in infos])
     with ThreadPoolExecutor(min(PLANNING_THREADS, max(len(infos), 1))) as pool:
-        ranges = [r for r in pool.map(lambda i: resolve_range(options, daemons, i), infos) if r is not None]
+        bounds = list(pool.map(lambda i: (i, *resolve_bounds(options, daemons.client(i.address), i)), infos))
+    return plan_ranges(options, daemons, bounds)
+
+
+def plan_ranges(options: ReadOptions, daemons: Daemons, bounds: list[tuple[PartitionInfo, int, int]]) -> list[Split]:
+    """The splits reading offsets [start, end) of each (partition, start, end), in the order given.
+
+    Offsets outside the partition's log are data loss (failOnDataLoss), as are deleted batches."""
+    with ThreadPoolExecutor(min(PLANNING_THREADS, max(len(bounds), 1))) as pool:
+        ranges = [r for r in pool.map(lambda b: resolve_range(options, daemons, *b), bounds) if r is not None]
         counts = part_counts([r.bytes for r in ranges], options.min_partitions)
 
         def cut(r: PartitionRange, parts: int) -> list[Split]:
@@ -38,14 +51,17 @@ def plan(options: ReadOptions, daemons: Daemons) -> list[Split]:
         return [s for splits in pool.map(cut, ranges, counts) for s in splits]
 
 
-def select(options: ReadOptions, routes: dict[TopicPartition, PartitionInfo]) -> list[TopicPartition]:
-    """The partitions the strategy names, sorted (assign: exactly those; subscribe: all of each topic)."""
+def select(options: ReadOptions, routes: dict[TopicPartition, PartitionInfo], *,
+           need_topics: bool = True) -> list[TopicPartition]:
+    """The partitions the strategy names, sorted (assign: exactly those; subscribe: all of each topic).
+
+    need_topics=False (streams): a subscribed topic that does not exist yet is no error."""
     s = options.strategy
     if s.kind == "assign":
         return list(s.partitions)
     if s.kind == "subscribe":
         missing = sorted(set(s.topics).difference(t for t, _ in routes))
-        if missing:
+        if missing and need_topics:
             raise OptionError(f"topic(s) {', '.join(missing)} not found: no partition of them is served by lookupd "
                               f"at {', '.join(addresses(options.address))}")
         return sorted(tp for tp in routes if tp[0] in s.topics)
@@ -66,10 +82,10 @@ def check_partitions(options: ReadOptions, tps: list[TopicPartition]) -> None:
                           f"topics. Specified: {tp_names(bound.values)} Assigned: {tp_names(tps)}")
 
 
-def resolve_range(options: ReadOptions, daemons: Daemons, info: PartitionInfo) -> PartitionRange | None:
-    """The partition's [start, end) and the batches and segments holding it; None when empty."""
+def resolve_range(options: ReadOptions, daemons: Daemons, info: PartitionInfo, start: int,
+                  end: int) -> PartitionRange | None:
+    """The batches and segments holding the partition's [start, end); None when empty."""
     client = daemons.client(info.address)
-    start, end = _offsets(options, client, info)
     start, end = _check_data_loss(options, info, start, end)
     if start > end:
         raise OptionError(f"The resolved start offset {start} is greater than the resolved end offset {end} for "
@@ -88,7 +104,7 @@ def resolve_range(options: ReadOptions, daemons: Daemons, info: PartitionInfo) -
     end_segment = last.segment if last is not None else bases[-1]
     segments = tuple(Segment(b, size, firsts[b]) for b, size in listing if first.segment <= b <= end_segment)
     if not segments or segments[0].base_offset != first.segment or segments[-1].base_offset != end_segment:
-        raise OptionError(f"the segments of {tp_name(info.tp)} changed while the read was planned; run it again")
+        raise SegmentsChanged(f"the segments of {tp_name(info.tp)} changed while the read was planned; run it again")
     end_position = last.position + last.size if last is not None else segments[-1].size
     aborted = ()
     if options.read_committed:
@@ -97,8 +113,8 @@ def resolve_range(options: ReadOptions, daemons: Daemons, info: PartitionInfo) -
     return PartitionRange(info, start, end, first, segments, end_position, aborted)
 
 
-def _offsets(options: ReadOptions, client, info: PartitionInfo) -> tuple[int, int]:
-    """Unresolved bounds -> offsets: earliest/latest from the daemon's listing, timestamps in one call."""
+def resolve_bounds(options: ReadOptions, client, info: PartitionInfo) -> tuple[int, int]:
+    """The options' bounds -> offsets: earliest/latest from the daemon's listing, timestamps in one call."""
     wanted = [_timestamp(b, info.tp) for b in (options.starting, options.ending)]
     asked = [t for t in wanted if t is not None]
     found = iter(client.offsets_for_timestamps(info.topic, info.partition, asked)["offset"] if asked else [])

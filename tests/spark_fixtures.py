@@ -237,3 +237,91 @@ def list_offsets(partition: str, timestamp: int) -> int | None:
         return None
     return next((r["offset"] for r in R.answers(partition)["records"]
                  if segment_of[r["offset"]] == target and r["timestamp"] >= timestamp), None)
+
+
+# ---------------------------------------------------------------- live logs (streaming)
+
+LIVE_RESCAN_S = 0.2  # the live daemon rescans often, so rolled, deleted and new segments show quickly
+VISIBLE_TIMEOUT_S = 20.0
+
+
+def _live():
+    root = os.path.join(_once("sockets", _short_dir), "live")
+    os.makedirs(root)
+    config = os.path.join(root, "..", "live.toml")
+    with open(config, "w") as f:
+        f.write(f"rescan_interval_s = {LIVE_RESCAN_S}\n")
+    from spark_client.examples.with_daemon import running_daemon
+
+    sock = os.path.join(_once("sockets", _short_dir), "live.sock")
+    _stack.enter_context(running_daemon([root], sock, config=config))
+    return root, sock
+
+
+@pytest.fixture(scope="session")
+def live_log() -> tuple[str, str]:
+    """(log dir, daemon socket): an initially empty log dir that tests write while queries run.
+    Each test uses its own topics."""
+    return _once("live", _live)
+
+
+class LiveTopic:
+    """A topic the test writes with lookupd's writer, as a broker would: appends, rolls and
+    retention deleting the oldest segments. `records[p]` is every (offset, key, value) written."""
+
+    def __init__(self, root: str, address: str, name: str, partitions: int = 1, segment_bytes: int = 4096):
+        self.root, self.address, self.name, self.segment_bytes = root, address, name, segment_bytes
+        self.writers: dict[int, LogWriter] = {}
+        self.records: dict[int, list[tuple[int, bytes, bytes]]] = {}
+        for p in range(partitions):
+            self.add_partition(p)
+
+    def add_partition(self, p: int) -> None:
+        self.writers[p] = LogWriter(os.path.join(self.root, f"{self.name}-{p}"), segment_bytes=self.segment_bytes)
+        self.records[p] = []
+
+    def append(self, p: int, n: int, per_batch: int = 5) -> None:
+        """n records to partition p, in batches of per_batch records."""
+        w = self.writers[p]
+        for i in range(0, n, per_batch):
+            base = w.next_offset
+            recs = [(1_767_225_600_000 + base + j, f"{self.name}-{p}-{base + j}".encode(), b"v" * 40, ())
+                    for j in range(min(per_batch, n - i))]
+            w.append(build_batch(recs, base_offset=base))
+            self.records[p] += [(base + j, k, v) for j, (_, k, v, _) in enumerate(recs)]
+
+    def roll(self, p: int) -> None:
+        self.writers[p].roll()
+
+    def delete_oldest(self, p: int, segments: int) -> int:
+        """Retention: delete the oldest `segments` segments of p; returns the new log start offset."""
+        d = os.path.join(self.root, f"{self.name}-{p}")
+        bases = sorted({int(f.split(".")[0]) for f in os.listdir(d) if f.endswith(".log")})
+        for base in bases[:segments]:
+            for suffix in (".log", ".index", ".timeindex", ".txnindex"):
+                path = os.path.join(d, f"{base:020d}{suffix}")
+                if os.path.exists(path):
+                    os.remove(path)
+        return bases[segments]
+
+    def wait_visible(self, p: int, log_start: int | None = None) -> None:
+        """Until the daemon reports p's log end offset (and log start, if given) as written."""
+        import time
+
+        from lookupd.rpc.client import Client
+
+        want_end = self.writers[p].next_offset
+        deadline = time.monotonic() + VISIBLE_TIMEOUT_S
+        with Client(self.address) as c:
+            while True:
+                info = next((x for x in c.partitions() if (x["topic"], x["partition"]) == (self.name, p)), None)
+                if info is not None and info["log_end_offset"] == want_end and \
+                        (log_start is None or info["log_start_offset"] == log_start):
+                    return
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the daemon does not show {self.name}-{p} as written: {info}")
+                time.sleep(0.05)
+
+    def close(self) -> None:
+        for w in self.writers.values():
+            w.close()

@@ -99,7 +99,6 @@ def test_reads_through_the_daemon(spark, ref_daemon):
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"startingOffsets": "latest"}, "starting offset can't be latest for batch queries on Kafka"),
     ({"subscribe": None}, "One of the following options must be specified for Kafka source"),
     ({"assign": '{"plain":[0]}'}, "Only one of the following options can be specified for Kafka source"),
     ({"endingOffsets": '{"plain":{"0":-2}}'}, "ending offset for plain-0 can't be earliest for batch queries"),
@@ -113,6 +112,13 @@ def test_rejected_options_fail_at_load(spark, ref_daemon, options, message):
         reader = spark.read.format("kafka-segments").option("lookupd.address", ref_daemon)
     with pytest.raises(AnalysisException, match=message):
         reader.load()
+
+
+def test_a_latest_start_fails_a_batch_read_when_planned(spark, ref_daemon):
+    """load() cannot tell a batch read from a stream, for which `latest` is right (spark_client.datasource)."""
+    df = load(spark, ref_daemon, subscribe="plain", startingOffsets="latest")
+    with pytest.raises(AnalysisException, match="starting offset can't be latest for batch queries on Kafka"):
+        df.count()
 
 
 def test_a_custom_schema_is_refused(spark, ref_daemon):

@@ -10,14 +10,18 @@ from datetime import datetime, timezone
 from lookupd.rpc.address import default_address, tcp_address
 
 
-def session(app_name: str):
-    """The job's SparkSession with kafka-segments registered (local[*] unless spark-submit says otherwise)."""
+def session(app_name: str, **config: str):
+    """The job's SparkSession with kafka-segments registered (local[*] unless spark-submit says otherwise);
+    `config`: Spark settings, for a new session."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # local workers: this interpreter, with lookupd
     from pyspark.sql import SparkSession
 
     import spark_client
 
-    spark = SparkSession.builder.appName(app_name).getOrCreate()
+    builder = SparkSession.builder.appName(app_name)
+    for key, value in config.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark_client.register(spark)
     return spark
 
