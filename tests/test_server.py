@@ -391,3 +391,30 @@ def test_config_defaults_are_stated_alike_in_the_readme_and_the_example_file():
     for key, value in shown.items():
         if key != "log_dirs":  # the example names a broker's log dir
             assert value == defaults[key], (key, value, defaults[key])
+
+
+@pytest.mark.trio
+async def test_metrics_are_served_in_the_prometheus_text_format(sock):
+    import urllib.request
+
+    async with running(sock, metrics="127.0.0.1:0") as d:
+        p = await RawPeer.unix(sock)
+        for _ in range(3):
+            assert await p.call("ping") == (None, "pong")
+        assert (await p.call("lookup_offset", "nosuch", 0, 1, "floor"))[0]["code"] == "UNKNOWN_PARTITION"
+        await p.call("lookup_offset", "plain", 0, 100, "floor")
+        await p.call("made_up_method")
+        url = f"http://127.0.0.1:{d.metrics_server.server_port}/metrics"
+        text = (await trio.to_thread.run_sync(lambda: urllib.request.urlopen(url, timeout=10).read())).decode()
+    lines = set(text.splitlines())
+    assert 'lookupd_requests_total{method="ping",worker="0"} 3.0' in lines
+    assert 'lookupd_errors_total{code="UNKNOWN_PARTITION",method="lookup_offset",worker="0"} 1.0' in lines
+    assert 'lookupd_requests_total{method="other",worker="0"} 1.0' in lines  # no label per made-up name
+    assert any(line.startswith('lookupd_request_seconds_bucket{le="+Inf",method="lookup_offset"') for line in lines)
+    assert any(line.startswith("lookupd_open_indexes{") for line in lines)
+    assert any(line.startswith("lookupd_connections{") for line in lines)
+
+
+def test_metrics_address_is_checked():
+    with pytest.raises(InvalidArgument, match="HOST:PORT"):
+        Config(log_dirs=["/x"], metrics="localhost:http").check()

@@ -40,7 +40,7 @@ def needs_records():
 def test_ping_and_stats(service):
     assert call(service, "ping") == "pong"
     s = call(service, "stats")
-    assert set(s) == {"uptime", "requests", "errors", "connections", "partitions", "segments", "open_indexes",
+    assert set(s) == {"worker", "uptime", "requests", "errors", "connections", "partitions", "segments", "open_indexes",
                       "mapped_bytes", "lazy_loads", "evictions"}
     assert s["requests"] == 7 and s["partitions"] == len(R.PARTITIONS) and s["segments"] > len(R.PARTITIONS)
 

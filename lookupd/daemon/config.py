@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import InvalidArgument
 from ..rpc import protocol as rpc
-from ..rpc.address import DEFAULT_SOCKET
+from ..rpc.address import DEFAULT_SOCKET, parse_host_port
 from .service import Limits
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,8 @@ class Config:
     max_mapped_bytes: int = 4 << 30     # bytes of index maps kept (LRU)
     blocking_threads: int = 16          # worker threads for calls that may touch the disk
     inline_hot_lookups: bool = True     # single lookups on the event loop when all they read is in memory
+    metrics: str = ""                   # "HOST:PORT" (or "PORT": loopback) to serve Prometheus metrics; "" = off
+    workers: int = 1                    # processes serving the same sockets (one event loop each)
 
     @classmethod
     def load(cls, path: str | None, **overrides: Any) -> "Config":
@@ -71,7 +73,7 @@ class Config:
         if not self.socket and not self.tcp:
             raise InvalidArgument("nothing to listen on: set socket or tcp")
         for key in ("max_frame_bytes", "max_connections", "max_in_flight_per_connection", "max_open_indexes",
-                    "blocking_threads"):
+                    "blocking_threads", "workers"):
             if getattr(self, key) < 1:
                 raise InvalidArgument(f"{key} must be at least 1")
         for key in ("idle_timeout_s", "rescan_interval_s", "shutdown_grace_s"):
@@ -79,6 +81,8 @@ class Config:
                 raise InvalidArgument(f"{key} must be positive")
         if self.max_frame_bytes < 64:
             raise InvalidArgument("max_frame_bytes must be at least 64")
+        if self.metrics:
+            parse_host_port(self.metrics)  # InvalidArgument naming the value
 
     @property
     def limits(self) -> Limits:

@@ -22,6 +22,7 @@ import logging
 import os
 import resource
 import signal
+import time
 from typing import Any
 
 import trio
@@ -30,10 +31,13 @@ from ..errors import InvalidArgument
 from ..log.cache import IndexCache
 from ..log.logmanager import LogManager
 from ..rpc import protocol as rpc
+from ..rpc.address import parse_host_port
 from ..sdnotify import sd_notify
 from .config import Config, read_token
 from .listeners import Bound, close_listeners, open_listeners
-from .service import NEEDS_THREAD, Counters, Service, Session, auth_penalty, error_for
+from .metrics import Collector, RequestMetrics, serve_metrics
+from .workers import supervise
+from .service import METHODS, NEEDS_THREAD, Counters, Service, Session, auth_penalty, error_for
 
 log = logging.getLogger(__name__)
 
@@ -92,14 +96,21 @@ def watchdog_interval() -> float | None:
 class Daemon:
     """Serves one LogManager on the given listeners until `stop()` (or SIGTERM/SIGINT)."""
 
-    def __init__(self, cfg: Config, manager: LogManager, listeners: list[Bound], *, token: str | None = None):
+    def __init__(self, cfg: Config, manager: LogManager, listeners: list[Bound], *, token: str | None = None,
+                 worker: int = 0, on_ready=None):
         self.cfg = cfg
         self.manager = manager
         self.listeners = listeners
         self.counters = Counters()
         self.service = Service(manager, limits=cfg.limits, counters=self.counters, token=token,
-                               inline_hot_lookups=cfg.inline_hot_lookups)
+                               inline_hot_lookups=cfg.inline_hot_lookups, worker=worker)
+        self.worker = worker
+        # Under a supervisor (workers > 1) readiness goes to it, and systemd hears from it alone.
+        self._on_ready = on_ready
         self.limiter = trio.CapacityLimiter(cfg.blocking_threads)
+        # Per-method request counts and latencies for Prometheus; None (no cost per request) when off.
+        self.request_metrics = RequestMetrics(METHODS) if cfg.metrics else None
+        self.metrics_server = None
         self.fd_limit = nofile_limit()
         self._stop: trio.Event | None = None
         self._rescan_now: trio.Event | None = None
@@ -130,7 +141,12 @@ class Daemon:
                 await root.start(self._signals)
             root.start_soon(self._rescan_loop)
             root.start_soon(self._idle_sweep)
-            interval = watchdog_interval()
+            if self.request_metrics is not None:
+                host, port = parse_host_port(self.cfg.metrics)
+                spec = f"{host}:{port + self.worker if port else 0}"  # worker N serves port + N
+                self.metrics_server, _ = serve_metrics(spec, Collector(
+                    self.request_metrics, lambda: self.service.call("stats", [], Session(trusted=True)), self.worker))
+            interval = watchdog_interval() if self._on_ready is None else None
             if interval:
                 root.start_soon(self._watchdog, interval)
             async with trio.open_nursery() as conns:
@@ -140,13 +156,17 @@ class Daemon:
                         accepting.start_soon(self._accept_loop, listener, b, conns)
                     log.info("serving %d partitions (%d segments) on %s", len(self.manager.logs()),
                              self.manager.segment_count, ", ".join(b.label for b in self.listeners))
-                    sd_notify("READY=1\nSTATUS=serving")
+                    if self._on_ready is None:
+                        sd_notify("READY=1\nSTATUS=serving")
+                    else:
+                        self._on_ready()
                     task_status.started()
                     await self._stop.wait()
                     accepting.cancel_scope.cancel()
                 for listener in listeners:
                     await listener.aclose()
-                sd_notify("STOPPING=1\nSTATUS=draining in-flight requests")
+                if self._on_ready is None:
+                    sd_notify("STOPPING=1\nSTATUS=draining in-flight requests")
                 log.info("shutting down: %d connections, up to %.1f s for in-flight requests",
                          self.counters.connections, self.cfg.shutdown_grace_s)
                 self._stopping = True
@@ -157,6 +177,8 @@ class Daemon:
                 log.warning("shutdown grace of %.1f s ran out; dropped the remaining requests",
                             self.cfg.shutdown_grace_s)
             root.cancel_scope.cancel()
+        if self.metrics_server is not None:
+            self.metrics_server.shutdown()
 
     async def _signals(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
@@ -271,6 +293,7 @@ class Daemon:
         in-flight slots, and when none is free reading pauses until one is.
         """
         out: list[bytes] = []
+        metrics = self.request_metrics
         try:
             while True:
                 event = st.conn.next_event()
@@ -284,10 +307,14 @@ class Daemon:
                     return
                 elif isinstance(event, rpc.Request):
                     self.counters.requests += 1
+                    started = time.perf_counter() if metrics is not None else 0.0
                     try:
                         result, error = self.service.call_inline(event.method, event.params, session), None
                     except Exception as err:  # noqa: BLE001 - every failure becomes an error response
                         result, error = None, error_for(err, event.method)
+                    if result is not NEEDS_THREAD and metrics is not None:
+                        metrics.observe(event.method, time.perf_counter() - started,
+                                        error["code"] if error is not None else None)
                     if result is NEEDS_THREAD:
                         if st.slots.value == 0:
                             await self._flush(st, out)
@@ -349,12 +376,16 @@ class Daemon:
                     st.nursery.cancel_scope.cancel()
 
     async def _in_thread(self, st: "_ConnState", session: Session, req: rpc.Request) -> None:
+        started = time.perf_counter()
         try:
             try:
                 result, error = await trio.to_thread.run_sync(self.service.call, req.method, req.params, session,
                                                               limiter=self.limiter, abandon_on_cancel=True), None
             except Exception as err:  # noqa: BLE001 - every failure becomes an error response
                 result, error = None, error_for(err, req.method)
+            if self.request_metrics is not None:
+                self.request_metrics.observe(req.method, time.perf_counter() - started,
+                                             error["code"] if error is not None else None)
             await self._send(st, self._answer(st, req, error, result))
         finally:
             st.slots.release()
@@ -430,9 +461,8 @@ class _ConnState:
 # ====================================================================== entry point
 
 
-def build(cfg: Config) -> tuple[LogManager, list[Bound], str | None]:
-    """Open the log dirs and the listeners (in this order: a bad log dir binds nothing)."""
-    token = read_token(cfg.auth_token_file) if cfg.auth_token_file else None
+def open_manager(cfg: Config) -> LogManager:
+    """The LogManager over the configured log dirs, its open-file cap within the descriptor limit."""
     for d in cfg.log_dirs:
         if not os.path.isdir(d):
             raise InvalidArgument(f"log dir {d} does not exist or is not a directory")
@@ -441,7 +471,13 @@ def build(cfg: Config) -> tuple[LogManager, list[Bound], str | None]:
     if max_open < cfg.max_open_indexes:
         log.info("keeping at most %d files open (max_open_indexes %d; half of the %d-descriptor limit)",
                  max_open, cfg.max_open_indexes, fd_limit)
-    manager = LogManager(cfg.log_dirs, cache=IndexCache(max_open, cfg.max_mapped_bytes))
+    return LogManager(cfg.log_dirs, cache=IndexCache(max_open, cfg.max_mapped_bytes))
+
+
+def build(cfg: Config) -> tuple[LogManager, list[Bound], str | None]:
+    """Open the log dirs and the listeners (in this order: a bad log dir binds nothing)."""
+    token = read_token(cfg.auth_token_file) if cfg.auth_token_file else None
+    manager = open_manager(cfg)
     try:
         listeners = open_listeners(cfg, token)
     except BaseException:
@@ -451,11 +487,17 @@ def build(cfg: Config) -> tuple[LogManager, list[Bound], str | None]:
 
 
 def run(args) -> int:
-    """`lookupd serve`: serve until SIGTERM/SIGINT, then exit 0."""
+    """`lookupd serve`: serve until SIGTERM/SIGINT, then exit 0 (with `workers` > 1: the supervisor)."""
     if not args.verbose:
         logging.getLogger("lookupd").setLevel(logging.INFO)  # a daemon's journal wants the INFO lines
-    cfg = Config.load(args.config, log_dirs=args.log_dirs, socket=args.socket, tcp=args.tcp)
+    cfg = Config.load(args.config, log_dirs=args.log_dirs, socket=args.socket, tcp=args.tcp, workers=args.workers)
     manager, listeners, token = build(cfg)
+    if cfg.workers > 1:
+        manager.close()  # each worker opens its own, after the fork
+        try:
+            return supervise(cfg.workers, lambda worker, ready: _serve_worker(cfg, listeners, token, worker, ready))
+        finally:
+            close_listeners(listeners)
     daemon = Daemon(cfg, manager, listeners, token=token)
     try:
         trio.run(lambda: daemon.serve(handle_signals=True))
@@ -463,4 +505,18 @@ def run(args) -> int:
         close_listeners(listeners)
         manager.close()
         log.info("stopped after %d requests", daemon.counters.requests)
+    return 0
+
+
+def _serve_worker(cfg: Config, listeners: list[Bound], token: str | None, worker: int, ready) -> int:
+    """One worker process: its own LogManager and event loop on the shared listening sockets."""
+    manager = open_manager(cfg)
+    daemon = Daemon(cfg, manager, listeners, token=token, worker=worker, on_ready=ready)
+    try:
+        trio.run(lambda: daemon.serve(handle_signals=True))
+    finally:
+        for b in listeners:
+            b.sock.close()  # the supervisor removes the socket file
+        manager.close()
+        log.info("worker %d stopped after %d requests", worker, daemon.counters.requests)
     return 0

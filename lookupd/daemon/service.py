@@ -9,7 +9,7 @@ Methods (params are positional):
 
     ping []                                                   -> "pong"
     auth [token]                                              -> true
-    stats []                                                  -> {uptime, requests, errors, connections, partitions,
+    stats []                                                  -> {worker, uptime, requests, errors, connections, partitions,
                                                                   segments, open_indexes, mapped_bytes, lazy_loads, evictions}
     partitions []                                             -> [{topic, partition, log_dir, segments,
                                                                    log_start_offset, log_end_offset}]
@@ -109,8 +109,9 @@ class Service:
     """Dispatches requests for one LogManager; holds no sockets and no event loop."""
 
     def __init__(self, manager: LogManager, *, limits: Limits | None = None, counters: Counters | None = None,
-                 token: str | None = None, inline_hot_lookups: bool = True):
+                 token: str | None = None, inline_hot_lookups: bool = True, worker: int = 0):
         self.manager = manager
+        self.worker = worker  # which worker process this is (workers = N), for stats
         self.limits = limits or Limits()
         self.counters = counters or Counters()
         self.token = token
@@ -204,7 +205,8 @@ def _ping(s: Service, p: list) -> str:
 def _stats(s: Service, p: list) -> dict:
     c, m = s.counters, s.manager
     cache = m.cache
-    return {"uptime": round(time.monotonic() - c.started, 3), "requests": c.requests, "errors": c.errors,
+    return {"worker": s.worker, "uptime": round(time.monotonic() - c.started, 3), "requests": c.requests,
+            "errors": c.errors,
             "connections": c.connections, "partitions": len(m.logs()), "segments": m.segment_count,
             "open_indexes": cache.open_count, "mapped_bytes": cache.mapped_bytes,
             "lazy_loads": cache.lazy_loads, "evictions": cache.evictions}
