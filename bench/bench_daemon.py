@@ -186,10 +186,19 @@ def roundtrip(sock: socket.socket, wire, data: bytes, n: int) -> list:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time a process has used so far (/proc/PID/stat fields 14 and 15)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User plus system CPU time a process and its live children (workers) have used so far
+    (/proc/PID/stat fields 14 and 15)."""
+    total = 0
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            children = [int(c) for c in f.read().split()]
+    except OSError:
+        children = []
+    for p in [pid, *children]:
+        with open(f"/proc/{p}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def latency(kind: str, path: str, method: str, seconds: float, seed: int = 1) -> dict:
@@ -326,11 +335,12 @@ def policy_micro(logs: str, seconds: float) -> dict:
 # ====================================================================== servers
 
 
-def start_lookupd(tmp: str, logs: str, inline: bool) -> tuple[subprocess.Popen, str]:
-    sock = os.path.join(tmp, f"lookupd-{int(inline)}.sock")
-    conf = os.path.join(tmp, f"lookupd-{int(inline)}.toml")
+def start_lookupd(tmp: str, logs: str, inline: bool, name: str = "", extra: str = "") -> tuple[subprocess.Popen, str]:
+    name = name or f"lookupd-{int(inline)}"
+    sock = os.path.join(tmp, f"{name}.sock")
+    conf = os.path.join(tmp, f"{name}.toml")
     with open(conf, "w") as f:
-        f.write(f"log_dirs = [{json.dumps(logs)}]\ninline_hot_lookups = {str(inline).lower()}\n")
+        f.write(f"log_dirs = [{json.dumps(logs)}]\ninline_hot_lookups = {str(inline).lower()}\n{extra}")
     proc = subprocess.Popen([sys.executable, "-m", "lookupd", "serve", "--config", conf, "--socket", sock],
                             cwd=tmp, env=dict(os.environ, PYTHONPATH=REPO), stderr=subprocess.DEVNULL)
     wait_for(sock, proc)
@@ -433,6 +443,13 @@ class Servers:
             proc, self.threaded = start_lookupd(self.tmp, self.logs, inline=False)
             self.procs.append(proc)
             self.pid[self.threaded] = proc.pid
+            proc, self.workers2 = start_lookupd(self.tmp, self.logs, inline=True, name="workers2", extra="workers = 2\n")
+            self.procs.append(proc)
+            self.pid[self.workers2] = proc.pid
+            proc, self.metered = start_lookupd(self.tmp, self.logs, inline=True, name="metered",
+                                               extra='metrics = "127.0.0.1:0"\n')
+            self.procs.append(proc)
+            self.pid[self.metered] = proc.pid
             rd = start_redis(self.tmp)
             self.redis = None
             if rd is not None:
@@ -454,7 +471,7 @@ class Servers:
 def answers_agree(servers: Servers, targets: list[int]) -> bool | None:
     """Whether lookupd and redis give the same floor points (this also maps lookupd's indexes: every
     method is called once on both lookupd servers first)."""
-    for path in (servers.lookupd, servers.threaded):
+    for path in (servers.lookupd, servers.threaded, servers.workers2, servers.metered):
         for method in METHODS:
             w = LookupdWire(method)
             roundtrip(connect(path), w, b"".join(w.request(random.Random(i)) for i in range(50)), 50)
@@ -485,6 +502,13 @@ def one_pass(servers: Servers, targets: list[int], secs: float) -> dict:
     results["lookupd_all_threaded"] = {FLOOR: {
         "latency": latency("lookupd", servers.threaded, FLOOR, secs),
         "throughput": [throughput("lookupd", servers.threaded, servers.pid[servers.threaded], FLOOR, 8, secs)]}}
+    results["lookupd_workers2"] = {FLOOR: {
+        "latency": latency("lookupd", servers.workers2, FLOOR, secs),
+        "throughput": [throughput("lookupd", servers.workers2, servers.pid[servers.workers2], FLOOR, c, secs)
+                       for c in CLIENTS]}}
+    results["lookupd_metrics_on"] = {FLOOR: {
+        "latency": latency("lookupd", servers.metered, FLOOR, secs),
+        "throughput": [throughput("lookupd", servers.metered, servers.pid[servers.metered], FLOOR, 8, secs)]}}
     results["policy_in_process"] = policy_micro(servers.logs, min(secs, 2.0))
     return results
 
@@ -497,7 +521,8 @@ def targets_list() -> list[int]:
 # ====================================================================== bench/run.py suite
 
 
-SERVER_LABELS = {"lookupd": "lookupd", "redis": "redis", "lookupd_all_threaded": "lookupd, every lookup in a thread"}
+SERVER_LABELS = {"lookupd": "lookupd", "redis": "redis", "lookupd_all_threaded": "lookupd, every lookup in a thread",
+                 "lookupd_workers2": "lookupd, workers=2", "lookupd_metrics_on": "lookupd, metrics on"}
 
 
 def label(server: str, method: str) -> str:
@@ -556,7 +581,13 @@ def ratios(figures: list) -> list:
                  "redis: lookups/s, 8 concurrent clients", "lookups per second with 8 closed-loop clients"),
            ratio("inline vs threaded hot lookups, 8 clients", figures, "lookupd: lookups/s, 8 concurrent clients",
                  "lookupd, every lookup in a thread: lookups/s, 8 concurrent clients",
-                 "daemon throughput with hot lookups on the event loop over all lookups in worker threads")]
+                 "daemon throughput with hot lookups on the event loop over all lookups in worker threads"),
+           ratio("workers=2 vs workers=1, 64 clients", figures, "lookupd, workers=2: lookups/s, 64 concurrent clients",
+                 "lookupd: lookups/s, 64 concurrent clients", "floor lookups/s with two worker processes over one"),
+           ratio("workers=2 vs redis, 64 clients", figures, "lookupd, workers=2: lookups/s, 64 concurrent clients",
+                 "redis: lookups/s, 64 concurrent clients", "floor lookups/s, two lookupd workers over redis"),
+           ratio("metrics on vs off, 8 clients", figures, "lookupd, metrics on: lookups/s, 8 concurrent clients",
+                 "lookupd: lookups/s, 8 concurrent clients", "floor lookups/s with Prometheus metrics on over off")]
     for method in METHODS:
         name = label("lookupd", method)
         p50 = f"{name}: floor lookup round trip p50" if method == FLOOR else f"{name}: round trip p50"
