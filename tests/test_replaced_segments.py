@@ -164,3 +164,45 @@ async def test_the_daemon_answers_from_the_swapped_files_within_a_rescan(plain):
     finally:
         shutil.rmtree(sock_dir, ignore_errors=True)
 
+
+
+@pytest.mark.parametrize("read_from", ["auto", "daemon"])
+def test_a_spark_read_planned_before_the_swap_reads_the_files_after_it(plain, read_from):
+    """The splits were planned on the old segment; the cleaner swaps it in before the tasks read. The
+    split reader notices that the local bytes are not as planned and reads through the daemon, which
+    (after a rescan) answers from the new files: the records are those the files now hold."""
+    import tempfile
+    import time
+
+    import pyarrow as pa
+
+    from spark_client.examples.with_daemon import running_daemon
+    from spark_client.options import parse_options
+    from spark_client.planner import plan
+    from spark_client.reader import ReadSettings, read_split
+    from spark_client.routing import Daemons
+    from spark_client.schema import arrow_schema, kafka_schema
+    from spark_fixtures import arrow_rows, core_rows
+
+    sock_dir = tempfile.mkdtemp(prefix="lkd", dir="/tmp")
+    try:
+        sock = os.path.join(sock_dir, "d.sock")
+        with running_daemon([str(plain)], sock):
+            o = parse_options({"lookupd.address": sock, "subscribe": "plain", "includeHeaders": "true",
+                               "lookupd.readFrom": read_from})
+            with Daemons() as daemons:
+                splits = plan(o, daemons)
+            clean_segment(str(plain / "plain-0"), 231)
+            for name in os.listdir(plain / "plain-0"):
+                if name.endswith(".deleted"):
+                    os.unlink(plain / "plain-0" / name)
+            time.sleep(1.5)  # more than the daemon's rescan interval
+            settings = ReadSettings(read_committed=False, include_headers=True, read_from=o.read_from,
+                                    fail_on_data_loss=True, token=None, arrow_schema=arrow_schema(kafka_schema(True)))
+            batches = [b for s in splits for b in read_split(s, settings)]
+        got = arrow_rows(pa.Table.from_batches(batches, settings.arrow_schema))
+        want = core_rows(str(plain), "plain", 0)
+        assert got == want
+        assert 231 not in {row[0] for row in got}  # the cleaned batch's record is gone
+    finally:
+        shutil.rmtree(sock_dir, ignore_errors=True)
