@@ -25,6 +25,7 @@ from lookupd.format.batch import BatchHeader, ensure_valid, parse_header, whole_
 from lookupd.rpc.client import Client, RemoteError
 from lookupd.errors import CorruptRecordError
 from lookupd.log.filerecords import FileRecords, read_frames
+from lookupd.format.names import segment_file_name
 from lookupd.format.records import decode_batch
 
 from .errors import DataLossError
@@ -179,7 +180,7 @@ class _SplitReader:
             data = answer["records"]
             if not data:
                 return
-            where = f"{s.topic}-{s.partition}/{answer['segment']:020d}.log through lookupd at {s.address}"
+            where = f"{s.topic}-{s.partition}/{segment_file_name(answer['segment'], '.log')} through lookupd at {s.address}"
             view = memoryview(data)
             for off, size in whole_frames(data, answer["position"], where):
                 header = parse_header(data, off, answer["position"] + off, where)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from lookupd.format.batch import LOG_OVERHEAD, RECORD_OVERHEAD_V0
+from lookupd.format.names import segment_file_name
 from pyspark.sql.datasource import InputPartition
 
 from .routing import PartitionInfo
@@ -104,7 +105,7 @@ class PartitionRange:
         return sum(hi - lo for lo, hi in self.spans())
 
     def path(self, segment: int) -> str:
-        return os.path.join(self.info.log_dir, f"{self.info.topic}-{self.info.partition}", f"{segment:020d}.log")
+        return os.path.join(self.info.log_dir, f"{self.info.topic}-{self.info.partition}", segment_file_name(segment, ".log"))
 
 
 def part_counts(sizes: list[int], min_partitions: int | None) -> list[int]:

@@ -16,7 +16,7 @@ from ..format.batch import compute_crc, parse_header
 from ..errors import CorruptDataError, LookupdError
 from ..log.locallog import list_segments
 from ..format.names import INDEX_SUFFIX, LOG_SUFFIX, SEGMENT_SUFFIXES, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, \
-    parse_partition_dir, parse_segment_file
+    parse_partition_dir, parse_segment_file, segment_file_name
 from .progress import Progress
 from ..format.records import decode_batch
 from ..format.render import batch_json, batch_line, record_json, record_line
@@ -37,7 +37,7 @@ def expand(paths: list[str]) -> list[str]:
             for d in dirs:
                 for base in list_segments(d):
                     for suffix in SEGMENT_SUFFIXES:
-                        f = os.path.join(d, f"{base:020d}{suffix}")
+                        f = os.path.join(d, segment_file_name(base, suffix))
                         if os.path.exists(f):
                             out.append(f)
         elif not os.path.exists(path):
