@@ -44,7 +44,7 @@ from . import tree
 from .catalog import Catalog, PartitionInfo
 from .sources import Cursor, Handles, LocalFile, LocalSource, RemoteLog, RemoteSource
 from .stream import Pieces, Stream
-from .views import RenderCache, index_lines, partition_json, read_index, record_lines
+from .views import RenderCache, key_lines, index_lines, partition_json, read_index, record_lines
 
 log = logging.getLogger(__name__)
 
@@ -146,11 +146,11 @@ class KafkaFS(Operations):
         if isinstance(node, tree.Root):
             names = list(self.catalog.topics())
         elif isinstance(node, tree.Topic):
-            names = [str(p) for p in self._partitions_of(node.topic)]
+            names = [str(p) for p in self._partitions_of(node.topic)] + [tree.BY_KEY]
         elif isinstance(node, tree.Partition):
             names = self._partition_entries(self.catalog.partition(node.topic, node.partition))
-        elif isinstance(node, tree.NavDir):
-            self.catalog.partition(node.topic, node.partition)
+        elif isinstance(node, (tree.NavDir, tree.ByKeyDir)):
+            self._check_exists(node)
             names = []  # resolved on lookup, never listed
         else:
             raise FuseOSError(errno.ENOTDIR)
@@ -247,8 +247,8 @@ class KafkaFS(Operations):
     def _subdirectories(self, node: tree.Node) -> int:
         """How many directories `node` holds (for st_nlink); ENOENT when it does not exist."""
         if isinstance(node, tree.Topic):
-            return len(self._partitions_of(node.topic))
-        self.catalog.partition(node.topic, node.partition)
+            return len(self._partitions_of(node.topic)) + 1  # and by-key/
+        self._check_exists(node)
         return len(tree.NAV_DIRS) if isinstance(node, tree.Partition) else 0
 
     def _source(self, part: PartitionInfo) -> LocalSource | RemoteSource:
@@ -284,9 +284,26 @@ class KafkaFS(Operations):
         return self._attrs(stat.S_IFREG | 0o444, size=size, blocks=blocks, mtime_ns=mtime_ns)
 
     def _check_exists(self, node: tree.Node) -> None:
+        if getattr(node, "partition", 0) is None:  # a topic's by-key/
+            self._partitions_of(node.topic)
+            return
         part = self.catalog.partition(node.topic, node.partition)
         if isinstance(node, tree.AtOffset):
             self._resolve_offset(part, node.start)  # ENOENT outside [log start, log end]
+
+    def _key_producer(self, node: tree.ByKey) -> tuple:
+        """A by-key file: its partitions' sources, each read from its first segment."""
+        numbers = self._partitions_of(node.topic) if node.partition is None else [node.partition]
+        sources, starts = [], []
+        for number in numbers:
+            part = self.catalog.partition(node.topic, number)
+            bases = self.catalog.segments(part).bases
+            if bases:
+                sources.append(self._source(part))
+                starts.append(Cursor(bases[0], 0, bases[0]))
+        if not sources:
+            return _nothing, None
+        return functools.partial(key_lines, sources, starts, node.key), (0, starts[0])
 
     def _resolve_offset(self, part: PartitionInfo, offset: int) -> dict | None:
         return self.daemon.call("resolve_offset", part.topic, part.partition, offset)
@@ -297,6 +314,8 @@ class KafkaFS(Operations):
     def _producer(self, node: tree.Node) -> tuple:
         """(producer, start cursor) of a generated file, with what it reads pinned now: a view
         opened before retention deletes its segment reads on as if it had not (ENOENT once it has)."""
+        if isinstance(node, tree.ByKey):
+            return self._key_producer(node)
         part = self.catalog.partition(node.topic, node.partition)
         if isinstance(node, tree.PartitionJson):
             return functools.partial(_once, partition_json(part, self.catalog.segments(part))), None

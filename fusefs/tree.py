@@ -18,6 +18,9 @@
         at-time/
             <time>.jsonl                records from the first one with timestamp >= <time>
             <from>--<to>.jsonl          records from ListOffsets(from) up to ListOffsets(to), excluded
+        by-key/
+            <key>.jsonl                 every record whose key is <key>, in offset order
+    /<topic>/by-key/<key>.jsonl         the same over all the topic's partitions, partition by partition
 
 `<base>` is the segment's base offset as 20 digits, as in the log dir. Navigation files
 start exactly at their offset: records before it in the batch that holds it are skipped
@@ -30,6 +33,11 @@ time range is the offset range between the two answers (to the end when `to` fin
 record). Times are epoch milliseconds or ISO-8601 (`2026-01-01T10:00:00Z`,
 `2026-01-01T10:00:00.250+00:00`, `2026-01-01`; no zone means UTC).
 
+A key is named by its text when it is valid UTF-8 and a legal file name (not "." or "..", no
+"/" or NUL, at most 255 bytes with ".jsonl", not starting with "base64:"); any other key is
+`base64:` and the key in URL-safe base64 (RFC 4648 section 5; padding optional). Records
+without a key have no file. `by-key/` is never listed: names are resolved on lookup.
+
 Names are strict: a topic that is not a legal Kafka name,
 a partition with leading zeros, a base offset that is not 20 digits, an unknown suffix or
 a navigation name that does not parse are ENOENT; a well-formed navigation name whose
@@ -38,6 +46,8 @@ numbers cannot be valid (beyond int64, a range ending before it starts) is EINVA
 
 from __future__ import annotations
 
+import base64
+import binascii
 import errno
 import re
 from datetime import datetime, timedelta, timezone
@@ -54,13 +64,18 @@ VIEWS = {"records.jsonl": "log", "index.txt": "index", "timeindex.txt": "timeind
 PARTITION_JSON = "partition.json"
 AT_OFFSET = "at-offset"
 AT_TIME = "at-time"
-NAV_DIRS = (AT_OFFSET, AT_TIME)
+BY_KEY = "by-key"
+NAV_DIRS = (AT_OFFSET, AT_TIME, BY_KEY)
+KEY_BASE64 = "base64:"
+JSONL = ".jsonl"
+NAME_MAX = 255
 
 INT64_MAX = (1 << 63) - 1
 _PARTITION = re.compile(r"0|[1-9][0-9]{0,9}")
 _SEGMENT = re.compile(r"([0-9]{20})\.(" + "|".join(re.escape(s) for s in (*RAW, *VIEWS)) + r")")
 _AT_OFFSET = re.compile(r"([0-9]+)(?:-([0-9]+))?\.jsonl")
 _DIGITS = re.compile(r"[0-9]+")
+_URLSAFE = re.compile(r"[A-Za-z0-9_-]*={0,2}")
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
@@ -124,8 +139,51 @@ class AtTime(NamedTuple):
     end: int | None
 
 
-Node = Root | Topic | Partition | SegmentFile | PartitionJson | NavDir | AtOffset | AtTime
-DIRECTORIES = (Root, Topic, Partition, NavDir)
+class ByKeyDir(NamedTuple):
+    """`by-key/` of a partition, or of a whole topic (partition None)."""
+
+    topic: str
+    partition: int | None
+
+
+class ByKey(NamedTuple):
+    """Every record whose key equals `key`, of a partition or of a whole topic (partition None)."""
+
+    topic: str
+    partition: int | None
+    key: bytes
+
+
+Node = Root | Topic | Partition | SegmentFile | PartitionJson | NavDir | AtOffset | AtTime | ByKeyDir | ByKey
+DIRECTORIES = (Root, Topic, Partition, NavDir, ByKeyDir)
+
+
+def key_file_name(key: bytes) -> str:
+    """The file name of a key's by-key file (see the module docstring)."""
+    try:
+        text = key.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text and text not in (".", "..") and "/" not in text and "\0" not in text \
+            and not text.startswith(KEY_BASE64) and len((text + JSONL).encode()) <= NAME_MAX:
+        return text + JSONL
+    return KEY_BASE64 + base64.urlsafe_b64encode(key).decode("ascii") + JSONL
+
+
+def parse_key_name(name: str) -> bytes:
+    """The key a by-key file name names; ENOENT for a name that names none."""
+    if not name.endswith(JSONL) or name == JSONL:
+        raise _missing()
+    stem = name[:-len(JSONL)]
+    if not stem.startswith(KEY_BASE64):
+        return stem.encode("utf-8", "surrogateescape")
+    text = stem[len(KEY_BASE64):]
+    if not _URLSAFE.fullmatch(text):
+        raise _missing()
+    try:
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (binascii.Error, ValueError):
+        raise _missing() from None
 
 
 def _missing() -> FuseOSError:
@@ -187,6 +245,12 @@ def parse(path: str) -> Node:
         raise _missing() from None
     if len(parts) == 1:
         return Topic(topic)
+    if parts[1] == BY_KEY:
+        if len(parts) == 2:
+            return ByKeyDir(topic, None)
+        if len(parts) == 3:
+            return ByKey(topic, None, parse_key_name(parts[2]))
+        raise _missing()
     if not _PARTITION.fullmatch(parts[1]) or int(parts[1]) > (1 << 31) - 1:
         raise _missing()
     partition = int(parts[1])
@@ -196,12 +260,16 @@ def parse(path: str) -> Node:
     if len(parts) == 3:
         if name == PARTITION_JSON:
             return PartitionJson(topic, partition)
+        if name == BY_KEY:
+            return ByKeyDir(topic, partition)
         if name in NAV_DIRS:
             return NavDir(topic, partition, name)
         m = _SEGMENT.fullmatch(name)
         if m is None or int(m[1]) > INT64_MAX:
             raise _missing()
         return SegmentFile(topic, partition, int(m[1]), m[2])
+    if len(parts) == 4 and name == BY_KEY:
+        return ByKey(topic, partition, parse_key_name(parts[3]))
     if len(parts) == 4 and name in NAV_DIRS:
         return _nav(topic, partition, name, parts[3])
     raise _missing()

@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from lookupd.format.batch import BatchHeader, ensure_valid
+from lookupd.format.batch import COMPRESSION_MASK, BatchHeader, ensure_valid
 from lookupd.format.records import decode_batch
 from lookupd.format.render import record_json
 from lookupd.log.segment import LogSegment
@@ -93,6 +93,28 @@ def record_lines(source: LocalSource | RemoteSource, cache: RenderCache, first: 
         yield piece, after
         if past_end or end is not None and header.last_offset >= end - 1:
             return
+
+
+def key_lines(sources: list, starts: list[Cursor], key: bytes, cursor: tuple[int, Cursor]) -> Pieces:
+    """Producer: JSON lines (as `.records.jsonl` has them) of every record whose key is `key`, partition
+    after partition, each in offset order, from `cursor` = (partition number in `sources`, batch).
+    Found lines come out as soon as their batch is scanned, so `head -1` stops at the first match.
+    An uncompressed batch whose bytes do not contain the key at all is passed over undecoded."""
+    i, at = cursor
+    while i < len(sources):
+        source = sources[i]
+        for header, data, after in source.batches(at, True):
+            if header.attributes & COMPRESSION_MASK == 0 and key not in bytes(data):
+                yield b"", (i, after)
+                continue
+            where = source.log_name(after.segment)
+            ensure_valid(header, data, where)
+            lines = [_dumps(record_json(r, header)) + "\n" for r in decode_batch(header, data, path=where)
+                     if r.key == key]
+            yield "".join(lines).encode("ascii"), (i, after)
+        i += 1
+        if i < len(sources):
+            at = starts[i]
 
 
 _INDEX_LINES = {
