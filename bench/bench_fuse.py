@@ -1,5 +1,5 @@
-"""The FUSE view: raw `.log` reads through the mount vs from disk, records per second through
-`.records.jsonl`, and `ls -lR` over 10,000 segments (2,000 with --quick).
+"""The FUSE view: raw `.log` reads through the mount vs from disk (warm and cold), records per second
+through `.records.jsonl`, a by-key scan, and `ls -lR` over 10,000 segments (2,000 with --quick).
 
 A log dir is written here with lookupd's writer, then served by `lookupd serve` and mounted
 with `fusefs mount --foreground`, both as subprocesses, as in production. Reads are warm on
@@ -167,6 +167,51 @@ def in_process_records_per_s(part_dir: str, topic: str, base: int) -> float:
     return count / (time.perf_counter() - t0)
 
 
+def drop_cache(path: str) -> None:
+    """Evict a file's pages from the page cache (posix_fadvise DONTNEED), so the next read is cold."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def in_process_key_scan_s(part_dir: str, topic: str, key: bytes) -> float:
+    """The mount's by-key scan of one partition, without FUSE or the daemon: seconds."""
+    from fusefs.catalog import PartitionInfo
+    from fusefs.sources import Cursor
+    from fusefs.views import key_lines
+
+    part = PartitionInfo(topic, 0, 0, 0, os.path.dirname(part_dir), part_dir)
+    bases = sorted(int(n[:20]) for n in os.listdir(part_dir) if n.endswith(".log"))
+    t0 = time.perf_counter()
+    source = _AllSegments(part, bases)
+    for _ in key_lines([source], [Cursor(bases[0], 0, bases[0])], key, (0, Cursor(bases[0], 0, bases[0]))):
+        pass
+    return time.perf_counter() - t0
+
+
+class _AllSegments:
+    """A LocalSource that follows a partition's segments in order without the mount's catalog."""
+
+    def __init__(self, part, bases: list[int]):
+        from fusefs.sources import Handles, LocalSource
+
+        self._source = LocalSource(part, None, Handles())
+        self._bases = bases
+
+    def log_name(self, segment: int) -> str:
+        return self._source.log_name(segment)
+
+    def batches(self, cursor, follow: bool):
+        from fusefs.sources import Cursor
+
+        for base in self._bases:
+            if base >= cursor.segment:
+                start = cursor if base == cursor.segment else Cursor(base, 0, base)
+                yield from self._source.batches(start, False)
+
+
 def seconds(cmd: list[str]) -> float:
     t0 = time.perf_counter()
     subprocess.run(cmd, stdout=subprocess.DEVNULL, check=True)
@@ -200,6 +245,20 @@ def run(quick: bool = False) -> list[Figure]:
             figures.append(Figure(f"sequential read of a {size // MiB} MiB .log, through the mount (warm)", "MB/s",
                                   through, group="fuse-read", params={**params, "path": "mount"},
                                   higher_is_better=True))
+            cold_direct, cold_through = [], []
+            for _ in range(times):
+                drop_cache(disk)
+                cold_direct.append(read_mb_s(disk))
+                drop_cache(disk)
+                drop_cache(mounted)  # the mount's own page cache of the file, too
+                cold_through.append(read_mb_s(mounted))
+            params = {**params, "cache": "cold"}
+            figures.append(Figure(f"sequential read of a {size // MiB} MiB .log, from disk (cold)", "MB/s",
+                                  cold_direct, group="fuse-read", params={**params, "path": "direct-cold"},
+                                  higher_is_better=True))
+            figures.append(Figure(f"sequential read of a {size // MiB} MiB .log, through the mount (cold)", "MB/s",
+                                  cold_through, group="fuse-read", params={**params, "path": "mount-cold"},
+                                  higher_is_better=True))
 
             bases = sorted(int(n[:20]) for n in os.listdir(os.path.join(logs, "records-0")) if n.endswith(".log"))
             jsonl = [os.path.join(m.root, "records", "0", f"{b:020d}.records.jsonl") for b in bases[:times + 1]]
@@ -213,6 +272,19 @@ def run(quick: bool = False) -> list[Figure]:
                                   "records/s", [in_process_records_per_s(part_dir, "records", b) for b in bases[:times]],
                                   group="fuse-records", params={**params, "path": "in-process"},
                                   higher_is_better=True))
+            # by-key: one key's records (one in 997) found by scanning the whole partition
+            key = b"user-996"
+            part_bytes = sum(os.path.getsize(os.path.join(part_dir, n)) for n in os.listdir(part_dir)
+                             if n.endswith(".log"))
+            by_key = os.path.join(m.root, "records", "0", "by-key", key.decode() + ".jsonl")
+            params = {"bytes": part_bytes, "key": key.decode()}
+            figures.append(Figure("by-key scan of a partition through the mount", "MB/s",
+                                  [part_bytes / seconds(["cat", by_key]) / 1e6 for _ in range(times)],
+                                  group="fuse-bykey", params={**params, "path": "mount"}, higher_is_better=True))
+            figures.append(Figure("by-key scan of the same partition in process (no FUSE, no daemon)", "MB/s",
+                                  [part_bytes / in_process_key_scan_s(part_dir, "records", key) / 1e6
+                                   for _ in range(times)],
+                                  group="fuse-bykey", params={**params, "path": "in-process"}, higher_is_better=True))
             big_jsonl = os.path.join(m.root, "big", "0", f"{0:020d}.records.jsonl")
             figures.append(Figure(f"head -c 4096 of the {size // MiB} MiB segment's .records.jsonl", "ms",
                                   [1000 * seconds(["head", "-c", "4096", big_jsonl]) for _ in range(times)],
@@ -241,8 +313,13 @@ def run(quick: bool = False) -> list[Figure]:
 def ratios(figures: list[Figure]) -> list[dict | None]:
     read = [f.name for f in figures if f.group == "fuse-read"]
     recs = [f.name for f in figures if f.group == "fuse-records" and f.unit == "records/s"]
+    key = [f.name for f in figures if f.group == "fuse-bykey"]
     return [ratio("fuse read throughput vs disk", figures, read[1], read[0],
                   "sequential .log reads through the mount as a fraction of direct reads (both warm)"),
+            ratio("fuse cold read throughput vs disk", figures, read[3], read[2],
+                  "sequential .log reads through the mount as a fraction of direct reads (both cold)"),
+            ratio("fuse by-key scan vs in-process", figures, key[0], key[1],
+                  "a by-key scan through the mount as a fraction of the same scan in process"),
             ratio("fuse records/s vs in-process", figures, recs[0], recs[1],
                   "records per second through the mount as a fraction of the same rendering in process")]
 

@@ -37,22 +37,36 @@ SENTENCES = {
     "decode-records": "The same decoding counted in records per second.",
     "coldstart": "A log dir of many segments opens in a fraction of a second and a small amount of memory, because nothing is "
                  "mapped until it is looked up; the first lookup on a segment whose files are not cached costs a few milliseconds of disk reads.",
-    "daemon-latency": "Over a Unix socket one lookup takes a round trip of about {lookupd vs redis, single-client p50 latency:.1f}x redis's "
-                      "for the same floor query: the cost of a Python event loop per request.",
-    "daemon-throughput": "Many clients and pipelining raise throughput; for bulk work the columnar calls resolve far more offsets per "
-                         "second than single requests can, which is what the FUSE view and Spark use.",
-    "daemon-policy": "Answering a hot lookup on the event loop instead of hopping to a worker thread is what keeps single lookups fast "
+    "daemon-latency": "Over a Unix socket one floor lookup takes a round trip of about {lookupd vs redis, single-client p50 latency:.1f}x "
+                      "redis's for the same floor query; resolve_offset {lookupd resolve_offset vs redis, single-client p50:.1f}x, "
+                      "offset_for_timestamp {lookupd offset_for_timestamp vs redis, single-client p50:.1f}x: a Python event loop per request.",
+    "daemon-throughput": "With 8 closed-loop clients lookupd serves {lookupd lookup_offset floor vs redis, 8 clients:.2f}x redis's floor lookups per "
+                         "second (resolve_offset {lookupd resolve_offset vs redis, 8 clients:.2f}x, read of one batch "
+                         "{lookupd read one batch vs redis, 8 clients:.2f}x); two workers give {workers=2 vs workers=1, 64 clients:.2f}x one "
+                         "worker's rate at 64 clients on these 2 cores, shared with the load generator. For bulk work the columnar calls "
+                         "resolve far more offsets per second than single requests can.",
+    "daemon-cpu": "Server CPU per request, from /proc: lookupd spends {lookupd lookup_offset floor vs redis, server CPU per request:.1f}x "
+                  "redis's microseconds on a floor lookup. Prometheus metrics on cost little: {metrics on vs off, 8 clients:.2f}x the "
+                  "throughput with them off.",
+    "daemon-policy": "Answering a lookup on the event loop instead of hopping to a worker thread is what keeps single lookups fast "
                      "({inline vs threaded hot lookups, 8 clients:.1f}x the throughput at 8 clients).",
-    "fuse-read": "Raw `.log` reads through the mount run at {fuse read throughput vs disk:.2f}x the speed of reading the file directly "
-                 "(both from the page cache): fine for `cat`, `less` and copies, not a replacement for direct reads in bulk jobs.",
+    "fuse-read": "Raw reads of a rolled segment through the mount run at {fuse read throughput vs disk:.2f}x the speed of reading the "
+                 "file directly when both are warm (the kernel's page cache serves them), and {fuse cold read throughput vs disk:.2f}x "
+                 "when both start cold (every read goes through the FUSE process).",
     "fuse-records": "Decoded records come through `.records.jsonl` at {fuse records/s vs in-process:.2f}x the speed of the same "
                     "rendering in process.",
+    "fuse-bykey": "Finding every record with one key through `by-key/` runs at {fuse by-key scan vs in-process:.2f}x the speed of "
+                  "the same scan in process.",
     "fuse-ls": "`ls -lR` over thousands of segments asks the daemon about every directory; it takes seconds, not minutes.",
     "spark-positions": "Resolving positions with columnar requests per task is {spark-positions-speedup:.0f}x faster than one "
                        "request per row, which is what makes `resolve_positions` usable on large DataFrames.",
     "spark-read": "The Spark source reads segments in parallel tasks on a cluster; on this 2-core machine, with Spark's own "
                   "JVM sharing the cores, it reads {spark-read-speedup:.2f}x the records per second of one Python process "
                   "looping over the same files: the numbers to scale from are the per-task reader's.",
+    "spark-stream-latency": "A streaming query with the default trigger delivers an appended batch's records to its sink in the "
+                            "time shown (append to foreachBatch); catching up with Trigger.AvailableNow reads "
+                            "{spark-available-now-vs-batch:.2f}x the records per second of a batch read of the same data, "
+                            "a streaming query's fixed cost included.",
 }
 
 
