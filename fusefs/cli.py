@@ -20,6 +20,9 @@ from lookupd.rpc.client import Client
 from lookupd.errors import LookupdError, Unauthorized, Unavailable
 
 MAX_READ = 128 << 10  # the most one FUSE read may ask for (the kernel's cap without max_pages)
+# How far the kernel reads ahead of a sequential reader, in FUSE reads it may have in flight at once: a
+# cold .log is then read from the disk while earlier pieces are being returned.
+READAHEAD = 4 << 20
 FS_TYPE = "fusefs"  # shows as fuse.fusefs in /proc/mounts
 
 
@@ -113,7 +116,7 @@ def mount(args) -> int:
                       same_host=same_host, ttl=args.ttl)
     try:
         FUSE(KafkaFS(catalog), mountpoint, raw_fi=True, foreground=args.foreground, ro=True,
-             default_permissions=True, allow_other=args.allow_other, auto_unmount=True, max_read=MAX_READ,
+             default_permissions=True, allow_other=args.allow_other, auto_unmount=True, max_read=MAX_READ, max_readahead=READAHEAD,
              fsname="kafka-lookupd", subtype=FS_TYPE)
     except RuntimeError:
         raise UsageError(f"mounting on {mountpoint} failed (libfuse said why just above)") from None

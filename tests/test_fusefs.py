@@ -149,8 +149,8 @@ def test_listing(mnt):
     assert sorted(os.listdir(mnt.root)) == sorted({split(p)[0] for p in PARTS})
     for p in PARTS:
         topic, number = split(p)
-        assert os.listdir(mnt.path(topic)) == [number]
-        want = {"partition.json", "at-offset", "at-time"}
+        assert os.listdir(mnt.path(topic)) == [number, "by-key"]
+        want = {"partition.json", "at-offset", "at-time", "by-key"}
         for seg in R.answers(p)["segments"]:
             for name, facts in seg["files"].items():
                 if facts is not None:
@@ -159,6 +159,7 @@ def test_listing(mnt):
                     want.add(name[:20] + view)
         assert set(os.listdir(pdir(mnt, p))) == want, p
         assert os.listdir(pdir(mnt, p, "at-offset")) == [] and os.listdir(pdir(mnt, p, "at-time")) == []
+        assert os.listdir(pdir(mnt, p, "by-key")) == [] and os.listdir(mnt.path(topic, "by-key")) == []
 
 
 @pytest.mark.parametrize("p", PARTS)

@@ -182,7 +182,7 @@ def test_written_data_live(tmp_path):
         fresh = Producer(str(logs / "fresh-3"))
         fresh.batches(2)
         fresh.writer.close()
-        wait_for("the new partition is listed", lambda: os.listdir(mnt.path("fresh")) == ["3"])
+        wait_for("the new partition is listed", lambda: os.listdir(mnt.path("fresh")) == ["3", "by-key"])
         shutil.rmtree(logs / "fresh-3")
         wait_for("the removed topic goes away", lambda: "fresh" not in os.listdir(mnt.root))
         assert "Traceback" not in mnt.log
