@@ -23,7 +23,7 @@ SPARK_DAEMON := $(PY) -m spark_client.examples.with_daemon --log-dir $(LOG_DIR) 
 
 all: venv
 
-$(STAMP): pyproject.toml lookupd/log/_native.c
+$(STAMP): pyproject.toml lookupd/log/_native.c lookupd/format/_decode.c
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet -e '.[test,bench]'

@@ -9,24 +9,25 @@ stops at the next split's first batch, so nothing is read twice.
 
 Like a Kafka consumer, every batch's CRC is checked, control batches are never returned, and
 with read_committed the batches of aborted transactions (the daemon's aborted_transactions
-answers, shipped in the split) are dropped.
+answers, shipped in the split) are dropped. Records are decoded straight into Arrow columns
+by lookupd.format.columnar (native C, many batches per call), and the split's offset range
+and aborted transactions are applied as masks over those columns.
 """
 
 from __future__ import annotations
 
-import bisect
 import logging
 from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
 
-from lookupd.format.batch import BatchHeader, ensure_valid, parse_header, whole_frames
+from lookupd.format.batch import last_offset_at, parse_header, whole_frames
+from lookupd.format.columnar import MAX_DATA_BYTES, ColumnBuilder
 from lookupd.rpc.client import Client, RemoteError
 from lookupd.errors import CorruptRecordError
 from lookupd.log.filerecords import FileRecords, read_frames
 from lookupd.format.names import segment_file_name
-from lookupd.format.records import decode_batch
 
 from .errors import DataLossError
 from .splits import Piece, Split
@@ -81,36 +82,22 @@ class _SplitReader:
 
     def record_batches(self) -> Iterator[pa.RecordBatch]:
         s = self.split
-        rows = ArrowRows(self.settings.arrow_schema, s.topic, s.partition, self.settings.include_headers)
-        lo, hi = s.lo, s.hi
-        for header, data, where in self.batches():
-            ensure_valid(header, data, where)
-            if header.is_control or (self._aborted and self._is_aborted(header)):
-                continue
-            records = decode_batch(header, data, path=where)
-            if header.base_offset < lo or header.last_offset >= hi or header.magic < 2:
-                records = [r for r in records if lo <= r.offset < hi]
-            if records:
-                rows.add(records, int(header.timestamp_type))
-                if rows.count >= ROWS_PER_BATCH:
-                    yield rows.flush()
+        rows = ColumnRows(self.settings.arrow_schema, s.topic, s.partition, self.settings.include_headers,
+                          s.lo, s.hi, self._aborted)
+        for buf, start, end, position, where in self.chunks():
+            if rows.full(end - start):
+                yield rows.flush()
+            rows.add(buf, start, end, position, where)
+            if rows.count >= ROWS_PER_BATCH:
+                yield rows.flush()
         if rows.count:
             yield rows.flush()
 
-    def _is_aborted(self, header: BatchHeader) -> bool:
-        """Kafka's consumer rule: a transactional batch of producer P is aborted when an aborted
-        transaction of P spans it (first offset <= batch offset <= ABORT marker offset)."""
-        spans = self._aborted.get(header.producer_id)
-        if not spans or not header.is_transactional:
-            return False
-        i = bisect.bisect_right(spans, (header.base_offset, 1 << 63)) - 1  # a producer's transactions never overlap
-        return i >= 0 and header.base_offset <= spans[i][1]
-
     # ------------------------------------------------------------- batches
 
-    def batches(self) -> Iterator[tuple[BatchHeader, memoryview, str]]:
-        """The split's batches in offset order, each with the file it came from (for errors):
-        local pieces while they match the plan, then the daemon."""
+    def chunks(self) -> Iterator[tuple[bytes, int, int, int, str]]:
+        """The split's batches in offset order as runs of whole batches: (buffer, start, end, file position of
+        buffer[0], the file they came from): local pieces while they match the plan, then the daemon."""
         if self.settings.read_from != "daemon":
             for piece in self.split.pieces:
                 whole = yield from self._local_piece(piece)
@@ -123,10 +110,10 @@ class _SplitReader:
                     break
             else:
                 return
-        yield from self._daemon_batches()
+        yield from self._daemon_chunks()
 
     def _local_piece(self, piece: Piece):
-        """Yield the piece's batches from the local file; return whether all of them matched the plan."""
+        """Yield the piece's batches from the local file in runs; return whether all of them matched the plan."""
         log_file = FileRecords(piece.path)
         try:
             handle = log_file.handle()
@@ -134,7 +121,14 @@ class _SplitReader:
             return False
         pos, checked = piece.start, False
         frames = read_frames(handle, piece.start, piece.end, path=piece.path, chunk=CHUNK_BYTES, whole=True)
-        mv, last = None, None
+        run: list = []  # [buffer, start, end, last frame's offset in it]
+
+        def flush():
+            buf, start, end, last = run
+            self.cursor = last_offset_at(buf, last) + 1
+            run.clear()
+            return buf, start, end, pos_of_buf, piece.path
+
         try:
             while True:
                 try:
@@ -142,25 +136,28 @@ class _SplitReader:
                     if frame is None:
                         break
                     buf, off, pos, size = frame
-                    header = parse_header(buf, off, pos, piece.path)
+                    if not checked:
+                        if parse_header(buf, off, pos, piece.path).base_offset != piece.first_base:
+                            return False
+                        checked = True
                 except CorruptRecordError:
                     if checked:
                         raise
                     return False  # not a batch where the plan has one
-                if not checked:
-                    if header.base_offset != piece.first_base:
-                        return False
-                    checked = True
-                if buf is not last:
-                    mv, last = memoryview(buf), buf
-                yield header, mv[off:off + size], piece.path
-                self.cursor = header.last_offset + 1
+                if run and run[0] is not buf:
+                    yield flush()
+                if not run:
+                    run[:] = [buf, off, off, off]
+                    pos_of_buf = pos - off
+                run[2], run[3] = off + size, off
                 pos += size
+            if run:
+                yield flush()
         finally:
             log_file.close()
         return pos == piece.end
 
-    def _daemon_batches(self) -> Iterator[tuple[BatchHeader, memoryview, str]]:
+    def _daemon_chunks(self) -> Iterator[tuple[bytes, int, int, int, str]]:
         """Batches from the cursor through the daemon's `read`, up to the next split's first batch."""
         s = self.split
         limit = s.stop[0] if s.stop else s.hi
@@ -181,15 +178,21 @@ class _SplitReader:
             if not data:
                 return
             where = f"{s.topic}-{s.partition}/{segment_file_name(answer['segment'], '.log')} through lookupd at {s.address}"
-            view = memoryview(data)
+            end, done = 0, False
             for off, size in whole_frames(data, answer["position"], where):
                 header = parse_header(data, off, answer["position"] + off, where)
                 if s.stop is not None and (header.base_offset, header.last_offset) == s.stop:
-                    return
-                yield header, view[off:off + size], where
+                    done = True
+                    break
+                end = off + size
                 self.cursor = header.last_offset + 1
                 if self.cursor >= limit:
-                    return
+                    done = True
+                    break
+            if end:
+                yield data, 0, end, answer["position"], where
+            if done or not end:
+                return
 
     def _skip_deleted(self, client: Client) -> None:
         """The cursor is below the log start now (retention ran after planning)."""
@@ -211,56 +214,46 @@ class _SplitReader:
         return self._client
 
 
-class ArrowRows:
-    """Records of one partition gathered column by column, flushed as Arrow record batches."""
+class ColumnRows:
+    """Records of one split gathered as columns (lookupd.format.columnar, native where built), flushed as
+    Arrow record batches of the data source's schema. The split's offset range [lo, hi) and, with
+    read_committed, aborted transactions are applied as masks over the columns."""
 
-    def __init__(self, schema: pa.Schema, topic: str, partition: int, include_headers: bool):
+    def __init__(self, schema: pa.Schema, topic: str, partition: int, include_headers: bool, lo: int, hi: int,
+                 aborted: dict[int, list[tuple[int, int]]]):
         self.schema = schema
         self.topic = pa.scalar(topic, pa.string())
         self.partition = pa.scalar(partition, pa.int32())
-        self.include_headers = include_headers
-        self._clear()
+        self.headers_type = schema.field("headers").type if include_headers else None
+        self.lo, self.hi, self.aborted = lo, hi, aborted
+        self.builder = ColumnBuilder(include_headers)
 
-    def _clear(self) -> None:
-        self.count = 0
-        self.offsets: list[int] = []
-        self.timestamps: list[int] = []
-        self.keys: list = []
-        self.values: list = []
-        self.headers: list = []
-        self.types: list[int] = []
-        self.type_runs: list[int] = []
+    @property
+    def count(self) -> int:
+        return self.builder.count
 
-    def add(self, records: list, timestamp_type: int) -> None:
-        offsets, timestamps, keys, values, headers = zip(*records)
-        self.offsets += offsets
-        self.timestamps += timestamps
-        self.keys += keys
-        self.values += values
-        if self.include_headers:
-            self.headers += [h or None for h in headers]  # Spark: null, not [], when a record has none
-        self.types.append(timestamp_type)
-        self.type_runs.append(len(records))
-        self.count += len(records)
+    def full(self, more: int) -> bool:
+        """Whether `more` bytes of batches might not fit Arrow's 32-bit offsets any more: flush first."""
+        return self.builder.count > 0 and self.builder.data_bytes + more > MAX_DATA_BYTES
+
+    def add(self, buf, start: int, end: int, position: int, where: str) -> None:
+        self.builder.add_frames(buf, position, where, start, end)
 
     def flush(self) -> pa.RecordBatch:
-        n = self.count
-        ts = np.asarray(self.timestamps, dtype=np.int64)
+        keep = self.builder.aborted_mask(self.aborted) if self.aborted else None
+        cols = self.builder.arrays(self.headers_type)
+        n = len(cols["offset"])
+        offsets = cols["offset"].to_numpy(zero_copy_only=True)
+        in_range = (offsets >= self.lo) & (offsets < self.hi)
+        keep = in_range if keep is None else keep & in_range
+        ts = cols["timestamp"].to_numpy(zero_copy_only=True)
         if n and (ts.max() >= MAX_TIMESTAMP_MS or ts.min() < -MAX_TIMESTAMP_MS):
             bad = int(ts[np.argmax(np.abs(ts))])
             raise OverflowError(f"a record's timestamp {bad} ms is outside Spark's timestamp range")
         fields = self.schema.types
-        columns = [
-            pa.array(self.keys, pa.binary()),
-            pa.array(self.values, pa.binary()),
-            pa.repeat(self.topic, n),
-            pa.repeat(self.partition, n),
-            pa.array(self.offsets, pa.int64()),
-            pa.array(ts * 1000, fields[5]),
-            pa.array(np.repeat(np.asarray(self.types, np.int32), self.type_runs), pa.int32()),
-        ]
-        if self.include_headers:
-            columns.append(pa.array(self.headers, fields[7]))
+        columns = [cols["key"], cols["value"], pa.repeat(self.topic, n), pa.repeat(self.partition, n), cols["offset"],
+                   pa.array(ts * 1000, fields[5]), cols["timestamp_type"]]
+        if self.headers_type is not None:
+            columns.append(cols["headers"])
         batch = pa.RecordBatch.from_arrays(columns, schema=self.schema)
-        self._clear()
-        return batch
+        return batch if keep.all() else batch.filter(pa.array(keep))

@@ -1,0 +1,489 @@
+/*
+ * Columnar decoding of Kafka v2 record batches (DefaultRecord), for lookupd.format.columnar.
+ *
+ * One call decodes the record section of one batch (after its 61-byte header, decompressed)
+ * into column buffers that grow across batches: offsets and timestamps (int64), keys and
+ * values in Arrow's binary layout (a validity byte per record, int32 end offsets, one data
+ * buffer), and headers as Arrow list<struct<key: string, value: binary>> buffers. No Python
+ * object is made per record.
+ *
+ * Every read is bounded by the record section's length. The decoder does not explain
+ * faults: on anything the Python decoder (lookupd.format.records) would reject, and on the
+ * rare inputs it treats specially (header keys that are not valid UTF-8, offsets or
+ * timestamps beyond int64), it leaves the columns as they were and returns False; the
+ * caller then runs the Python decoder on the batch, which raises the exact error (naming
+ * file and byte position) or handles the special case. So both paths give the same records
+ * and the same errors by construction.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+#include <string.h>
+
+/* Output columns, in the order decode_v2 takes them. */
+enum {
+    C_OFFSET, C_TIMESTAMP,
+    C_KEY_VALID, C_KEY_END, C_KEY_DATA,
+    C_VALUE_VALID, C_VALUE_END, C_VALUE_DATA,
+    C_HDR_END,                      /* per record: end index into the header entries (int32) */
+    C_HKEY_END, C_HKEY_DATA,        /* per header: key end offset (int32), key bytes */
+    C_HVAL_VALID, C_HVAL_END, C_HVAL_DATA,
+    N_COLUMNS
+};
+
+typedef struct {
+    PyObject *ba[N_COLUMNS];
+    Py_ssize_t size0[N_COLUMNS];    /* sizes on entry, restored on failure */
+} Columns;
+
+/* Zig-zag varint (at most 5 bytes, 32 bits kept) / varlong (10 bytes, 64 bits), as Kafka's ByteUtils. */
+static inline int
+read_varint(const uint8_t **pp, const uint8_t *end, int64_t *out)
+{
+    const uint8_t *p = *pp;
+    uint32_t raw = 0;
+    for (int shift = 0; shift < 35; shift += 7) {
+        if (p >= end)
+            return -1;
+        uint8_t b = *p++;
+        raw |= (uint32_t)(b & 0x7F) << shift;
+        if (b < 0x80) {
+            *out = (int32_t)((raw >> 1) ^ (uint32_t)(-(int32_t)(raw & 1)));
+            *pp = p;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static inline int
+read_varlong(const uint8_t **pp, const uint8_t *end, int64_t *out)
+{
+    const uint8_t *p = *pp;
+    uint64_t raw = 0;
+    for (int shift = 0; shift < 70; shift += 7) {
+        if (p >= end)
+            return -1;
+        uint8_t b = *p++;
+        raw |= (uint64_t)(b & 0x7F) << shift;
+        if (b < 0x80) {
+            *out = (int64_t)((raw >> 1) ^ (uint64_t)(-(int64_t)(raw & 1)));
+            *pp = p;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Room for `add` more bytes at the end of column c; returns where they start (NULL on failure). */
+static char *
+extend(Columns *c, int col, Py_ssize_t add)
+{
+    PyObject *ba = c->ba[col];
+    Py_ssize_t n = PyByteArray_GET_SIZE(ba);
+    if (PyByteArray_Resize(ba, n + add) < 0)
+        return NULL;
+    return PyByteArray_AS_STRING(ba) + n;
+}
+
+static void
+restore(Columns *c)
+{
+    for (int i = 0; i < N_COLUMNS; i++)
+        PyByteArray_Resize(c->ba[i], c->size0[i]);
+}
+
+static int
+valid_utf8(const uint8_t *s, Py_ssize_t n)
+{
+    PyObject *u = PyUnicode_DecodeUTF8((const char *)s, n, "strict");
+    if (u == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_DECREF(u);
+    return 1;
+}
+
+/*
+ * decode_v2(data, count, base_offset, base_timestamp, fixed_timestamp, has_fixed, headers, *14 bytearrays)
+ *   -> True when the batch was appended to the columns, False when the Python decoder must take it.
+ */
+/* Append `count` records from data[0:n] to the columns: 1 when done, 0 when the Python decoder must
+ * take the batch (columns untouched), -1 with a Python error set (out of memory). */
+static int
+decode_records(Columns *cp, const uint8_t *data, Py_ssize_t n, Py_ssize_t count, int64_t base_offset, int64_t base_ts,
+               int64_t fixed_ts, int has_fixed, int with_headers)
+{
+    Columns c = *cp;
+    const uint8_t *end = data + n;
+    for (int i = 0; i < N_COLUMNS; i++)
+        c.size0[i] = PyByteArray_GET_SIZE(c.ba[i]);
+    int ok = 0;
+    if (count < 0 || count > n)     /* every record takes at least one byte */
+        goto done;
+    /* Fixed-size columns for `count` records, and upper bounds for the data columns (shrunk below). */
+    char *o_off = extend(&c, C_OFFSET, count * 8), *o_ts = extend(&c, C_TIMESTAMP, count * 8);
+    char *o_kv = extend(&c, C_KEY_VALID, count), *o_ke = extend(&c, C_KEY_END, count * 4);
+    char *o_vv = extend(&c, C_VALUE_VALID, count), *o_ve = extend(&c, C_VALUE_END, count * 4);
+    char *o_he = with_headers ? extend(&c, C_HDR_END, count * 4) : NULL;
+    Py_ssize_t kd0 = PyByteArray_GET_SIZE(c.ba[C_KEY_DATA]), vd0 = PyByteArray_GET_SIZE(c.ba[C_VALUE_DATA]);
+    char *o_kd = extend(&c, C_KEY_DATA, n), *o_vd = extend(&c, C_VALUE_DATA, n);
+    if (!o_off || !o_ts || !o_kv || !o_ke || !o_vv || !o_ve || !o_kd || !o_vd || (with_headers && !o_he))
+        goto fail;
+    int32_t kend, vend;
+    Py_ssize_t kused = 0, vused = 0;
+    /* header entries: at most n / 2 of them (each takes at least two bytes) */
+    Py_ssize_t h0 = with_headers ? PyByteArray_GET_SIZE(c.ba[C_HKEY_END]) / 4 - 1 : 0;  /* entries so far */
+    Py_ssize_t hcount = 0, hcap = 0;
+    int32_t hk_end, hv_end;
+    char *o_hke = NULL, *o_hkd = NULL, *o_hvv = NULL, *o_hve = NULL, *o_hvd = NULL;
+    Py_ssize_t hkd0 = 0, hvd0 = 0, hkused = 0, hvused = 0;
+    if (with_headers) {
+        hkd0 = PyByteArray_GET_SIZE(c.ba[C_HKEY_DATA]);
+        hvd0 = PyByteArray_GET_SIZE(c.ba[C_HVAL_DATA]);
+        hcap = n / 2;
+        o_hke = extend(&c, C_HKEY_END, hcap * 4);
+        o_hvv = extend(&c, C_HVAL_VALID, hcap);
+        o_hve = extend(&c, C_HVAL_END, hcap * 4);
+        o_hkd = extend(&c, C_HKEY_DATA, n);
+        o_hvd = extend(&c, C_HVAL_DATA, n);
+        if (!o_hke || !o_hvv || !o_hve || !o_hkd || !o_hvd)
+            goto fail;
+    }
+    if (kd0 + n > INT32_MAX || vd0 + n > INT32_MAX || hkd0 + n > INT32_MAX || hvd0 + n > INT32_MAX)
+        goto done;                  /* Arrow's int32 offsets would overflow: the caller flushes first */
+
+    const uint8_t *p = data;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t size, ts, od, kl, vl, hc;
+        if (read_varint(&p, end, &size) < 0)
+            goto done;
+        if (size < 0 || size > end - p)
+            goto done;
+        const uint8_t *rec_end = p + size;
+        if (end - p < 2)            /* attributes byte, then the timestamp delta */
+            goto done;
+        p += 1;
+        if (read_varlong(&p, end, &ts) < 0 || read_varint(&p, end, &od) < 0)
+            goto done;
+        if (read_varint(&p, end, &kl) < 0)
+            goto done;
+        if (kl >= 0) {
+            if (kl > end - p)
+                goto done;
+            memcpy(o_kd + kused, p, (size_t)kl);
+            kused += kl;
+            p += kl;
+            o_kv[i] = 1;
+        } else {
+            o_kv[i] = 0;
+        }
+        kend = (int32_t)(kd0 + kused);
+        memcpy(o_ke + i * 4, &kend, 4);
+        if (read_varint(&p, end, &vl) < 0)
+            goto done;
+        if (vl >= 0) {
+            if (vl > end - p)
+                goto done;
+            memcpy(o_vd + vused, p, (size_t)vl);
+            vused += vl;
+            p += vl;
+            o_vv[i] = 1;
+        } else {
+            o_vv[i] = 0;
+        }
+        vend = (int32_t)(vd0 + vused);
+        memcpy(o_ve + i * 4, &vend, 4);
+        if (read_varint(&p, end, &hc) < 0)
+            goto done;
+        if (hc < 0 || hc > end - p)
+            goto done;
+        for (int64_t h = 0; h < hc; h++) {
+            int64_t hkl, hvl;
+            if (read_varint(&p, end, &hkl) < 0 || hkl < 0 || hkl > end - p)
+                goto done;
+            const uint8_t *hk = p;
+            p += hkl;
+            if (read_varint(&p, end, &hvl) < 0)
+                goto done;
+            if (hvl >= 0 && hvl > end - p)
+                goto done;
+            if (with_headers) {
+                if (hcount >= hcap || !valid_utf8(hk, hkl))
+                    goto done;      /* malformed UTF-8 is replaced by Kafka: the Python decoder does that */
+                memcpy(o_hkd + hkused, hk, (size_t)hkl);
+                hkused += hkl;
+                hk_end = (int32_t)(hkd0 + hkused);
+                memcpy(o_hke + hcount * 4, &hk_end, 4);
+                if (hvl >= 0) {
+                    memcpy(o_hvd + hvused, p, (size_t)hvl);
+                    hvused += hvl;
+                    o_hvv[hcount] = 1;
+                } else {
+                    o_hvv[hcount] = 0;
+                }
+                hv_end = (int32_t)(hvd0 + hvused);
+                memcpy(o_hve + hcount * 4, &hv_end, 4);
+                hcount++;
+            }
+            if (hvl >= 0)
+                p += hvl;
+        }
+        if (with_headers) {
+            int32_t e = (int32_t)(h0 + hcount);
+            memcpy(o_he + i * 4, &e, 4);
+        }
+        if (p != rec_end)
+            goto done;
+        int64_t offset, timestamp;
+        if (__builtin_add_overflow((int64_t)base_offset, od, &offset))
+            goto done;
+        if (has_fixed)
+            timestamp = fixed_ts;
+        else if (__builtin_add_overflow((int64_t)base_ts, ts, &timestamp))
+            goto done;
+        memcpy(o_off + i * 8, &offset, 8);
+        memcpy(o_ts + i * 8, &timestamp, 8);
+    }
+    if (p != end)
+        goto done;
+    /* shrink the data columns to what was used */
+    if (PyByteArray_Resize(c.ba[C_KEY_DATA], kd0 + kused) < 0 || PyByteArray_Resize(c.ba[C_VALUE_DATA], vd0 + vused) < 0)
+        goto fail;
+    if (with_headers) {
+        if (PyByteArray_Resize(c.ba[C_HKEY_END], c.size0[C_HKEY_END] + hcount * 4) < 0 ||
+            PyByteArray_Resize(c.ba[C_HVAL_VALID], c.size0[C_HVAL_VALID] + hcount) < 0 ||
+            PyByteArray_Resize(c.ba[C_HVAL_END], c.size0[C_HVAL_END] + hcount * 4) < 0 ||
+            PyByteArray_Resize(c.ba[C_HKEY_DATA], hkd0 + hkused) < 0 ||
+            PyByteArray_Resize(c.ba[C_HVAL_DATA], hvd0 + hvused) < 0)
+            goto fail;
+    }
+    ok = 1;
+done:
+    if (!ok)
+        restore(&c);
+    return ok;
+fail:
+    restore(&c);
+    return -1;
+}
+
+static int
+parse_columns(PyObject *const *items, Columns *c)
+{
+    for (int i = 0; i < N_COLUMNS; i++) {
+        if (!PyByteArray_Check(items[i])) {
+            PyErr_SetString(PyExc_TypeError, "columns must be bytearrays");
+            return -1;
+        }
+        c->ba[i] = items[i];
+    }
+    return 0;
+}
+
+/*
+ * decode_v2(records, count, base_offset, base_timestamp, fixed_timestamp, has_fixed, headers, *14 bytearrays)
+ *   -> True when one batch's records were appended to the columns, False when the Python decoder must take it.
+ */
+static PyObject *
+decode_v2(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t count;
+    long long base_offset, base_ts, fixed_ts;
+    int has_fixed, with_headers;
+    PyObject *cols[N_COLUMNS];
+    Columns c;
+    if (!PyArg_ParseTuple(args, "y*nLLLpp" "OOOOOOOOOOOOOO", &view, &count, &base_offset, &base_ts, &fixed_ts,
+                          &has_fixed, &with_headers, &cols[0], &cols[1], &cols[2], &cols[3], &cols[4], &cols[5],
+                          &cols[6], &cols[7], &cols[8], &cols[9], &cols[10], &cols[11], &cols[12], &cols[13]))
+        return NULL;
+    int r = parse_columns(cols, &c) < 0 ? -1 : decode_records(&c, (const uint8_t *)view.buf, view.len, count,
+                                                                base_offset, base_ts, fixed_ts, has_fixed, with_headers);
+    PyBuffer_Release(&view);
+    if (r < 0)
+        return NULL;
+    return PyBool_FromLong(r);
+}
+
+/* ------------------------------------------------------------------ CRC32C (Castagnoli) */
+
+static uint32_t crc_table[256];
+
+static void
+crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c >> 1) ^ (0x82F63B78u & (uint32_t)-(int32_t)(c & 1));
+        crc_table[i] = c;
+    }
+}
+
+static uint32_t
+crc32c_sw(const uint8_t *p, size_t n)
+{
+    uint32_t crc = 0xFFFFFFFFu;
+    while (n--)
+        crc = (crc >> 8) ^ crc_table[(crc ^ *p++) & 0xFF];
+    return ~crc;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <nmmintrin.h>
+__attribute__((target("sse4.2"))) static uint32_t
+crc32c_hw(const uint8_t *p, size_t n)
+{
+    uint64_t crc = 0xFFFFFFFFu;
+    while (n >= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        crc = _mm_crc32_u64(crc, v);
+        p += 8;
+        n -= 8;
+    }
+    uint32_t c = (uint32_t)crc;
+    while (n--)
+        c = _mm_crc32_u8(c, *p++);
+    return ~c;
+}
+static int have_hw;
+#define CRC32C(p, n) (have_hw ? crc32c_hw((p), (n)) : crc32c_sw((p), (n)))
+#else
+#define CRC32C(p, n) crc32c_sw((p), (n))
+#endif
+
+static PyObject *
+py_crc32c(PyObject *self, PyObject *arg)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    uint32_t crc = CRC32C((const uint8_t *)view.buf, (size_t)view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(crc);
+}
+
+/* ------------------------------------------------------------------ many batches at once */
+
+static inline uint32_t be32(const uint8_t *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]; }
+static inline uint16_t be16(const uint8_t *p) { return (uint16_t)(p[0] << 8 | p[1]); }
+static inline uint64_t be64(const uint8_t *p) { return (uint64_t)be32(p) << 32 | be32(p + 4); }
+
+#define V2_HEADER 61
+#define LOG_OVERHEAD 12
+#define CRC_START 21
+enum { F_POSITION, F_BASE_OFFSET, F_LAST_OFFSET, F_PRODUCER_ID, F_FLAGS, F_COUNT, N_FACTS };
+#define FLAG_TRANSACTIONAL 1
+#define FLAG_LOG_APPEND_TIME 2
+
+/*
+ * decode_frames(buffer, start, end, file_position, headers, facts, *14 bytearrays) -> stop
+ *
+ * Walks the record batches in buffer[start:end] (buffer[0] is at `file_position` in the file):
+ * for each whole, uncompressed v2 batch whose CRC32C matches and whose records decode, appends
+ * its records to the columns and (position, base offset, last offset, producer id, flags,
+ * record count) as six int64 to `facts`; control batches are checked and passed over. Stops at
+ * the first batch it does not take (not whole in the buffer, legacy, compressed, a wrong CRC,
+ * records it cannot decode) and returns where that batch starts (`end` when all were taken):
+ * the caller handles that one batch in Python and calls again after it.
+ */
+static PyObject *
+decode_frames(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t start, stop;
+    long long file_position;
+    int with_headers;
+    PyObject *facts, *cols[N_COLUMNS];
+    Columns c;
+    if (!PyArg_ParseTuple(args, "y*nnLpO" "OOOOOOOOOOOOOO", &view, &start, &stop, &file_position, &with_headers,
+                          &facts, &cols[0], &cols[1], &cols[2], &cols[3], &cols[4], &cols[5], &cols[6], &cols[7],
+                          &cols[8], &cols[9], &cols[10], &cols[11], &cols[12], &cols[13]))
+        return NULL;
+    if (parse_columns(cols, &c) < 0 || !PyByteArray_Check(facts)) {
+        PyBuffer_Release(&view);
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "facts must be a bytearray");
+        return NULL;
+    }
+    if (start < 0 || stop > view.len || start > stop) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "start and end must lie within the buffer");
+        return NULL;
+    }
+    const uint8_t *buf = (const uint8_t *)view.buf;
+    Py_ssize_t pos = start;
+    int err = 0;
+    while (stop - pos >= V2_HEADER) {
+        const uint8_t *b = buf + pos;
+        int64_t length = (int32_t)be32(b + 8);
+        Py_ssize_t size = (Py_ssize_t)length + LOG_OVERHEAD;
+        if (length < V2_HEADER - LOG_OVERHEAD || size > stop - pos || b[16] != 2)
+            break;
+        uint16_t attrs = be16(b + 21);
+        if (attrs & 0x07)           /* compressed: decompressed by the caller */
+            break;
+        if (CRC32C(b + CRC_START, (size_t)(size - CRC_START)) != be32(b + 17))
+            break;                  /* the caller raises the exact error */
+        int64_t base_offset = (int64_t)be64(b);
+        int64_t count = (int32_t)be32(b + 57);
+        if (count < 0)
+            break;
+        if (!(attrs & 0x20) && count > 0) {   /* a control batch holds no data records */
+            int64_t base_ts = (int64_t)be64(b + 27), max_ts = (int64_t)be64(b + 35);
+            int fixed = (attrs & 0x08) != 0;
+            int r = decode_records(&c, b + V2_HEADER, size - V2_HEADER, (Py_ssize_t)count, base_offset, base_ts,
+                                   max_ts, fixed, with_headers);
+            if (r < 0) {
+                err = 1;
+                break;
+            }
+            if (r == 0)
+                break;
+            Py_ssize_t n0 = PyByteArray_GET_SIZE(facts);
+            if (PyByteArray_Resize(facts, n0 + N_FACTS * 8) < 0) {
+                err = 1;
+                break;
+            }
+            int64_t f[N_FACTS] = {file_position + pos, base_offset, base_offset + (int32_t)be32(b + 23),
+                                  (int64_t)be64(b + 43), ((attrs & 0x10) ? FLAG_TRANSACTIONAL : 0) |
+                                  (fixed ? FLAG_LOG_APPEND_TIME : 0), count};
+            memcpy(PyByteArray_AS_STRING(facts) + n0, f, sizeof f);
+        }
+        pos += size;
+    }
+    PyBuffer_Release(&view);
+    if (err)
+        return NULL;
+    return PyLong_FromSsize_t(pos);  /* fewer bytes than a header left: the caller judges (cut batch or not) */
+}
+
+static PyMethodDef methods[] = {
+    {"decode_frames", decode_frames, METH_VARARGS,
+     "decode_frames(buffer, start, end, file_position, headers, facts, *columns) -> where it stopped "
+     "(see the comment in _decode.c)."},
+    {"crc32c", py_crc32c, METH_O, "crc32c(data) -> the CRC32C (Castagnoli) of the bytes."},
+    {"decode_v2", decode_v2, METH_VARARGS,
+     "decode_v2(records, count, base_offset, base_timestamp, fixed_timestamp, has_fixed, headers, *columns) -> "
+     "whether the batch's records were appended to the 14 bytearray columns (else nothing was)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_decode", "Columnar decoding of Kafka v2 record batches.", -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__decode(void)
+{
+    crc_init();
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    have_hw = __builtin_cpu_supports("sse4.2");
+#endif
+    return PyModule_Create(&module);
+}
