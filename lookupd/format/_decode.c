@@ -433,6 +433,9 @@ decode_frames(PyObject *self, PyObject *args)
         int64_t count = (int32_t)be32(b + 57);
         if (count < 0)
             break;
+        int64_t last_offset;
+        if (__builtin_add_overflow(base_offset, (int64_t)(int32_t)be32(b + 23), &last_offset))
+            break;                  /* beyond int64: the caller reports it */
         if (!(attrs & 0x20) && count > 0) {   /* a control batch holds no data records */
             int64_t base_ts = (int64_t)be64(b + 27), max_ts = (int64_t)be64(b + 35);
             int fixed = (attrs & 0x08) != 0;
@@ -449,7 +452,7 @@ decode_frames(PyObject *self, PyObject *args)
                 err = 1;
                 break;
             }
-            int64_t f[N_FACTS] = {file_position + pos, base_offset, base_offset + (int32_t)be32(b + 23),
+            int64_t f[N_FACTS] = {file_position + pos, base_offset, last_offset,
                                   (int64_t)be64(b + 43), ((attrs & 0x10) ? FLAG_TRANSACTIONAL : 0) |
                                   (fixed ? FLAG_LOG_APPEND_TIME : 0), count};
             memcpy(PyByteArray_AS_STRING(facts) + n0, f, sizeof f);

@@ -19,6 +19,7 @@ from typing import Any
 from .batch import CONTROL_MASK, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK, BatchHeader, ensure_valid, frame_size, \
     parse_header
 from .records import _v2_records, decode_batch
+from ..errors import CorruptRecordError
 
 try:
     from . import _decode
@@ -33,6 +34,7 @@ NATIVE = _decode is not None
 _ENDS = (KEY_END, VALUE_END, HDR_END, HKEY_END, HVAL_END)  # Arrow offsets: a leading 0, then one end per item
 # Arrow's 32-bit offsets: flush before a data column could pass this (checked per batch).
 MAX_DATA_BYTES = (1 << 31) - 1
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 _I32 = struct.Struct("=i")
 _I64 = struct.Struct("=q")
 # Per batch taken, six int64 (see _decode.c): file position, base offset, last offset, producer id, flags, records.
@@ -92,6 +94,8 @@ class ColumnBuilder:
         """Append the records of the batch whose bytes (from its first byte) are `batch`; returns how many.
         The CRC is not checked here (`batch.ensure_valid`). Raises CorruptRecordError, naming the batch's
         position, for anything undecodable."""
+        if not INT64_MIN <= header.last_offset <= INT64_MAX:
+            raise CorruptRecordError(path, header.position, f"last offset {header.last_offset} is beyond the int64 range")
         if header.magic >= 2 and self.native:
             if header.record_count == 0:
                 return 0
@@ -102,7 +106,7 @@ class ColumnBuilder:
             if _decode.decode_v2(records, header.record_count, header.base_offset, header.base_timestamp,
                                  header.max_timestamp if fixed else 0, bool(fixed), self.include_headers, *self._cols):
                 return self._counted(header, header.record_count)
-        return self._counted(header, self._append(decode_batch(header, batch, path=path)))
+        return self._counted(header, self._append(decode_batch(header, batch, path=path), header, path))
 
     def _counted(self, header: BatchHeader, n: int) -> int:
         if n:
@@ -141,10 +145,13 @@ class ColumnBuilder:
             keep[np.flatnonzero(mine)[dropped]] = False
         return np.repeat(keep, f["records"])
 
-    def _append(self, records: list) -> int:
+    def _append(self, records: list, header: BatchHeader, path) -> int:
         """The reference path: records from `decode_batch` into the same columns."""
         c = self._cols
         for r in records:
+            if not (INT64_MIN <= r.offset <= INT64_MAX and INT64_MIN <= r.timestamp <= INT64_MAX):
+                raise CorruptRecordError(path, header.position, f"record offset {r.offset} or timestamp "
+                                                                f"{r.timestamp} is beyond the int64 range")
             c[OFFSET] += _I64.pack(r.offset)
             c[TIMESTAMP] += _I64.pack(r.timestamp)
             for valid, ends, data, v in ((KEY_VALID, KEY_END, KEY_DATA, r.key), (VALUE_VALID, VALUE_END, VALUE_DATA, r.value)):
