@@ -32,10 +32,18 @@ enum {
     N_COLUMNS
 };
 
+/*
+ * Output columns. A call reserves room for all it may append (upper bounds from the input's size)
+ * with one resize per column, writes through raw pointers, and shrinks the columns to what it
+ * wrote before it returns: no allocation per batch or per record. A batch that is handed back
+ * to Python is undone by resetting the write positions to where the batch began.
+ */
 typedef struct {
     PyObject *ba[N_COLUMNS];
-    Py_ssize_t size0[N_COLUMNS];    /* sizes on entry, restored on failure */
-} Columns;
+    char *at[N_COLUMNS];            /* the column's bytes (valid between reserve and finish) */
+    Py_ssize_t used[N_COLUMNS];     /* bytes written */
+    Py_ssize_t cap[N_COLUMNS];      /* bytes reserved */
+} Out;
 
 /* Zig-zag varint (at most 5 bytes, 32 bits kept) / varlong (10 bytes, 64 bits), as Kafka's ByteUtils. */
 static inline int
@@ -76,23 +84,64 @@ read_varlong(const uint8_t **pp, const uint8_t *end, int64_t *out)
     return -1;
 }
 
-/* Room for `add` more bytes at the end of column c; returns where they start (NULL on failure). */
-static char *
-extend(Columns *c, int col, Py_ssize_t add)
+/* The smallest DefaultRecord takes 7 bytes (length, attributes, timestamp delta, offset delta, key
+ * length, value length, header count); a header at least 2 (key length, value length). */
+#define MIN_RECORD 7
+#define MIN_HEADER 2
+
+static int
+reserve(Out *o, Py_ssize_t bytes, int with_headers)
 {
-    PyObject *ba = c->ba[col];
-    Py_ssize_t n = PyByteArray_GET_SIZE(ba);
-    if (PyByteArray_Resize(ba, n + add) < 0)
-        return NULL;
-    return PyByteArray_AS_STRING(ba) + n;
+    Py_ssize_t records = bytes / MIN_RECORD + 1, headers = with_headers ? bytes / MIN_HEADER + 1 : 0;
+    Py_ssize_t add[N_COLUMNS] = {
+        [C_OFFSET] = records * 8, [C_TIMESTAMP] = records * 8,
+        [C_KEY_VALID] = records, [C_KEY_END] = records * 4, [C_KEY_DATA] = bytes,
+        [C_VALUE_VALID] = records, [C_VALUE_END] = records * 4, [C_VALUE_DATA] = bytes,
+        [C_HDR_END] = with_headers ? records * 4 : 0,
+        [C_HKEY_END] = headers * 4, [C_HKEY_DATA] = with_headers ? bytes : 0,
+        [C_HVAL_VALID] = headers, [C_HVAL_END] = headers * 4, [C_HVAL_DATA] = with_headers ? bytes : 0,
+    };
+    for (int i = 0; i < N_COLUMNS; i++) {
+        o->used[i] = PyByteArray_GET_SIZE(o->ba[i]);
+        o->cap[i] = o->used[i] + add[i];
+        if (PyByteArray_Resize(o->ba[i], o->cap[i]) < 0) {
+            for (int j = 0; j <= i; j++)
+                PyByteArray_Resize(o->ba[j], o->used[j]);
+            return -1;
+        }
+    }
+    for (int i = 0; i < N_COLUMNS; i++)
+        o->at[i] = PyByteArray_AS_STRING(o->ba[i]);
+    return 0;
 }
 
 static void
-restore(Columns *c)
+finish(Out *o)
 {
     for (int i = 0; i < N_COLUMNS; i++)
-        PyByteArray_Resize(c->ba[i], c->size0[i]);
+        PyByteArray_Resize(o->ba[i], o->used[i]);  /* shrinking never fails */
 }
+
+static inline void
+put(Out *o, int col, const void *src, size_t n)
+{
+    memcpy(o->at[col] + o->used[col], src, n);
+    o->used[col] += (Py_ssize_t)n;
+}
+
+static inline void
+put_i32(Out *o, int col, int32_t v) { put(o, col, &v, 4); }
+
+static inline void
+put_i64(Out *o, int col, int64_t v) { put(o, col, &v, 8); }
+
+static inline void
+put_u8(Out *o, int col, uint8_t v) { o->at[col][o->used[col]++] = (char)v; }
+
+/* End offset of an Arrow binary column: the data column's size, relative to its start (the data
+ * column of a builder starts empty, and the end column with a leading 0). */
+static inline int32_t
+data_end(Out *o, int col) { return (int32_t)o->used[col]; }
 
 static int
 valid_utf8(const uint8_t *s, Py_ssize_t n)
@@ -106,179 +155,99 @@ valid_utf8(const uint8_t *s, Py_ssize_t n)
     return 1;
 }
 
-/*
- * decode_v2(data, count, base_offset, base_timestamp, fixed_timestamp, has_fixed, headers, *14 bytearrays)
- *   -> True when the batch was appended to the columns, False when the Python decoder must take it.
- */
-/* Append `count` records from data[0:n] to the columns: 1 when done, 0 when the Python decoder must
- * take the batch (columns untouched), -1 with a Python error set (out of memory). */
+/* Append `count` records from data[0:n] to the reserved columns: 1 when done, 0 when the Python
+ * decoder must take the batch (the columns are as they were). */
 static int
-decode_records(Columns *cp, const uint8_t *data, Py_ssize_t n, Py_ssize_t count, int64_t base_offset, int64_t base_ts,
+decode_records(Out *o, const uint8_t *data, Py_ssize_t n, Py_ssize_t count, int64_t base_offset, int64_t base_ts,
                int64_t fixed_ts, int has_fixed, int with_headers)
 {
-    Columns c = *cp;
-    const uint8_t *end = data + n;
-    for (int i = 0; i < N_COLUMNS; i++)
-        c.size0[i] = PyByteArray_GET_SIZE(c.ba[i]);
-    int ok = 0;
+    Py_ssize_t mark[N_COLUMNS];
+    memcpy(mark, o->used, sizeof mark);
+    const uint8_t *end = data + n, *p = data;
     if (count < 0 || count > n)     /* every record takes at least one byte */
-        goto done;
-    /* Fixed-size columns for `count` records, and upper bounds for the data columns (shrunk below). */
-    char *o_off = extend(&c, C_OFFSET, count * 8), *o_ts = extend(&c, C_TIMESTAMP, count * 8);
-    char *o_kv = extend(&c, C_KEY_VALID, count), *o_ke = extend(&c, C_KEY_END, count * 4);
-    char *o_vv = extend(&c, C_VALUE_VALID, count), *o_ve = extend(&c, C_VALUE_END, count * 4);
-    char *o_he = with_headers ? extend(&c, C_HDR_END, count * 4) : NULL;
-    Py_ssize_t kd0 = PyByteArray_GET_SIZE(c.ba[C_KEY_DATA]), vd0 = PyByteArray_GET_SIZE(c.ba[C_VALUE_DATA]);
-    char *o_kd = extend(&c, C_KEY_DATA, n), *o_vd = extend(&c, C_VALUE_DATA, n);
-    if (!o_off || !o_ts || !o_kv || !o_ke || !o_vv || !o_ve || !o_kd || !o_vd || (with_headers && !o_he))
-        goto fail;
-    int32_t kend, vend;
-    Py_ssize_t kused = 0, vused = 0;
-    /* header entries: at most n / 2 of them (each takes at least two bytes) */
-    Py_ssize_t h0 = with_headers ? PyByteArray_GET_SIZE(c.ba[C_HKEY_END]) / 4 - 1 : 0;  /* entries so far */
-    Py_ssize_t hcount = 0, hcap = 0;
-    int32_t hk_end, hv_end;
-    char *o_hke = NULL, *o_hkd = NULL, *o_hvv = NULL, *o_hve = NULL, *o_hvd = NULL;
-    Py_ssize_t hkd0 = 0, hvd0 = 0, hkused = 0, hvused = 0;
-    if (with_headers) {
-        hkd0 = PyByteArray_GET_SIZE(c.ba[C_HKEY_DATA]);
-        hvd0 = PyByteArray_GET_SIZE(c.ba[C_HVAL_DATA]);
-        hcap = n / 2;
-        o_hke = extend(&c, C_HKEY_END, hcap * 4);
-        o_hvv = extend(&c, C_HVAL_VALID, hcap);
-        o_hve = extend(&c, C_HVAL_END, hcap * 4);
-        o_hkd = extend(&c, C_HKEY_DATA, n);
-        o_hvd = extend(&c, C_HVAL_DATA, n);
-        if (!o_hke || !o_hvv || !o_hve || !o_hkd || !o_hvd)
-            goto fail;
-    }
-    if (kd0 + n > INT32_MAX || vd0 + n > INT32_MAX || hkd0 + n > INT32_MAX || hvd0 + n > INT32_MAX)
-        goto done;                  /* Arrow's int32 offsets would overflow: the caller flushes first */
-
-    const uint8_t *p = data;
+        goto undo;
+    if (o->used[C_KEY_DATA] + n > INT32_MAX || o->used[C_VALUE_DATA] + n > INT32_MAX ||
+        o->used[C_HKEY_DATA] + n > INT32_MAX || o->used[C_HVAL_DATA] + n > INT32_MAX)
+        goto undo;                  /* Arrow's int32 offsets would overflow: the caller flushes first */
     for (Py_ssize_t i = 0; i < count; i++) {
-        int64_t size, ts, od, kl, vl, hc;
-        if (read_varint(&p, end, &size) < 0)
-            goto done;
-        if (size < 0 || size > end - p)
-            goto done;
+        int64_t size, ts, od, kl, vl, hc, offset, timestamp;
+        if (read_varint(&p, end, &size) < 0 || size < 0 || size > end - p)
+            goto undo;
         const uint8_t *rec_end = p + size;
         if (end - p < 2)            /* attributes byte, then the timestamp delta */
-            goto done;
+            goto undo;
         p += 1;
-        if (read_varlong(&p, end, &ts) < 0 || read_varint(&p, end, &od) < 0)
-            goto done;
-        if (read_varint(&p, end, &kl) < 0)
-            goto done;
+        if (read_varlong(&p, end, &ts) < 0 || read_varint(&p, end, &od) < 0 || read_varint(&p, end, &kl) < 0)
+            goto undo;
         if (kl >= 0) {
             if (kl > end - p)
-                goto done;
-            memcpy(o_kd + kused, p, (size_t)kl);
-            kused += kl;
+                goto undo;
+            put(o, C_KEY_DATA, p, (size_t)kl);
             p += kl;
-            o_kv[i] = 1;
-        } else {
-            o_kv[i] = 0;
         }
-        kend = (int32_t)(kd0 + kused);
-        memcpy(o_ke + i * 4, &kend, 4);
+        put_u8(o, C_KEY_VALID, kl >= 0);
+        put_i32(o, C_KEY_END, data_end(o, C_KEY_DATA));
         if (read_varint(&p, end, &vl) < 0)
-            goto done;
+            goto undo;
         if (vl >= 0) {
             if (vl > end - p)
-                goto done;
-            memcpy(o_vd + vused, p, (size_t)vl);
-            vused += vl;
+                goto undo;
+            put(o, C_VALUE_DATA, p, (size_t)vl);
             p += vl;
-            o_vv[i] = 1;
-        } else {
-            o_vv[i] = 0;
         }
-        vend = (int32_t)(vd0 + vused);
-        memcpy(o_ve + i * 4, &vend, 4);
-        if (read_varint(&p, end, &hc) < 0)
-            goto done;
-        if (hc < 0 || hc > end - p)
-            goto done;
+        put_u8(o, C_VALUE_VALID, vl >= 0);
+        put_i32(o, C_VALUE_END, data_end(o, C_VALUE_DATA));
+        if (read_varint(&p, end, &hc) < 0 || hc < 0 || hc > end - p)
+            goto undo;
         for (int64_t h = 0; h < hc; h++) {
             int64_t hkl, hvl;
             if (read_varint(&p, end, &hkl) < 0 || hkl < 0 || hkl > end - p)
-                goto done;
+                goto undo;
             const uint8_t *hk = p;
             p += hkl;
-            if (read_varint(&p, end, &hvl) < 0)
-                goto done;
-            if (hvl >= 0 && hvl > end - p)
-                goto done;
+            if (read_varint(&p, end, &hvl) < 0 || (hvl >= 0 && hvl > end - p))
+                goto undo;
             if (with_headers) {
-                if (hcount >= hcap || !valid_utf8(hk, hkl))
-                    goto done;      /* malformed UTF-8 is replaced by Kafka: the Python decoder does that */
-                memcpy(o_hkd + hkused, hk, (size_t)hkl);
-                hkused += hkl;
-                hk_end = (int32_t)(hkd0 + hkused);
-                memcpy(o_hke + hcount * 4, &hk_end, 4);
-                if (hvl >= 0) {
-                    memcpy(o_hvd + hvused, p, (size_t)hvl);
-                    hvused += hvl;
-                    o_hvv[hcount] = 1;
-                } else {
-                    o_hvv[hcount] = 0;
-                }
-                hv_end = (int32_t)(hvd0 + hvused);
-                memcpy(o_hve + hcount * 4, &hv_end, 4);
-                hcount++;
+                if (!valid_utf8(hk, hkl))
+                    goto undo;      /* malformed UTF-8 is replaced by Kafka: the Python decoder does that */
+                put(o, C_HKEY_DATA, hk, (size_t)hkl);
+                put_i32(o, C_HKEY_END, data_end(o, C_HKEY_DATA));
+                if (hvl >= 0)
+                    put(o, C_HVAL_DATA, p, (size_t)hvl);
+                put_u8(o, C_HVAL_VALID, hvl >= 0);
+                put_i32(o, C_HVAL_END, data_end(o, C_HVAL_DATA));
             }
             if (hvl >= 0)
                 p += hvl;
         }
-        if (with_headers) {
-            int32_t e = (int32_t)(h0 + hcount);
-            memcpy(o_he + i * 4, &e, 4);
-        }
-        if (p != rec_end)
-            goto done;
-        int64_t offset, timestamp;
-        if (__builtin_add_overflow((int64_t)base_offset, od, &offset))
-            goto done;
+        if (with_headers)
+            put_i32(o, C_HDR_END, (int32_t)(o->used[C_HKEY_END] / 4 - 1));
+        if (p != rec_end || __builtin_add_overflow(base_offset, od, &offset))
+            goto undo;
         if (has_fixed)
             timestamp = fixed_ts;
-        else if (__builtin_add_overflow((int64_t)base_ts, ts, &timestamp))
-            goto done;
-        memcpy(o_off + i * 8, &offset, 8);
-        memcpy(o_ts + i * 8, &timestamp, 8);
+        else if (__builtin_add_overflow(base_ts, ts, &timestamp))
+            goto undo;
+        put_i64(o, C_OFFSET, offset);
+        put_i64(o, C_TIMESTAMP, timestamp);
     }
     if (p != end)
-        goto done;
-    /* shrink the data columns to what was used */
-    if (PyByteArray_Resize(c.ba[C_KEY_DATA], kd0 + kused) < 0 || PyByteArray_Resize(c.ba[C_VALUE_DATA], vd0 + vused) < 0)
-        goto fail;
-    if (with_headers) {
-        if (PyByteArray_Resize(c.ba[C_HKEY_END], c.size0[C_HKEY_END] + hcount * 4) < 0 ||
-            PyByteArray_Resize(c.ba[C_HVAL_VALID], c.size0[C_HVAL_VALID] + hcount) < 0 ||
-            PyByteArray_Resize(c.ba[C_HVAL_END], c.size0[C_HVAL_END] + hcount * 4) < 0 ||
-            PyByteArray_Resize(c.ba[C_HKEY_DATA], hkd0 + hkused) < 0 ||
-            PyByteArray_Resize(c.ba[C_HVAL_DATA], hvd0 + hvused) < 0)
-            goto fail;
-    }
-    ok = 1;
-done:
-    if (!ok)
-        restore(&c);
-    return ok;
-fail:
-    restore(&c);
-    return -1;
+        goto undo;
+    return 1;
+undo:
+    memcpy(o->used, mark, sizeof mark);
+    return 0;
 }
 
 static int
-parse_columns(PyObject *const *items, Columns *c)
+parse_columns(PyObject *const *items, Out *o)
 {
     for (int i = 0; i < N_COLUMNS; i++) {
         if (!PyByteArray_Check(items[i])) {
             PyErr_SetString(PyExc_TypeError, "columns must be bytearrays");
             return -1;
         }
-        c->ba[i] = items[i];
+        o->ba[i] = items[i];
     }
     return 0;
 }
@@ -295,13 +264,17 @@ decode_v2(PyObject *self, PyObject *args)
     long long base_offset, base_ts, fixed_ts;
     int has_fixed, with_headers;
     PyObject *cols[N_COLUMNS];
-    Columns c;
+    Out o;
     if (!PyArg_ParseTuple(args, "y*nLLLpp" "OOOOOOOOOOOOOO", &view, &count, &base_offset, &base_ts, &fixed_ts,
                           &has_fixed, &with_headers, &cols[0], &cols[1], &cols[2], &cols[3], &cols[4], &cols[5],
                           &cols[6], &cols[7], &cols[8], &cols[9], &cols[10], &cols[11], &cols[12], &cols[13]))
         return NULL;
-    int r = parse_columns(cols, &c) < 0 ? -1 : decode_records(&c, (const uint8_t *)view.buf, view.len, count,
-                                                                base_offset, base_ts, fixed_ts, has_fixed, with_headers);
+    int r = -1;
+    if (parse_columns(cols, &o) == 0 && reserve(&o, view.len, with_headers) == 0) {
+        r = decode_records(&o, (const uint8_t *)view.buf, view.len, count, base_offset, base_ts, fixed_ts, has_fixed,
+                           with_headers);
+        finish(&o);
+    }
     PyBuffer_Release(&view);
     if (r < 0)
         return NULL;
@@ -399,12 +372,12 @@ decode_frames(PyObject *self, PyObject *args)
     long long file_position;
     int with_headers;
     PyObject *facts, *cols[N_COLUMNS];
-    Columns c;
+    Out o;
     if (!PyArg_ParseTuple(args, "y*nnLpO" "OOOOOOOOOOOOOO", &view, &start, &stop, &file_position, &with_headers,
                           &facts, &cols[0], &cols[1], &cols[2], &cols[3], &cols[4], &cols[5], &cols[6], &cols[7],
                           &cols[8], &cols[9], &cols[10], &cols[11], &cols[12], &cols[13]))
         return NULL;
-    if (parse_columns(cols, &c) < 0 || !PyByteArray_Check(facts)) {
+    if (parse_columns(cols, &o) < 0 || !PyByteArray_Check(facts)) {
         PyBuffer_Release(&view);
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_TypeError, "facts must be a bytearray");
@@ -418,6 +391,14 @@ decode_frames(PyObject *self, PyObject *args)
     const uint8_t *buf = (const uint8_t *)view.buf;
     Py_ssize_t pos = start;
     int err = 0;
+    /* facts: at most one entry per 61 bytes */
+    Py_ssize_t facts0 = PyByteArray_GET_SIZE(facts), nfacts = 0;
+    if (reserve(&o, stop - start, with_headers) < 0 ||
+        PyByteArray_Resize(facts, facts0 + ((stop - start) / V2_HEADER + 1) * N_FACTS * 8) < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    char *facts_at = PyByteArray_AS_STRING(facts) + facts0;
     while (stop - pos >= V2_HEADER) {
         const uint8_t *b = buf + pos;
         int64_t length = (int32_t)be32(b + 8);
@@ -439,26 +420,19 @@ decode_frames(PyObject *self, PyObject *args)
         if (!(attrs & 0x20) && count > 0) {   /* a control batch holds no data records */
             int64_t base_ts = (int64_t)be64(b + 27), max_ts = (int64_t)be64(b + 35);
             int fixed = (attrs & 0x08) != 0;
-            int r = decode_records(&c, b + V2_HEADER, size - V2_HEADER, (Py_ssize_t)count, base_offset, base_ts,
-                                   max_ts, fixed, with_headers);
-            if (r < 0) {
-                err = 1;
+            if (!decode_records(&o, b + V2_HEADER, size - V2_HEADER, (Py_ssize_t)count, base_offset, base_ts,
+                                max_ts, fixed, with_headers))
                 break;
-            }
-            if (r == 0)
-                break;
-            Py_ssize_t n0 = PyByteArray_GET_SIZE(facts);
-            if (PyByteArray_Resize(facts, n0 + N_FACTS * 8) < 0) {
-                err = 1;
-                break;
-            }
             int64_t f[N_FACTS] = {file_position + pos, base_offset, last_offset,
                                   (int64_t)be64(b + 43), ((attrs & 0x10) ? FLAG_TRANSACTIONAL : 0) |
                                   (fixed ? FLAG_LOG_APPEND_TIME : 0), count};
-            memcpy(PyByteArray_AS_STRING(facts) + n0, f, sizeof f);
+            memcpy(facts_at + nfacts * sizeof f, f, sizeof f);
+            nfacts++;
         }
         pos += size;
     }
+    finish(&o);
+    PyByteArray_Resize(facts, facts0 + nfacts * N_FACTS * 8);
     PyBuffer_Release(&view);
     if (err)
         return NULL;
