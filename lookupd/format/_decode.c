@@ -146,6 +146,11 @@ data_end(Out *o, int col) { return (int32_t)o->used[col]; }
 static int
 valid_utf8(const uint8_t *s, Py_ssize_t n)
 {
+    Py_ssize_t i = 0;
+    while (i < n && s[i] < 0x80)    /* header keys are nearly always ASCII */
+        i++;
+    if (i == n)
+        return 1;
     PyObject *u = PyUnicode_DecodeUTF8((const char *)s, n, "strict");
     if (u == NULL) {
         PyErr_Clear();
