@@ -155,3 +155,15 @@ def stop_daemon(proc: subprocess.Popen) -> tuple[int, str]:
         proc.kill()
         raise
     return proc.returncode, proc.stderr.read()
+
+
+def retention_delete(part_dir: str, base_offset: int) -> None:
+    """Delete a segment the way a broker's retention does: rename its files to .deleted, then remove them."""
+    stem = os.path.join(part_dir, f"{base_offset:020d}")
+    suffixes = (".log", ".index", ".timeindex", ".txnindex")
+    for suffix in suffixes:
+        if os.path.exists(stem + suffix):
+            os.rename(stem + suffix, stem + suffix + ".deleted")
+    for suffix in suffixes:
+        if os.path.exists(stem + suffix + ".deleted"):
+            os.remove(stem + suffix + ".deleted")

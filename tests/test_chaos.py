@@ -9,18 +9,16 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import struct
 import threading
 import time
 
-import pytest
 
-from lookupd.errors import LookupdError
 from lookupd.format.batch import parse_header
 from lookupd.format.builder import build_batch
 from lookupd.format.names import segment_file_name
 from lookupd.rpc.client import Client, RemoteError
 from lookupd.tools.writer import LogWriter
+from daemon_helpers import retention_delete
 from test_fusefs_helpers import Daemon, Mount, require_fuse, workdir
 from test_replaced_segments import clean_segment
 
@@ -70,13 +68,7 @@ class Broker:
         bases = self.bases()
         if len(bases) < 3:
             return
-        stem = os.path.join(self.dir, segment_file_name(bases[0], ""))
-        for suffix in (".log", ".index", ".timeindex", ".txnindex"):
-            if os.path.exists(stem + suffix):
-                os.rename(stem + suffix, stem + suffix + ".deleted")
-        for suffix in (".log", ".index", ".timeindex", ".txnindex"):
-            if os.path.exists(stem + suffix + ".deleted"):
-                os.remove(stem + suffix + ".deleted")
+        retention_delete(self.dir, bases[0])
 
     def clean(self) -> None:
         """The log cleaner's swap of a rolled segment (its first batch dropped), old files removed later."""

@@ -14,7 +14,7 @@ import pytest
 import trio
 
 import reference as R
-from daemon_helpers import RawPeer, running, short_dir  # noqa: F401 - fixture
+from daemon_helpers import RawPeer, retention_delete, running, short_dir  # noqa: F401 - fixture
 from lookupd.rpc.client import RemoteError, TrioClient
 
 P = "plain-0"
@@ -57,13 +57,7 @@ def broker(part_dir: str, batches: list, stop_after: trio.Event | None = None) -
         writer.append(batch_bytes(b))
         bases = sorted(int(n[:20]) for n in os.listdir(part_dir) if n.endswith(".log"))
         if len(bases) > 8:  # retention: the broker renames to .deleted, then removes
-            stem = os.path.join(part_dir, f"{bases[0]:020d}")
-            for suffix in (".log", ".index", ".timeindex", ".txnindex"):
-                if os.path.exists(stem + suffix):
-                    os.rename(stem + suffix, stem + suffix + ".deleted")
-            for suffix in (".log", ".index", ".timeindex", ".txnindex"):
-                if os.path.exists(stem + suffix + ".deleted"):
-                    os.remove(stem + suffix + ".deleted")
+            retention_delete(part_dir, bases[0])
             deleted.append(bases[0])
         if truncated is None and len(bases) > 4:  # a rolled segment's index loses its tail
             truncated = bases[-3]

@@ -170,12 +170,18 @@ async def test_max_connections(sock):
                 await trio.sleep(0.05)
 
 
+def write_token(directory: str, token: str = "let-me-in") -> str:
+    """A token file as an operator writes one (mode 0600); returns its path."""
+    path = os.path.join(directory, "token")
+    with open(path, "w") as f:
+        f.write(token + "\n")
+    os.chmod(path, 0o600)
+    return path
+
+
 @pytest.mark.trio
 async def test_tcp_needs_auth_when_a_token_is_set(sock, short_dir):
-    token_file = os.path.join(short_dir, "token")
-    with open(token_file, "w") as f:
-        f.write("let-me-in\n")
-    os.chmod(token_file, 0o600)
+    token_file = write_token(short_dir)
     async with running(sock, tcp="127.0.0.1:0", auth_token_file=token_file) as d:
         port = next(b.sock.getsockname()[1] for b in d.listeners if b.kind == "tcp")
         p = RawPeer(await trio.open_tcp_stream("127.0.0.1", port))
@@ -197,10 +203,7 @@ async def test_tcp_needs_auth_when_a_token_is_set(sock, short_dir):
 async def test_wrong_tokens_are_slowed_down_then_the_connection_is_closed(sock, short_dir):
     from lookupd.daemon.service import AUTH_DELAY_S, MAX_AUTH_FAILURES
 
-    token_file = os.path.join(short_dir, "token")
-    with open(token_file, "w") as f:
-        f.write("let-me-in\n")
-    os.chmod(token_file, 0o600)
+    token_file = write_token(short_dir)
     async with running(sock, tcp="127.0.0.1:0", auth_token_file=token_file) as d:
         port = next(b.sock.getsockname()[1] for b in d.listeners if b.kind == "tcp")
         p = RawPeer(await trio.open_tcp_stream("127.0.0.1", port))
