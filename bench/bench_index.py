@@ -23,6 +23,14 @@ from lookupd.log.index import OffsetIndex  # noqa: E402
 ENTRY = np.dtype([("key", ">i4"), ("value", ">i4")])
 
 
+def plain_floor(idx, target: int) -> int:
+    """A textbook binary search over the index's valid entries: what the warm section is compared with."""
+    from lookupd.log import search
+
+    t = idx._search_target(target, False)
+    return idx.run_search(lambda buf, n: search.plain_floor_slot(buf, n, idx.LAYOUT, t))
+
+
 def write_index(path: str, n: int, capacity: int | None = None) -> None:
     """n entries (relative offset 3i+1, position 64i+64), zero-filled up to `capacity` entries."""
     arr = np.empty(n, ENTRY)
@@ -41,7 +49,7 @@ def latency(path: str, n: int, calls: int, times: int) -> list[Figure]:
     tail = [3 * n - rng.randrange(0, 3 * 1000) for _ in range(calls)]
     out = []
     for label, targets in (("random", rand), ("tail", tail)):
-        for algo, fn in (("warm-section", idx.floor_slot), ("plain", idx.plain_floor_slot)):
+        for algo, fn in (("warm-section", idx.floor_slot), ("plain", lambda t: plain_floor(idx, t))):
             it = iter(targets * (times + 2))
             values = repeat(per_call_ns(lambda: fn(next(it)), calls), times)
             out.append(Figure(f"floor lookup, {label} target, {algo} search", "ns/lookup", values,
@@ -106,7 +114,7 @@ def page_faults(directory: str, start_entries: int, lookups: int, search: str) -
         idx._state.mapping.mm.madvise(mmap.MADV_RANDOM)
         idx._state.mapping.mm.madvise(mmap.MADV_DONTNEED)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        fn = idx.floor_slot if search == "warm-section" else idx.plain_floor_slot
+        fn = idx.floor_slot if search == "warm-section" else (lambda t: plain_floor(idx, t))
         rng = random.Random(3)
         n = start_entries
         before = _majflt()

@@ -26,9 +26,9 @@ maps a zero page over the faulting page, the search's answer is discarded and th
 remapped. The same C module runs the searches below; the Python versions stand in when
 it could not be built.
 
-Searches follow AbstractIndex.indexSlotRangeFor: probe the first entry of the warm section
-(the last 8192 bytes of entries) and only search the cold part when the target is below it,
-so lookups near the tail keep touching the same few pages.
+The index classes hold the mapped-file state (map lifetime, the SIGBUS protocol, which entries
+are valid, live following); the searches themselves are pure functions over a buffer of
+entries in lookupd.log.search, as h11 keeps its readers apart from its connection.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Callable, NamedTuple, TypeVar
 import numpy as np
 
 from ..errors import CorruptIndexError
+from .search import Layout, kafka_slot, search_sorted
 from .fileio import WouldBlock, is_nonblocking
 
 try:
@@ -93,28 +94,6 @@ def _page_in(fd: int, length: int) -> None:
         if got <= 0:
             break
         pos += got
-
-
-def _search_sorted(keys: np.ndarray, targets: np.ndarray, ceiling: bool) -> np.ndarray:
-    """np.searchsorted (side left for a ceiling, right for a floor), tuned for many targets.
-
-    Targets are narrowed to the keys' dtype so numpy does not convert the whole key column
-    on every call, and searched in sorted order so that consecutive searches touch the
-    same cache lines; for 10,000 random targets over a million keys this halves the time.
-    """
-    side = "left" if ceiling else "right"
-    narrow = targets
-    if keys.dtype == np.int32:
-        narrow = np.clip(targets, -(1 << 31), (1 << 31) - 1).astype(np.int32)
-    if len(narrow) >= 64 and not (narrow[1:] >= narrow[:-1]).all():
-        order = np.argsort(narrow)
-        slots = np.empty(len(narrow), np.int64)
-        slots[order] = np.searchsorted(keys, narrow[order], side=side)
-    else:
-        slots = np.searchsorted(keys, narrow, side=side).astype(np.int64)
-    if ceiling and narrow is not targets:
-        slots[targets > (1 << 31) - 1] = len(keys)  # clipping made these equal to the largest key
-    return slots
 
 
 class IndexMapping:
@@ -191,6 +170,7 @@ class AbstractIndex:
 
     ENTRY_SIZE: int
     KIND: str
+    LAYOUT: Layout  # entry size and the key and value fields, for the search functions
     _KEY: struct.Struct  # key field at entry offset 0
     _VALUE: struct.Struct  # value field after the key
     _DTYPE: np.dtype
@@ -520,6 +500,11 @@ class AbstractIndex:
                 lo = mid + 1
         return lo
 
+    def run_search(self, search: Callable[[object, int], T], *, limit: int | None = None) -> T:
+        """Run a pure search (lookupd.log.search) as `search(buffer, valid entries)` over the checked
+        entries; redone if the file shrank meanwhile."""
+        return self._run(limit, search)
+
     def _run(self, limit: int | None, search: Callable[[object, int], T]) -> T:
         """Run `search(mm, n)` over checked entries; redo it if the file shrank meanwhile."""
         for _ in range(_RETRIES):
@@ -580,35 +565,7 @@ class AbstractIndex:
     # ----------------------------------------------------------------- searching
 
     def _kafka_slot(self, mm, n: int, target: int, by_value: bool, upper: bool) -> int:
-        """AbstractIndex.indexSlotRangeFor: warm section first, Kafka's binary search."""
-        if n == 0:
-            return -1
-        if _native is not None:
-            field = self._VALUE if by_value else self._KEY
-            return _native.slot(mm, n, self.ENTRY_SIZE, self._KEY.size if by_value else 0, field.size,
-                                min(max(target, _INT64_MIN), _INT64_MAX), self.warm_entries, upper)
-        unpack = self._VALUE.unpack_from if by_value else self._KEY.unpack_from
-        skip = self._KEY.size if by_value else 0
-        E = self.ENTRY_SIZE
-        first_hot = max(0, n - 1 - self.warm_entries)
-        if unpack(mm, first_hot * E + skip)[0] < target:
-            lo, hi = first_hot, n - 1
-        else:
-            if unpack(mm, skip)[0] > target:
-                return 0 if upper else -1
-            lo, hi = 0, first_hot
-        while lo < hi:
-            mid = (lo + hi + 1) >> 1
-            found = unpack(mm, mid * E + skip)[0]
-            if found > target:
-                hi = mid - 1
-            elif found < target:
-                lo = mid
-            else:
-                return mid
-        if upper:
-            return -1 if lo == n - 1 else lo + 1
-        return lo
+        return kafka_slot(mm, n, self.LAYOUT, target, by_value, upper, self.warm_entries)
 
     def slot_for(self, target: int, *, by_value: bool = False, upper: bool = False,
                  limit: int | None = None) -> int:
@@ -636,25 +593,6 @@ class AbstractIndex:
             if s >= 0 and unpack(mm, s * self.ENTRY_SIZE + skip)[0] == t:
                 return s
             return s + 1 if s + 1 < n else -1
-
-        return self._run(limit, search)
-
-    def plain_floor_slot(self, target: int, *, limit: int | None = None) -> int:
-        """Textbook binary search over all entries: the baseline the warm section is measured against."""
-        t = self._search_target(target, False)
-        unpack, E = self._KEY.unpack_from, self.ENTRY_SIZE
-
-        def search(mm, n):
-            if _native is not None and n:
-                return _native.plain_slot(mm, n, E, 0, self._KEY.size, min(max(t, _INT64_MIN), _INT64_MAX))
-            lo, hi = 0, n - 1
-            while lo <= hi:
-                mid = (lo + hi) >> 1
-                if unpack(mm, mid * E)[0] <= t:
-                    lo = mid + 1
-                else:
-                    hi = mid - 1
-            return hi
 
         return self._run(limit, search)
 
@@ -688,7 +626,7 @@ class AbstractIndex:
 
         def search(mm, n):
             keys, values = self._native(mm, n)
-            slots = _search_sorted(keys, t, ceiling)
+            slots = search_sorted(keys, t, ceiling)
             if ceiling:
                 none = slots >= n
             else:
@@ -749,6 +687,7 @@ class OffsetIndex(AbstractIndex):
     KIND = "offset index"
     _KEY = struct.Struct(">i")
     _VALUE = struct.Struct(">i")
+    LAYOUT = Layout(ENTRY_SIZE, _KEY, _VALUE)
     _DTYPE = np.dtype([("key", ">i4"), ("value", ">i4")])
 
     def _search_target(self, target: int, by_value: bool) -> int:
@@ -845,6 +784,7 @@ class TimeIndex(AbstractIndex):
     KIND = "time index"
     _KEY = struct.Struct(">q")
     _VALUE = struct.Struct(">i")
+    LAYOUT = Layout(ENTRY_SIZE, _KEY, _VALUE)
     _DTYPE = np.dtype([("key", ">i8"), ("value", ">i4")])
 
     def _search_target(self, target: int, by_value: bool) -> int:

@@ -240,15 +240,6 @@ class LogSegment:
     def collect_aborted_txns(self, fetch_offset: int, upper_bound_offset: int) -> tuple[list[AbortedTxn], bool]:
         return self.txn_index.collect_aborted_txns(fetch_offset, upper_bound_offset)
 
-    def fetch_upper_bound_offset(self, start_position: int, fetch_size: int) -> int | None:
-        """LogSegment.fetchUpperBoundOffset: an offset certainly past a fetch of that size."""
-        try:
-            found = self.offset_index.fetch_upper_bound_offset(start_position, fetch_size, limit=self.size())
-        except CorruptIndexError as err:
-            self._degraded(err)
-            return None
-        return None if found is None else found[0]
-
     def info(self) -> dict:
         """Summary for listings: counts of valid index entries, size, largest timestamp."""
         size = self.size()
