@@ -177,7 +177,7 @@ class ColumnBuilder:
         import numpy as np
         import pyarrow as pa
 
-        c, n = self._cols, self.count
+        c, n, facts = self._cols, self.count, self.facts()
 
         def validity(col: int) -> tuple[Any, int]:
             valid = np.frombuffer(c[col], np.uint8)
@@ -192,8 +192,8 @@ class ColumnBuilder:
         out = {
             "offset": pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(c[OFFSET])]),
             "timestamp": pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(c[TIMESTAMP])]),
-            "timestamp_type": pa.array(np.repeat(((self.facts()["flags"] & FLAG_LOG_APPEND_TIME) != 0).astype(np.int32),
-                                                 self.facts()["records"]), pa.int32()),
+            "timestamp_type": pa.array(np.repeat(((facts["flags"] & FLAG_LOG_APPEND_TIME) != 0).astype(np.int32),
+                                                 facts["records"]), pa.int32()),
             "key": binary(KEY_VALID, KEY_END, KEY_DATA, pa.binary()),
             "value": binary(VALUE_VALID, VALUE_END, VALUE_DATA, pa.binary()),
         }
