@@ -1,7 +1,8 @@
 """The generated files: records as JSON lines, index entries as text lines, partition.json.
 
-Records are rendered with `lookupd.render.record_json`, the form `lookupd dump --json`
-prints, one batch at a time (CRC checked first: a corrupt batch is an error, not lines).
+Records are rendered by `lookupd.format.render.record_lines` (natively from columns, the
+bytes `record_json` gives), the form `lookupd dump --json` prints, one batch at a time (CRC
+checked first: a corrupt batch is an error, not lines).
 Rendered batches are kept in a bounded LRU cache keyed by partition, segment, position
 and CRC, so a file read twice, or two readers of one segment, decode each batch once.
 Index entries are the ones lookupd treats as valid (an active segment's preallocated
@@ -11,17 +12,15 @@ zero tail is not listed), as `lookupd dump` prints them.
 from __future__ import annotations
 
 import bisect
-import itertools
 import json
 import threading
 from collections import OrderedDict
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
 from lookupd.format.batch import COMPRESSION_MASK, BatchHeader, ensure_valid
-from lookupd.format.records import decode_batch
-from lookupd.format.render import record_json
+from lookupd.format import render as json_lines
 from lookupd.log.segment import LogSegment
 
 from .catalog import PartitionInfo, Segments
@@ -29,14 +28,13 @@ from .sources import Cursor, LocalSource, RemoteSource
 from .stream import Pieces
 
 LINES_PER_PIECE = 4096
-_dumps = json.JSONEncoder(separators=(",", ":")).encode
 
 
 class Rendered(NamedTuple):
     """One batch as JSON lines: the records' offsets, where each line starts (and the end), the bytes."""
 
-    offsets: list[int]
-    starts: list[int]
+    offsets: Sequence[int]
+    starts: Sequence[int]
     data: bytes
 
     def between(self, first: int | None, end: int | None) -> tuple[bytes, bool]:
@@ -48,10 +46,7 @@ class Rendered(NamedTuple):
 
 def render(header: BatchHeader, data: memoryview, where: str) -> Rendered:
     ensure_valid(header, data, where)
-    records = decode_batch(header, data, path=where)
-    lines = [_dumps(record_json(r, header)) + "\n" for r in records]  # ASCII: one byte per character
-    return Rendered([r.offset for r in records], list(itertools.accumulate(map(len, lines), initial=0)),
-                    "".join(lines).encode("ascii"))
+    return Rendered(*json_lines.record_lines(header, data, where))
 
 
 class RenderCache:
@@ -109,9 +104,7 @@ def key_lines(sources: list, starts: list[Cursor], key: bytes, cursor: tuple[int
                 continue
             where = source.log_name(after.segment)
             ensure_valid(header, data, where)
-            lines = [_dumps(record_json(r, header)) + "\n" for r in decode_batch(header, data, path=where)
-                     if r.key == key]
-            yield "".join(lines).encode("ascii"), (i, after)
+            yield json_lines.record_lines(header, data, where, key=key).data, (i, after)
         i += 1
         if i < len(sources):
             at = starts[i]

@@ -444,10 +444,304 @@ decode_frames(PyObject *self, PyObject *args)
     return PyLong_FromSsize_t(pos);  /* fewer bytes than a header left: the caller judges (cut batch or not) */
 }
 
+/* ------------------------------------------------------------------ JSON lines from columns */
+
+/*
+ * The JSON of `lookupd.format.render.record_json` as Python's json module writes it with
+ * separators (",", ":") and ensure_ascii: strings escape '"', '\\', \b \f \n \r \t by name and
+ * every other character outside ' '..'~' as \uXXXX (lowercase hex, surrogate pairs above
+ * U+FFFF). A key, value or header value is such a string when it is valid UTF-8 (Python's
+ * strict decoder: no overlong forms, no surrogates, nothing above U+10FFFF), else
+ * {"base64":"..."} in the standard alphabet with padding, and null when absent.
+ */
+
+/* Length of the valid UTF-8 sequence at s[0..n) (n >= 1, s[0] >= 0x80), 0 if it is not one. */
+static inline int
+utf8_sequence(const uint8_t *s, Py_ssize_t n, uint32_t *cp)
+{
+    uint8_t c = s[0];
+    if (c >= 0xC2 && c <= 0xDF) {
+        if (n < 2 || (s[1] & 0xC0) != 0x80)
+            return 0;
+        *cp = (uint32_t)(c & 0x1F) << 6 | (s[1] & 0x3F);
+        return 2;
+    }
+    if (c >= 0xE0 && c <= 0xEF) {
+        if (n < 3 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80)
+            return 0;
+        if ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] > 0x9F))
+            return 0;                   /* overlong, or a surrogate */
+        *cp = (uint32_t)(c & 0x0F) << 12 | (uint32_t)(s[1] & 0x3F) << 6 | (s[2] & 0x3F);
+        return 3;
+    }
+    if (c >= 0xF0 && c <= 0xF4) {
+        if (n < 4 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80)
+            return 0;
+        if ((c == 0xF0 && s[1] < 0x90) || (c == 0xF4 && s[1] > 0x8F))
+            return 0;                   /* overlong, or above U+10FFFF */
+        *cp = (uint32_t)(c & 0x07) << 18 | (uint32_t)(s[1] & 0x3F) << 12 | (uint32_t)(s[2] & 0x3F) << 6 | (s[3] & 0x3F);
+        return 4;
+    }
+    return 0;
+}
+
+static int
+is_utf8(const uint8_t *s, Py_ssize_t n)
+{
+    Py_ssize_t i = 0;
+    uint32_t cp;
+    while (i < n) {
+        if (s[i] < 0x80) {
+            i++;
+            continue;
+        }
+        int k = utf8_sequence(s + i, n - i, &cp);
+        if (k == 0)
+            return 0;
+        i += k;
+    }
+    return 1;
+}
+
+static const char HEX[] = "0123456789abcdef";
+
+static inline char *
+put_u16_escape(char *o, uint32_t u)
+{
+    o[0] = '\\'; o[1] = 'u';
+    o[2] = HEX[(u >> 12) & 15]; o[3] = HEX[(u >> 8) & 15]; o[4] = HEX[(u >> 4) & 15]; o[5] = HEX[u & 15];
+    return o + 6;
+}
+
+/* A JSON string of valid UTF-8 bytes: at most 6 output bytes per input byte. */
+static char *
+put_json_string(char *o, const uint8_t *s, Py_ssize_t n)
+{
+    *o++ = '"';
+    Py_ssize_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        if (c >= ' ' && c <= '~' && c != '"' && c != '\\') {
+            *o++ = (char)c;
+            i++;
+            continue;
+        }
+        if (c < 0x80) {
+            i++;
+            switch (c) {
+            case '"': *o++ = '\\'; *o++ = '"'; break;
+            case '\\': *o++ = '\\'; *o++ = '\\'; break;
+            case '\b': *o++ = '\\'; *o++ = 'b'; break;
+            case '\f': *o++ = '\\'; *o++ = 'f'; break;
+            case '\n': *o++ = '\\'; *o++ = 'n'; break;
+            case '\r': *o++ = '\\'; *o++ = 'r'; break;
+            case '\t': *o++ = '\\'; *o++ = 't'; break;
+            default: o = put_u16_escape(o, c);
+            }
+            continue;
+        }
+        uint32_t cp = 0;
+        i += utf8_sequence(s + i, n - i, &cp);  /* validated by the caller */
+        if (cp >= 0x10000) {
+            cp -= 0x10000;
+            o = put_u16_escape(o, 0xD800 | (cp >> 10));
+            o = put_u16_escape(o, 0xDC00 | (cp & 0x3FF));
+        } else {
+            o = put_u16_escape(o, cp);
+        }
+    }
+    *o++ = '"';
+    return o;
+}
+
+static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static char *
+put_base64(char *o, const uint8_t *s, Py_ssize_t n)
+{
+    Py_ssize_t i = 0;
+    for (; i + 3 <= n; i += 3) {
+        uint32_t v = (uint32_t)s[i] << 16 | (uint32_t)s[i + 1] << 8 | s[i + 2];
+        *o++ = B64[v >> 18]; *o++ = B64[(v >> 12) & 63]; *o++ = B64[(v >> 6) & 63]; *o++ = B64[v & 63];
+    }
+    if (n - i == 1) {
+        uint32_t v = (uint32_t)s[i] << 16;
+        *o++ = B64[v >> 18]; *o++ = B64[(v >> 12) & 63]; *o++ = '='; *o++ = '=';
+    } else if (n - i == 2) {
+        uint32_t v = (uint32_t)s[i] << 16 | (uint32_t)s[i + 1] << 8;
+        *o++ = B64[v >> 18]; *o++ = B64[(v >> 12) & 63]; *o++ = B64[(v >> 6) & 63]; *o++ = '=';
+    }
+    return o;
+}
+
+static inline char *
+put_raw(char *o, const char *s, Py_ssize_t n)
+{
+    memcpy(o, s, (size_t)n);
+    return o + n;
+}
+
+#define PUT_LITERAL(o, lit) put_raw((o), (lit), (Py_ssize_t)sizeof(lit) - 1)
+
+/* A key, value or header value: null, a string, or {"base64":"..."}. */
+static char *
+put_payload(char *o, int valid, const uint8_t *s, Py_ssize_t n)
+{
+    if (!valid)
+        return PUT_LITERAL(o, "null");
+    if (is_utf8(s, n))
+        return put_json_string(o, s, n);
+    o = PUT_LITERAL(o, "{\"base64\":\"");
+    o = put_base64(o, s, n);
+    return PUT_LITERAL(o, "\"}");
+}
+
+static inline char *
+put_int(char *o, int64_t v)
+{
+    char tmp[24];
+    int k = 0;
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    do {
+        tmp[k++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        *o++ = '-';
+    while (k)
+        *o++ = tmp[--k];
+    return o;
+}
+
+/* Bounds-checked view of one int32 Arrow end-offset column and its data. */
+typedef struct {
+    const int32_t *ends;            /* n + 1 entries */
+    const uint8_t *data;
+    Py_ssize_t data_len;
+} Binary;
+
+static inline int
+item(const Binary *b, Py_ssize_t i, const uint8_t **s, Py_ssize_t *n)
+{
+    int32_t a = b->ends[i], z = b->ends[i + 1];
+    if (a < 0 || z < a || z > b->data_len)
+        return -1;
+    *s = b->data + a;
+    *n = z - a;
+    return 0;
+}
+
+/*
+ * render_jsonl(head, mid, tail, out, starts, *14 columns) -> records rendered
+ *
+ * One JSON line per record held in the columns (as ColumnBuilder fills them, headers kept):
+ *   head "offset":O,"timestamp":T mid KEY,"value":VALUE,"headers":[{"key":K,"value":V},...] tail
+ * where head, mid and tail are the caller's bytes (the batch facts, the same for every record
+ * of a batch). Appends the lines to `out` and, to `starts`, each line's start in `out` and
+ * then the end of the last one (int64). The columns are checked to be consistent before use.
+ */
+static PyObject *
+render_jsonl(PyObject *self, PyObject *args)
+{
+    Py_buffer head, mid, tail, col[N_COLUMNS];
+    PyObject *out, *starts;
+    if (!PyArg_ParseTuple(args, "y*y*y*OO" "y*y*y*y*y*y*y*y*y*y*y*y*y*y*", &head, &mid, &tail, &out, &starts,
+                          &col[0], &col[1], &col[2], &col[3], &col[4], &col[5], &col[6], &col[7], &col[8], &col[9],
+                          &col[10], &col[11], &col[12], &col[13]))
+        return NULL;
+    PyObject *result = NULL;
+    const char *bad = NULL;
+    Py_ssize_t n = col[C_OFFSET].len / 8, nh = col[C_HKEY_END].len / 4 - 1;
+    if (!PyByteArray_Check(out) || !PyByteArray_Check(starts)) {
+        PyErr_SetString(PyExc_TypeError, "out and starts must be bytearrays");
+        goto done;
+    }
+    if (col[C_TIMESTAMP].len != n * 8 || col[C_KEY_VALID].len != n || col[C_VALUE_VALID].len != n ||
+        col[C_KEY_END].len != (n + 1) * 4 || col[C_VALUE_END].len != (n + 1) * 4 || col[C_HDR_END].len != (n + 1) * 4 ||
+        nh < 0 || col[C_HVAL_VALID].len != nh || col[C_HVAL_END].len != (nh + 1) * 4)
+        bad = "columns of different lengths";
+    const int32_t *hdr_end = col[C_HDR_END].buf;
+    for (Py_ssize_t i = 0; !bad && i <= n; i++)
+        if (hdr_end[i] < 0 || hdr_end[i] > nh || (i && hdr_end[i] < hdr_end[i - 1]))
+            bad = "header ends out of range";
+    if (bad) {
+        PyErr_Format(PyExc_ValueError, "render_jsonl: %s", bad);
+        goto done;
+    }
+    Binary keys = {col[C_KEY_END].buf, col[C_KEY_DATA].buf, col[C_KEY_DATA].len};
+    Binary values = {col[C_VALUE_END].buf, col[C_VALUE_DATA].buf, col[C_VALUE_DATA].len};
+    Binary hkeys = {col[C_HKEY_END].buf, col[C_HKEY_DATA].buf, col[C_HKEY_DATA].len};
+    Binary hvals = {col[C_HVAL_END].buf, col[C_HVAL_DATA].buf, col[C_HVAL_DATA].len};
+    const uint8_t *key_valid = col[C_KEY_VALID].buf, *value_valid = col[C_VALUE_VALID].buf;
+    const uint8_t *hval_valid = col[C_HVAL_VALID].buf;
+    const int64_t *offsets = col[C_OFFSET].buf, *stamps = col[C_TIMESTAMP].buf;
+    /* Room for the worst case: 6 bytes per data byte (escapes), fixed text per record and per header. */
+    Py_ssize_t fixed = head.len + mid.len + tail.len + 160;
+    Py_ssize_t need = n * fixed + nh * 48 + 6 * (keys.data_len + values.data_len + hkeys.data_len + hvals.data_len);
+    Py_ssize_t used = PyByteArray_GET_SIZE(out), starts0 = PyByteArray_GET_SIZE(starts);
+    if (PyByteArray_Resize(out, used + need) < 0 || PyByteArray_Resize(starts, starts0 + (n + 1) * 8) < 0)
+        goto done;
+    char *base = PyByteArray_AS_STRING(out), *o = base + used;
+    int64_t *line_starts = (int64_t *)(PyByteArray_AS_STRING(starts) + starts0);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const uint8_t *s;
+        Py_ssize_t len;
+        line_starts[i] = o - base;
+        o = put_raw(o, head.buf, head.len);
+        o = PUT_LITERAL(o, "\"offset\":");
+        o = put_int(o, offsets[i]);
+        o = PUT_LITERAL(o, ",\"timestamp\":");
+        o = put_int(o, stamps[i]);
+        o = put_raw(o, mid.buf, mid.len);
+        if (item(&keys, i, &s, &len) < 0)
+            goto corrupt;
+        o = put_payload(o, key_valid[i], s, len);
+        o = PUT_LITERAL(o, ",\"value\":");
+        if (item(&values, i, &s, &len) < 0)
+            goto corrupt;
+        o = put_payload(o, value_valid[i], s, len);
+        o = PUT_LITERAL(o, ",\"headers\":[");
+        for (int32_t h = hdr_end[i]; h < hdr_end[i + 1]; h++) {
+            if (h > hdr_end[i])
+                *o++ = ',';
+            o = PUT_LITERAL(o, "{\"key\":");
+            if (item(&hkeys, h, &s, &len) < 0)
+                goto corrupt;
+            if (!is_utf8(s, len))
+                goto corrupt;           /* header keys are text in the columns */
+            o = put_json_string(o, s, len);
+            o = PUT_LITERAL(o, ",\"value\":");
+            if (item(&hvals, h, &s, &len) < 0)
+                goto corrupt;
+            o = put_payload(o, hval_valid[h], s, len);
+            *o++ = '}';
+        }
+        *o++ = ']';
+        o = put_raw(o, tail.buf, tail.len);
+    }
+    line_starts[n] = o - base;
+    PyByteArray_Resize(out, o - base);  /* shrinking never fails */
+    result = PyLong_FromSsize_t(n);
+    goto done;
+corrupt:
+    PyByteArray_Resize(out, used);
+    PyByteArray_Resize(starts, starts0);
+    PyErr_SetString(PyExc_ValueError, "render_jsonl: a column's offsets or header key text are inconsistent");
+done:
+    PyBuffer_Release(&head);
+    PyBuffer_Release(&mid);
+    PyBuffer_Release(&tail);
+    for (int i = 0; i < N_COLUMNS; i++)
+        PyBuffer_Release(&col[i]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"decode_frames", decode_frames, METH_VARARGS,
      "decode_frames(buffer, start, end, file_position, headers, facts, *columns) -> where it stopped "
      "(see the comment in _decode.c)."},
+    {"render_jsonl", render_jsonl, METH_VARARGS,
+     "render_jsonl(head, mid, tail, out, starts, *columns) -> records rendered as JSON lines (see _decode.c)."},
     {"crc32c", py_crc32c, METH_O, "crc32c(data) -> the CRC32C (Castagnoli) of the bytes."},
     {"decode_v2", decode_v2, METH_VARARGS,
      "decode_v2(records, count, base_offset, base_timestamp, fixed_timestamp, has_fixed, headers, *columns) -> "

@@ -8,9 +8,16 @@ decode as such, else `{"base64": "..."}`, and null when absent.
 from __future__ import annotations
 
 import base64
+import itertools
+import json
+from array import array
+from typing import NamedTuple, Sequence
 
-from .batch import BatchHeader
-from .records import Record, control_record
+from .batch import CONTROL_MASK, BatchHeader
+from .records import Record, control_record, decode_batch
+from ..errors import CorruptRecordError
+
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def payload(data: bytes | None):
@@ -35,20 +42,86 @@ def batch_json(h: BatchHeader) -> dict:
     }
 
 
+def _batch_facts(h: BatchHeader) -> dict:
+    """What each record's JSON repeats of its batch."""
+    return {"position": h.position, "base_offset": h.base_offset, "last_offset": h.last_offset,
+            "producer_id": h.producer_id, "producer_epoch": h.producer_epoch,
+            "transactional": h.is_transactional, "control": h.is_control}
+
+
 def record_json(r: Record, h: BatchHeader) -> dict:
     """One record for `.records.jsonl` / `dump --json`, with the batch facts a reader needs."""
     out = {
         "offset": r.offset, "timestamp": r.timestamp, "timestamp_type": h.timestamp_type.label,
         "key": payload(r.key), "value": payload(r.value),
         "headers": [{"key": k, "value": payload(v)} for k, v in r.headers],
-        "batch": {"position": h.position, "base_offset": h.base_offset, "last_offset": h.last_offset,
-                  "producer_id": h.producer_id, "producer_epoch": h.producer_epoch,
-                  "transactional": h.is_transactional, "control": h.is_control},
+        "batch": _batch_facts(h),
     }
     if h.is_control:
         marker = control_record(r)
         out["control"] = {"type": marker.type, "coordinator_epoch": marker.coordinator_epoch}
     return out
+
+
+class JsonLines(NamedTuple):
+    """A batch's records as JSON lines (ASCII): their offsets, where each line starts (then the end), the bytes."""
+
+    offsets: Sequence[int]
+    starts: Sequence[int]
+    data: bytes
+
+
+def record_lines(header: BatchHeader, batch, path=None, head: bytes = b"{", *, key: bytes | None = None) -> JsonLines:
+    """`record_json` of each record of a batch whose CRC was checked (only those whose key is `key`, when
+    given), a line each, every line starting with `head` (the opening brace and any fields put before the
+    record's). Rendered natively from columns (lookupd.format.columnar) for v2 data batches; the reference
+    path, `reference_lines`, does control batches, legacy messages, machines without the extension and any
+    batch the columns refuse, so it also raises the errors. Both give the same bytes."""
+    from . import columnar
+
+    if columnar.NATIVE and header.magic >= 2 and not header.attributes & CONTROL_MASK:
+        builder = columnar.ColumnBuilder()
+        try:
+            builder.add(header, batch, path)
+        except (CorruptRecordError, OverflowError):
+            pass  # the reference path below reports it (or renders what int64 columns cannot hold)
+        else:
+            return _native_lines(builder.columns(), header, head, key)
+    return reference_lines(header, batch, path, head, key=key)
+
+
+def _native_lines(cols: list[bytearray], header: BatchHeader, head: bytes, key: bytes | None) -> JsonLines:
+    from . import columnar
+    from ._decode import render_jsonl
+
+    rows = None
+    if key is not None:
+        rows = columnar.rows_with_key(cols, key)
+        if not rows:
+            return JsonLines([], [0], b"")
+    mid = f',"timestamp_type":{_dumps(header.timestamp_type.label)},"key":'.encode("ascii")
+    tail = f',"batch":{_dumps(_batch_facts(header))}}}\n'.encode("ascii")
+    out, starts = bytearray(), bytearray()
+    render_jsonl(head, mid, tail, out, starts, *cols)
+    offsets, line_starts = array("q"), array("q")
+    offsets.frombytes(cols[columnar.OFFSET])
+    line_starts.frombytes(starts)
+    if rows is None:
+        return JsonLines(offsets, line_starts, bytes(out))
+    lines = [out[line_starts[i]:line_starts[i + 1]] for i in rows]
+    return JsonLines([offsets[i] for i in rows], list(itertools.accumulate(map(len, lines), initial=0)),
+                     b"".join(lines))
+
+
+def reference_lines(header: BatchHeader, batch, path=None, head: bytes = b"{", *, key: bytes | None = None) -> JsonLines:
+    """`record_lines` through `record_json` and the json module, one record at a time."""
+    records = decode_batch(header, batch, path=path)
+    if key is not None:
+        records = [r for r in records if r.key == key]
+    prefix = head.decode("ascii")
+    lines = [prefix + _dumps(record_json(r, header))[1:] + "\n" for r in records]  # ASCII: a byte a character
+    return JsonLines([r.offset for r in records], list(itertools.accumulate(map(len, lines), initial=0)),
+                     "".join(lines).encode("ascii"))
 
 
 def batch_line(h: BatchHeader, valid: bool) -> str:

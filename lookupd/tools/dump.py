@@ -19,7 +19,7 @@ from ..format.names import INDEX_SUFFIX, LOG_SUFFIX, SEGMENT_SUFFIXES, TIME_INDE
     parse_partition_dir, parse_segment_file, segment_file_name
 from .progress import Progress
 from ..format.records import decode_batch
-from ..format.render import batch_json, batch_line, record_json, record_line
+from ..format.render import batch_json, batch_line, record_line, record_lines
 from ..log.segment import LogSegment
 from .verify import SegmentScan, index_problems, scan_segment
 
@@ -100,6 +100,8 @@ class Dumper:
         size = seg.size()
         end = size if self.args.max_bytes is None else min(size, self.args.max_bytes)
         done = 0
+        # Each record's line in --json output starts with its type and file, then the record's fields.
+        head = json.dumps({"type": "record", "file": path}, separators=(",", ":"))[:-1].encode("ascii") + b","
         for buf, off, pos, batch_size in seg.log.frames(0, end, strict=not seg.live and end == size):
             data = buf[off:off + batch_size] if off + batch_size <= len(buf) else seg.log.read(pos, batch_size)
             h = parse_header(data, 0, pos, path)
@@ -108,6 +110,13 @@ class Dumper:
             if not valid:
                 self.error(path, f"{path} at byte {pos}: record batch is corrupt (stored crc = {h.crc}, "
                                  f"computed crc = {compute_crc(data, h.magic)})")
+            elif self.args.print_data and self.args.json:
+                try:
+                    lines = record_lines(h, data, path, head)
+                except CorruptDataError as err:
+                    self.error(path, str(err))
+                else:
+                    self.out.write(lines.data.decode("ascii"))
             elif self.args.print_data:
                 try:
                     records = decode_batch(h, data, path=path)
@@ -115,7 +124,7 @@ class Dumper:
                     self.error(path, str(err))
                     records = []
                 for r in records:
-                    self.emit(record_line(r, h, print_data=True), {"type": "record", "file": path, **record_json(r, h)})
+                    self.emit(record_line(r, h, print_data=True), None)
             done = pos + batch_size
             if self.progress is not None:
                 self.progress.advance(batch_size)
