@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import threading
+from collections import deque
 from typing import Callable, Generator, Generic, TypeVar
 
 C = TypeVar("C")
@@ -31,23 +32,28 @@ class Stream(Generic[C]):
         self._marks = [0]  # output offsets of the checkpoints
         self._cursors = [start]
         self._pieces: Pieces | None = None
-        self._buf = bytearray()
-        self._buf_at = 0  # output offset of _buf[0]
+        # The window: produced pieces, oldest first, and the output offset where each starts (kept whole,
+        # never joined: appending to one buffer and trimming its front copied the window on every piece).
+        self._window: deque[bytes] = deque()
+        self._starts: deque[int] = deque()
+        self._end = 0  # output offset just past the window
         self._eof = False
 
     def _restart(self, offset: int) -> None:
         i = bisect.bisect_right(self._marks, offset) - 1
         self._pieces = self._produce(self._cursors[i])
-        self._buf = bytearray()
-        self._buf_at = self._marks[i]
+        self._window.clear()
+        self._starts.clear()
+        self._end = self._marks[i]
         self._eof = False
 
     def read(self, size: int, offset: int) -> bytes:
         with self._lock:
-            if offset < self._buf_at or self._pieces is None and not self._eof:
+            behind = offset < (self._starts[0] if self._starts else self._end)
+            if behind or self._pieces is None and not self._eof:
                 self._restart(offset)
             want = offset + size
-            while self._buf_at + len(self._buf) < want and not self._eof:
+            while self._end < want and not self._eof:
                 try:
                     piece, cursor = next(self._pieces)
                 except StopIteration:
@@ -55,21 +61,34 @@ class Stream(Generic[C]):
                     break
                 except BaseException:
                     self._pieces = None
-                    if self._buf_at + len(self._buf) <= offset:
+                    if self._end <= offset:
                         raise
                     break  # a short read of what is sound; the next read meets the error
-                self._buf += piece
-                end = self._buf_at + len(self._buf)
-                if end - self._marks[-1] >= CHECKPOINT:
-                    self._marks.append(end)
+                if piece:
+                    self._window.append(piece)
+                    self._starts.append(self._end)
+                    self._end += len(piece)
+                if self._end - self._marks[-1] >= CHECKPOINT:
+                    self._marks.append(self._end)
                     self._cursors.append(cursor)
-            start = offset - self._buf_at
-            out = bytes(self._buf[start:start + size])
-            drop = min(start - KEEP_BEHIND, len(self._buf))
-            if drop > 0:
-                del self._buf[:drop]
-                self._buf_at += drop
+            out = self._slice(offset, min(want, self._end))
+            while len(self._window) > 1 and self._starts[1] <= offset - KEEP_BEHIND:
+                self._window.popleft()
+                self._starts.popleft()
             return out
+
+    def _slice(self, start: int, stop: int) -> bytes:
+        """Output bytes [start, stop) from the window."""
+        if start >= stop:
+            return b""
+        i = bisect.bisect_right(self._starts, start) - 1
+        parts = []
+        while start < stop:
+            piece, at = self._window[i], self._starts[i]
+            parts.append(piece[start - at:stop - at])
+            start = at + len(piece)
+            i += 1
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def close(self) -> None:
         with self._lock:

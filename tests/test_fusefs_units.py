@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import random
 import time
 
 import pytest
@@ -94,6 +95,24 @@ def test_stream_reads_like_a_file():
     assert got == WHOLE and len(WHOLE) > 2 * CHECKPOINT
     for offset, size in ((5, 100), (len(WHOLE) - 7, 100), (CHECKPOINT + 3, 5000), (0, 1), (len(WHOLE) + 5, 10)):
         assert s.read(size, offset) == WHOLE[offset:offset + size]
+    s.close()
+
+
+def test_stream_answers_reads_at_random_offsets():
+    """Reads forward, backward, across pieces and checkpoints, with empty pieces in between, all read true."""
+    def gappy(cursor: int):
+        for piece, after in numbered(cursor):
+            yield b"", after
+            yield piece, after
+
+    rnd = random.Random(7)
+    s = Stream(gappy, 0)
+    pos = 0
+    for _ in range(300):
+        pos = rnd.choice([pos, pos + rnd.randrange(200_000), rnd.randrange(len(WHOLE) + 10), max(0, pos - 300_000)])
+        size = rnd.choice([1, 4096, 131072, rnd.randrange(1, 400_000)])
+        assert s.read(size, pos) == WHOLE[pos:pos + size]
+        pos += size
     s.close()
 
 
