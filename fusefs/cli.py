@@ -19,7 +19,6 @@ from lookupd.rpc.address import default_address, tcp_address
 from lookupd.rpc.client import Client
 from lookupd.errors import LookupdError, Unauthorized, Unavailable
 
-MAX_READ = 128 << 10  # the most one FUSE read may ask for (the kernel's cap without max_pages)
 # How far the kernel reads ahead of a sequential reader, in FUSE reads it may have in flight at once: a
 # cold .log is then read from the disk while earlier pieces are being returned.
 READAHEAD = 4 << 20
@@ -92,7 +91,7 @@ def mount(args) -> int:
 
     from .catalog import Catalog
     from .daemon import DaemonLink
-    from .ops import KafkaFS
+    from .ops import MAX_READ, KafkaFS
 
     mountpoint = os.path.abspath(args.mountpoint)
     check_mountpoint(mountpoint)

@@ -49,6 +49,10 @@ from .views import RenderCache, key_lines, index_lines, partition_json, read_ind
 log = logging.getLogger(__name__)
 
 WARN_EVERY_S = 10.0
+MAX_READ = 128 << 10  # the most one FUSE read may ask for (the kernel's cap without max_pages)
+# The I/O size stat reports (st_blksize): readers that size their buffers from it (Python's open, stdio, cat)
+# then ask for one whole FUSE read at a time, not 4 KiB; a generated file's every read is a call into Python.
+IO_SIZE = MAX_READ
 MAX_IDENTITIES = 1 << 16  # raw files whose last open is remembered (forgotten: opened once without keep_cache)
 _NOT_THERE = {"UNKNOWN_PARTITION", "OFFSET_OUT_OF_RANGE"}
 
@@ -225,8 +229,8 @@ class KafkaFS(Operations):
 
     def _attrs(self, mode: int, *, nlink: int = 1, size: int = 0, blocks: int = 0, mtime_ns: int | None = None) -> dict:
         t = self.mounted_ns if mtime_ns is None else mtime_ns
-        return {"st_mode": mode, "st_nlink": nlink, "st_size": size, "st_blocks": blocks, **self._owner,
-                "st_mtime": t, "st_ctime": t, "st_atime": t}
+        return {"st_mode": mode, "st_nlink": nlink, "st_size": size, "st_blocks": blocks, "st_blksize": IO_SIZE,
+                **self._owner, "st_mtime": t, "st_ctime": t, "st_atime": t}
 
     def _stat(self, node: tree.Node) -> dict:
         if isinstance(node, tree.Root):  # answered without the daemon, so umount works while it is down
