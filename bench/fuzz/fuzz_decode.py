@@ -1,11 +1,13 @@
-"""Fuzz the native columnar decoder (lookupd/format/_decode.c), differentially, under AddressSanitizer.
+"""Fuzz the native columnar decoder and JSON renderer (lookupd/format/_decode.c), differentially, under ASan.
 
 A mutation fuzzer: inputs are real batches (every batch of the Kafka reference corpus, and
 generated ones of every codec) concatenated and damaged at random: bytes flipped, set to
 boundary values, cut, duplicated or inserted, length and count fields rewritten, and the CRC
 recomputed half the time so the damage reaches the record decoder. Every input is decoded by
 the C walker and by the reference decoder through the same columns (lookupd.format.columnar);
-they must give the same columns or the same CorruptRecordError, and the C code must not crash,
+they must give the same columns or the same CorruptRecordError. Each batch in it is also
+rendered as JSON lines by both paths of lookupd.format.render (all records, and those of one
+key), which must give the same bytes or the same error. The C code must not crash,
 hang or (in the ASan + UBSan build) touch memory outside its buffers.
 
     make -C bench/fuzz asan
@@ -33,7 +35,7 @@ sys.path.insert(0, REPO)
 import crc32c  # noqa: E402
 
 from lookupd.errors import CorruptRecordError  # noqa: E402
-from lookupd.format import columnar  # noqa: E402
+from lookupd.format import columnar, render  # noqa: E402
 from lookupd.format.batch import Compression, parse_header  # noqa: E402
 from lookupd.format.builder import build_batch  # noqa: E402
 
@@ -45,6 +47,7 @@ def load_instrumented(path: str) -> None:
     loader.exec_module(module)
     columnar._decode = module
     columnar.NATIVE = True
+    render._decode = module
 
 
 def outcome(data: bytes, native: bool):
@@ -56,6 +59,26 @@ def outcome(data: bytes, native: bool):
     except OverflowError as err:
         return f"overflow {err}"
     return end, b.count, bytes(b._facts), [bytes(c) for c in b._cols]
+
+
+def lines(data: bytes, native: bool) -> list:
+    """Every batch framed in `data` as JSON lines (all records, then those whose key is the first record's)."""
+    fn = render.record_lines if native else render.reference_lines
+    out, pos = [], 0
+    while pos + 61 <= len(data):
+        try:
+            h = parse_header(data, pos)
+        except CorruptRecordError as err:
+            return out + [str(err)]
+        batch = data[pos:pos + h.size]
+        for key in (None, batch[-40:-30]):
+            try:
+                got = fn(h, batch, "fuzz.log", key=key)
+                out.append((list(got.offsets), list(got.starts), bytes(got.data)))
+            except CorruptRecordError as err:
+                out.append(str(err))
+        pos += max(h.size, 1)
+    return out
 
 
 def seeds() -> list[bytes]:
@@ -128,7 +151,7 @@ def main() -> int:
     while time.monotonic() < end:
         data = mutate(rnd, pool)
         got = outcome(data, True)
-        if got != outcome(data, False):
+        if got != outcome(data, False) or lines(data, True) != lines(data, False):
             path = f"crash-{n}"
             open(path, "wb").write(data)
             print(f"disagreement on input {n} (seed {args.seed}), written to {path}", file=sys.stderr)

@@ -613,126 +613,156 @@ put_int(char *o, int64_t v)
     return o;
 }
 
-/* Bounds-checked view of one int32 Arrow end-offset column and its data. */
-typedef struct {
-    const int32_t *ends;            /* n + 1 entries */
-    const uint8_t *data;
-    Py_ssize_t data_len;
-} Binary;
-
+/* One record's item of an Arrow binary column (int32 ends, data), checked against the data's length. */
 static inline int
-item(const Binary *b, Py_ssize_t i, const uint8_t **s, Py_ssize_t *n)
+item(const Out *o, int ends_col, int data_col, Py_ssize_t i, const uint8_t **s, Py_ssize_t *n)
 {
-    int32_t a = b->ends[i], z = b->ends[i + 1];
-    if (a < 0 || z < a || z > b->data_len)
+    const int32_t *ends = (const int32_t *)o->at[ends_col];
+    int32_t a = ends[i], z = ends[i + 1];
+    if (a < 0 || z < a || z > o->used[data_col])
         return -1;
-    *s = b->data + a;
+    *s = (const uint8_t *)o->at[data_col] + a;
     *n = z - a;
     return 0;
 }
 
-/*
- * render_jsonl(head, mid, tail, out, starts, *14 columns) -> records rendered
- *
- * One JSON line per record held in the columns (as ColumnBuilder fills them, headers kept):
- *   head "offset":O,"timestamp":T mid KEY,"value":VALUE,"headers":[{"key":K,"value":V},...] tail
- * where head, mid and tail are the caller's bytes (the batch facts, the same for every record
- * of a batch). Appends the lines to `out` and, to `starts`, each line's start in `out` and
- * then the end of the last one (int64). The columns are checked to be consistent before use.
- */
-static PyObject *
-render_jsonl(PyObject *self, PyObject *args)
+/* Bytes render_rows may write at most: 6 per data byte (escapes), fixed text per record and per header. */
+static Py_ssize_t
+render_bound(const Out *o, Py_ssize_t n, Py_ssize_t fixed)
 {
-    Py_buffer head, mid, tail, col[N_COLUMNS];
-    PyObject *out, *starts;
-    if (!PyArg_ParseTuple(args, "y*y*y*OO" "y*y*y*y*y*y*y*y*y*y*y*y*y*y*", &head, &mid, &tail, &out, &starts,
-                          &col[0], &col[1], &col[2], &col[3], &col[4], &col[5], &col[6], &col[7], &col[8], &col[9],
-                          &col[10], &col[11], &col[12], &col[13]))
-        return NULL;
-    PyObject *result = NULL;
-    const char *bad = NULL;
-    Py_ssize_t n = col[C_OFFSET].len / 8, nh = col[C_HKEY_END].len / 4 - 1;
-    if (!PyByteArray_Check(out) || !PyByteArray_Check(starts)) {
-        PyErr_SetString(PyExc_TypeError, "out and starts must be bytearrays");
-        goto done;
-    }
-    if (col[C_TIMESTAMP].len != n * 8 || col[C_KEY_VALID].len != n || col[C_VALUE_VALID].len != n ||
-        col[C_KEY_END].len != (n + 1) * 4 || col[C_VALUE_END].len != (n + 1) * 4 || col[C_HDR_END].len != (n + 1) * 4 ||
-        nh < 0 || col[C_HVAL_VALID].len != nh || col[C_HVAL_END].len != (nh + 1) * 4)
-        bad = "columns of different lengths";
-    const int32_t *hdr_end = col[C_HDR_END].buf;
-    for (Py_ssize_t i = 0; !bad && i <= n; i++)
-        if (hdr_end[i] < 0 || hdr_end[i] > nh || (i && hdr_end[i] < hdr_end[i - 1]))
-            bad = "header ends out of range";
-    if (bad) {
-        PyErr_Format(PyExc_ValueError, "render_jsonl: %s", bad);
-        goto done;
-    }
-    Binary keys = {col[C_KEY_END].buf, col[C_KEY_DATA].buf, col[C_KEY_DATA].len};
-    Binary values = {col[C_VALUE_END].buf, col[C_VALUE_DATA].buf, col[C_VALUE_DATA].len};
-    Binary hkeys = {col[C_HKEY_END].buf, col[C_HKEY_DATA].buf, col[C_HKEY_DATA].len};
-    Binary hvals = {col[C_HVAL_END].buf, col[C_HVAL_DATA].buf, col[C_HVAL_DATA].len};
-    const uint8_t *key_valid = col[C_KEY_VALID].buf, *value_valid = col[C_VALUE_VALID].buf;
-    const uint8_t *hval_valid = col[C_HVAL_VALID].buf;
-    const int64_t *offsets = col[C_OFFSET].buf, *stamps = col[C_TIMESTAMP].buf;
-    /* Room for the worst case: 6 bytes per data byte (escapes), fixed text per record and per header. */
-    Py_ssize_t fixed = head.len + mid.len + tail.len + 160;
-    Py_ssize_t need = n * fixed + nh * 48 + 6 * (keys.data_len + values.data_len + hkeys.data_len + hvals.data_len);
-    Py_ssize_t used = PyByteArray_GET_SIZE(out), starts0 = PyByteArray_GET_SIZE(starts);
-    if (PyByteArray_Resize(out, used + need) < 0 || PyByteArray_Resize(starts, starts0 + (n + 1) * 8) < 0)
-        goto done;
-    char *base = PyByteArray_AS_STRING(out), *o = base + used;
-    int64_t *line_starts = (int64_t *)(PyByteArray_AS_STRING(starts) + starts0);
+    Py_ssize_t headers = o->used[C_HKEY_END] / 4;
+    return n * (fixed + 160) + headers * 48 +
+           6 * (o->used[C_KEY_DATA] + o->used[C_VALUE_DATA] + o->used[C_HKEY_DATA] + o->used[C_HVAL_DATA]);
+}
+
+/*
+ * One JSON line per record of the columns (key == `key` only, when key is not NULL):
+ *   head "offset":O,"timestamp":T mid KEY,"value":VALUE,"headers":[{"key":K,"value":V},...] tail
+ * written at `o`; each line's offset and start (relative to `base`) go to offsets/starts, then the
+ * end of the last line. Returns the end of the output and the number of lines, or NULL when the
+ * columns are inconsistent (a header key that is not text).
+ */
+static char *
+render_rows(const Out *c, Py_ssize_t n, const Py_buffer *head, const Py_buffer *mid, const Py_buffer *tail,
+            const Py_buffer *key, char *base, char *o, int64_t *offsets, int64_t *starts, Py_ssize_t *lines)
+{
+    const int64_t *offset = (const int64_t *)c->at[C_OFFSET], *stamp = (const int64_t *)c->at[C_TIMESTAMP];
+    const uint8_t *key_valid = (const uint8_t *)c->at[C_KEY_VALID], *value_valid = (const uint8_t *)c->at[C_VALUE_VALID];
+    const uint8_t *hval_valid = (const uint8_t *)c->at[C_HVAL_VALID];
+    const int32_t *hdr_end = (const int32_t *)c->at[C_HDR_END];
+    Py_ssize_t k = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         const uint8_t *s;
         Py_ssize_t len;
-        line_starts[i] = o - base;
-        o = put_raw(o, head.buf, head.len);
+        if (item(c, C_KEY_END, C_KEY_DATA, i, &s, &len) < 0)
+            return NULL;
+        if (key != NULL && !(key_valid[i] && len == key->len && memcmp(s, key->buf, (size_t)len) == 0))
+            continue;
+        offsets[k] = offset[i];
+        starts[k++] = o - base;
+        o = put_raw(o, head->buf, head->len);
         o = PUT_LITERAL(o, "\"offset\":");
-        o = put_int(o, offsets[i]);
+        o = put_int(o, offset[i]);
         o = PUT_LITERAL(o, ",\"timestamp\":");
-        o = put_int(o, stamps[i]);
-        o = put_raw(o, mid.buf, mid.len);
-        if (item(&keys, i, &s, &len) < 0)
-            goto corrupt;
+        o = put_int(o, stamp[i]);
+        o = put_raw(o, mid->buf, mid->len);
         o = put_payload(o, key_valid[i], s, len);
         o = PUT_LITERAL(o, ",\"value\":");
-        if (item(&values, i, &s, &len) < 0)
-            goto corrupt;
+        if (item(c, C_VALUE_END, C_VALUE_DATA, i, &s, &len) < 0)
+            return NULL;
         o = put_payload(o, value_valid[i], s, len);
         o = PUT_LITERAL(o, ",\"headers\":[");
         for (int32_t h = hdr_end[i]; h < hdr_end[i + 1]; h++) {
             if (h > hdr_end[i])
                 *o++ = ',';
             o = PUT_LITERAL(o, "{\"key\":");
-            if (item(&hkeys, h, &s, &len) < 0)
-                goto corrupt;
-            if (!is_utf8(s, len))
-                goto corrupt;           /* header keys are text in the columns */
+            if (item(c, C_HKEY_END, C_HKEY_DATA, h, &s, &len) < 0 || !is_utf8(s, len))
+                return NULL;
             o = put_json_string(o, s, len);
             o = PUT_LITERAL(o, ",\"value\":");
-            if (item(&hvals, h, &s, &len) < 0)
-                goto corrupt;
+            if (item(c, C_HVAL_END, C_HVAL_DATA, h, &s, &len) < 0)
+                return NULL;
             o = put_payload(o, hval_valid[h], s, len);
             *o++ = '}';
         }
         *o++ = ']';
-        o = put_raw(o, tail.buf, tail.len);
+        o = put_raw(o, tail->buf, tail->len);
     }
-    line_starts[n] = o - base;
-    PyByteArray_Resize(out, o - base);  /* shrinking never fails */
-    result = PyLong_FromSsize_t(n);
-    goto done;
-corrupt:
-    PyByteArray_Resize(out, used);
-    PyByteArray_Resize(starts, starts0);
-    PyErr_SetString(PyExc_ValueError, "render_jsonl: a column's offsets or header key text are inconsistent");
+    starts[k] = o - base;
+    *lines = k;
+    return o;
+}
+
+/*
+ * render_batch(records, count, base_offset, base_timestamp, fixed_timestamp, has_fixed, head, mid, tail, key)
+ *   -> (lines, offsets, starts) or None
+ *
+ * Decodes one v2 batch's record section (as decode_v2) into columns of its own and renders each
+ * record (each whose key is `key`, unless key is None) as a JSON line with render_rows: `lines`
+ * is the bytes, `offsets` the records' offsets and `starts` each line's start and then the end
+ * (int64 each). None when the decoder hands the batch back: the caller renders it the reference way.
+ */
+static PyObject *
+render_batch(PyObject *self, PyObject *args)
+{
+    Py_buffer records, head, mid, tail, key = {0};
+    Py_ssize_t count;
+    long long base_offset, base_ts, fixed_ts;
+    int has_fixed;
+    PyObject *key_obj;
+    if (!PyArg_ParseTuple(args, "y*nLLLpy*y*y*O", &records, &count, &base_offset, &base_ts, &fixed_ts, &has_fixed,
+                          &head, &mid, &tail, &key_obj))
+        return NULL;
+    PyObject *result = NULL, *lines = NULL, *offsets = NULL, *starts = NULL;
+    Out o = {{0}};
+    int have_key = key_obj != Py_None;
+    if (have_key && PyObject_GetBuffer(key_obj, &key, PyBUF_SIMPLE) < 0)
+        goto done;
+    for (int i = 0; i < N_COLUMNS; i++)
+        if ((o.ba[i] = PyByteArray_FromStringAndSize("\0\0\0\0", i == C_KEY_END || i == C_VALUE_END ||
+                                                     i == C_HDR_END || i == C_HKEY_END || i == C_HVAL_END ? 4 : 0))
+            == NULL)
+            goto done;
+    if (reserve(&o, records.len, 1) < 0)
+        goto done;
+    int decoded = decode_records(&o, (const uint8_t *)records.buf, records.len, count, base_offset, base_ts, fixed_ts,
+                                 has_fixed, 1);
+    finish(&o);
+    for (int i = 0; i < N_COLUMNS; i++)
+        o.at[i] = PyByteArray_AS_STRING(o.ba[i]);
+    if (!decoded) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    Py_ssize_t n = o.used[C_OFFSET] / 8, k = 0;
+    lines = PyBytes_FromStringAndSize(NULL, render_bound(&o, n, head.len + mid.len + tail.len));
+    offsets = PyBytes_FromStringAndSize(NULL, n * 8);
+    starts = PyBytes_FromStringAndSize(NULL, (n + 1) * 8);
+    if (lines == NULL || offsets == NULL || starts == NULL)
+        goto done;
+    char *base = PyBytes_AS_STRING(lines);
+    char *end = render_rows(&o, n, &head, &mid, &tail, have_key ? &key : NULL, base, base,
+                            (int64_t *)PyBytes_AS_STRING(offsets), (int64_t *)PyBytes_AS_STRING(starts), &k);
+    if (end == NULL) {
+        result = Py_NewRef(Py_None);    /* not reached for what decode_records accepts; handed back all the same */
+        goto done;
+    }
+    if (_PyBytes_Resize(&lines, end - base) < 0 || _PyBytes_Resize(&offsets, k * 8) < 0 ||
+        _PyBytes_Resize(&starts, (k + 1) * 8) < 0)
+        goto done;
+    result = PyTuple_Pack(3, lines, offsets, starts);
 done:
+    Py_XDECREF(lines);
+    Py_XDECREF(offsets);
+    Py_XDECREF(starts);
+    for (int i = 0; i < N_COLUMNS; i++)
+        Py_XDECREF(o.ba[i]);
+    if (have_key && key.obj != NULL)
+        PyBuffer_Release(&key);
+    PyBuffer_Release(&records);
     PyBuffer_Release(&head);
     PyBuffer_Release(&mid);
     PyBuffer_Release(&tail);
-    for (int i = 0; i < N_COLUMNS; i++)
-        PyBuffer_Release(&col[i]);
     return result;
 }
 
@@ -740,8 +770,9 @@ static PyMethodDef methods[] = {
     {"decode_frames", decode_frames, METH_VARARGS,
      "decode_frames(buffer, start, end, file_position, headers, facts, *columns) -> where it stopped "
      "(see the comment in _decode.c)."},
-    {"render_jsonl", render_jsonl, METH_VARARGS,
-     "render_jsonl(head, mid, tail, out, starts, *columns) -> records rendered as JSON lines (see _decode.c)."},
+    {"render_batch", render_batch, METH_VARARGS,
+     "render_batch(records, count, base_offset, base_timestamp, fixed_timestamp, has_fixed, head, mid, tail, key) -> "
+     "(lines, offsets, starts) of the batch's records as JSON lines, or None (see _decode.c)."},
     {"crc32c", py_crc32c, METH_O, "crc32c(data) -> the CRC32C (Castagnoli) of the bytes."},
     {"decode_v2", decode_v2, METH_VARARGS,
      "decode_v2(records, count, base_offset, base_timestamp, fixed_timestamp, has_fixed, headers, *columns) -> "

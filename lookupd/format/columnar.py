@@ -42,17 +42,6 @@ _FACTS = struct.Struct("=6q")
 FLAG_TRANSACTIONAL, FLAG_LOG_APPEND_TIME = 1, 2
 
 
-def rows_with_key(cols: list[bytearray], key: bytes) -> list[int]:
-    """Rows of a builder's columns whose key is exactly `key` (null keys never match)."""
-    import numpy as np
-
-    ends = np.frombuffer(cols[KEY_END], np.int32)
-    valid = np.frombuffer(cols[KEY_VALID], np.uint8)
-    data = cols[KEY_DATA]
-    sized = np.flatnonzero((np.diff(ends) == len(key)) & (valid != 0))
-    return [int(i) for i in sized if data[ends[i]:ends[i] + len(key)] == key]
-
-
 class ColumnBuilder:
     """Columns of the records added since the last `arrays()`; `native=False` forces the reference decoder."""
 
@@ -67,10 +56,6 @@ class ColumnBuilder:
             self._cols[i] += b"\0\0\0\0"
         self.count = 0
         self._facts = bytearray()
-
-    def columns(self) -> list[bytearray]:
-        """The 14 column buffers, in `_decode`'s order (OFFSET ... HVAL_DATA), as they are now."""
-        return self._cols
 
     @property
     def data_bytes(self) -> int:

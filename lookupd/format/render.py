@@ -10,12 +10,16 @@ from __future__ import annotations
 import base64
 import itertools
 import json
-from array import array
 from typing import NamedTuple, Sequence
 
-from .batch import CONTROL_MASK, BatchHeader
-from .records import Record, control_record, decode_batch
+from .batch import CONTROL_MASK, TIMESTAMP_TYPE_MASK, BatchHeader, TimestampType
+from .records import Record, _v2_records, control_record, decode_batch
 from ..errors import CorruptRecordError
+
+try:
+    from . import _decode
+except ImportError:  # built without a C compiler: the reference rendering does it all
+    _decode = None
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 
@@ -74,43 +78,34 @@ class JsonLines(NamedTuple):
 def record_lines(header: BatchHeader, batch, path=None, head: bytes = b"{", *, key: bytes | None = None) -> JsonLines:
     """`record_json` of each record of a batch whose CRC was checked (only those whose key is `key`, when
     given), a line each, every line starting with `head` (the opening brace and any fields put before the
-    record's). Rendered natively from columns (lookupd.format.columnar) for v2 data batches; the reference
-    path, `reference_lines`, does control batches, legacy messages, machines without the extension and any
-    batch the columns refuse, so it also raises the errors. Both give the same bytes."""
-    from . import columnar
-
-    if columnar.NATIVE and header.magic >= 2 and not header.attributes & CONTROL_MASK:
-        builder = columnar.ColumnBuilder()
+    record's). v2 data batches are decoded to columns and rendered from them in C (`_decode.render_batch`);
+    the reference path, `reference_lines`, does control batches, legacy messages, machines without the
+    extension and any batch the C decoder hands back, so it also raises the errors. Both give the same bytes."""
+    if _decode is not None and header.magic >= 2 and not header.attributes & CONTROL_MASK and header.record_count > 0:
         try:
-            builder.add(header, batch, path)
-        except (CorruptRecordError, OverflowError):
-            pass  # the reference path below reports it (or renders what int64 columns cannot hold)
+            records = _v2_records(header, batch, path)
+        except CorruptRecordError:
+            pass  # the reference path reports it
         else:
-            return _native_lines(builder.columns(), header, head, key)
+            fixed = header.attributes & TIMESTAMP_TYPE_MASK
+            done = _decode.render_batch(records, header.record_count, header.base_offset, header.base_timestamp,
+                                        header.max_timestamp if fixed else 0, bool(fixed), head,
+                                        _MID[header.timestamp_type], _tail(header), key)
+            if done is not None:
+                data, offsets, starts = done
+                return JsonLines(memoryview(offsets).cast("q"), memoryview(starts).cast("q"), data)
     return reference_lines(header, batch, path, head, key=key)
 
 
-def _native_lines(cols: list[bytearray], header: BatchHeader, head: bytes, key: bytes | None) -> JsonLines:
-    from . import columnar
-    from ._decode import render_jsonl
+# What each line holds between the record's timestamp and its key, by timestamp type.
+_MID = {t: f',"timestamp_type":{_dumps(t.label)},"key":'.encode("ascii") for t in TimestampType}
 
-    rows = None
-    if key is not None:
-        rows = columnar.rows_with_key(cols, key)
-        if not rows:
-            return JsonLines([], [0], b"")
-    mid = f',"timestamp_type":{_dumps(header.timestamp_type.label)},"key":'.encode("ascii")
-    tail = f',"batch":{_dumps(_batch_facts(header))}}}\n'.encode("ascii")
-    out, starts = bytearray(), bytearray()
-    render_jsonl(head, mid, tail, out, starts, *cols)
-    offsets, line_starts = array("q"), array("q")
-    offsets.frombytes(cols[columnar.OFFSET])
-    line_starts.frombytes(starts)
-    if rows is None:
-        return JsonLines(offsets, line_starts, bytes(out))
-    lines = [out[line_starts[i]:line_starts[i + 1]] for i in rows]
-    return JsonLines([offsets[i] for i in rows], list(itertools.accumulate(map(len, lines), initial=0)),
-                     b"".join(lines))
+
+def _tail(h: BatchHeader) -> bytes:
+    """The end of each line of a data batch: its batch facts (integers and booleans, as json writes them)."""
+    return (f',"batch":{{"position":{h.position},"base_offset":{h.base_offset},"last_offset":{h.last_offset},'
+            f'"producer_id":{h.producer_id},"producer_epoch":{h.producer_epoch},'
+            f'"transactional":{"true" if h.is_transactional else "false"},"control":false}}}}\n').encode("ascii")
 
 
 def reference_lines(header: BatchHeader, batch, path=None, head: bytes = b"{", *, key: bytes | None = None) -> JsonLines:
