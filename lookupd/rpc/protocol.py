@@ -119,12 +119,24 @@ class Connection:
 
     def receive_data(self, data: bytes) -> None:
         """Bytes from the peer; b"" means the peer closed its side (end of stream)."""
-        if data:
-            if self._eof:
-                raise RuntimeError("data received after end of stream")
-            self._pending += data
-        else:
+        if not data:
             self._eof = True
+            return
+        if self._eof:
+            raise RuntimeError("data received after end of stream")
+        if self._pending or self._broken is not None:
+            self._pending += data
+            return
+        # Nothing waiting: straight to the unpacker when the current frame may take all of it (the
+        # usual case, a request or a burst of them well under the frame limit), saving two copies.
+        if self._unpacker is None:
+            self._unpacker = _POOL.take(self.max_frame_bytes)
+            self._tell_base = self._unpacker.tell() - self._fed
+        if len(data) <= self.max_frame_bytes - (self._fed - self._frame_start):
+            self._unpacker.feed(data)
+            self._fed += len(data)
+        else:
+            self._pending += data
 
     def next_event(self) -> Event:
         """The next complete event, NEED_DATA, or CLOSED; a fatal ProtocolError repeats forever."""
@@ -161,6 +173,11 @@ class Connection:
                 return self._fail("INVALID_ARGUMENT", f"malformed msgpack ({type(err).__name__}: {err})"
                                   if str(err) else f"malformed msgpack ({type(err).__name__})")
             self._frame_start = self._unpacker.tell() - self._tell_base
+            if self.role == "server" and type(value) is list and len(value) == 4 and type(value[0]) is int \
+                    and value[0] == REQUEST \
+                    and type(value[1]) is int and 0 <= value[1] <= MAX_MSGID and type(value[2]) is str \
+                    and type(value[3]) is list and _CONTAINERS.isdisjoint(map(type, value[3])):
+                return Request(value[1], value[2], value[3])  # the common case, checked in one go
             if not _within_depth(value, MAX_DEPTH):
                 msgid = value[1] if type(value) is list and len(value) > 1 and value[0] == REQUEST \
                     and _is_msgid(value[1]) and self.role == "server" else None
