@@ -292,3 +292,43 @@ def test_lookups_racing_maps_and_evictions_stay_right(tmp_path):
     for th in threads:
         th.join()
     assert not wrong, wrong[:5]
+
+
+# The C searches (lookupd.log._native) and the Python ones in lookupd.log.search give the same slots.
+LAYOUTS = {"offset": search.Layout(8, struct.Struct(">i"), struct.Struct(">i")),
+           "time": search.Layout(12, struct.Struct(">q"), struct.Struct(">i"))}
+
+
+def python_search(fn, *args):
+    native, search._native = search._native, None
+    try:
+        return fn(*args)
+    finally:
+        search._native = native
+
+
+def test_the_native_search_is_built():
+    """CI builds the extension: the fast path is the one the other index tests run."""
+    assert search._native is not None or os.environ.get("CI") is None
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(sorted(LAYOUTS)), st.lists(st.integers(-50, 5000), max_size=300), st.data())
+def test_native_and_python_searches_agree(kind, raw_keys, data):
+    layout = LAYOUTS[kind]
+    keys = sorted(set(raw_keys))
+    if kind == "offset":
+        keys = [k for k in keys if k >= 0]
+    values = [data.draw(st.integers(0, 2**31 - 1)) for _ in keys]
+    values.sort()
+    buf = b"".join(layout.key.pack(k) + layout.value.pack(v) for k, v in zip(keys, values))
+    n = data.draw(st.integers(0, len(keys)))
+    warm = data.draw(st.sampled_from([0, 1, 3, 1024]))
+    targets = targets_around(keys, [-(1 << 70), 1 << 70, -1, 2**31, 2**63]) + values[:5]
+    for target in targets:
+        for by_value in (False, True):
+            for upper in (False, True):
+                args = (buf, n, layout, target, by_value, upper, warm)
+                assert search.kafka_slot(*args) == python_search(search.kafka_slot, *args), args[1:]
+        args = (buf, n, layout, target)
+        assert search.plain_floor_slot(*args) == python_search(search.plain_floor_slot, *args)
