@@ -766,6 +766,70 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------ the timestamp scan of one batch */
+
+/*
+ * find_timestamp(records, count, base_offset, base_timestamp, fixed_timestamp, has_fixed, target, start_offset)
+ *   -> (timestamp, offset) | None | False
+ *
+ * FileRecords.searchForTimestamp's inner loop over one v2 batch's record section (decompressed):
+ * the first record, in batch order, whose timestamp >= target and offset >= start_offset, None if
+ * none is. As lookupd.format.records._stamps_v2 does, every record's length, timestamp delta and
+ * offset delta are read, the rest skipped, over the whole batch (so a fault after the match is still
+ * a fault). False on anything that scan rejects (or offsets and timestamps past int64): the caller
+ * then runs the Python scan, which raises the exact error.
+ */
+static PyObject *
+find_timestamp(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t count;
+    long long base_offset, base_ts, fixed_ts, target, start_offset;
+    int has_fixed;
+    if (!PyArg_ParseTuple(args, "y*nLLLpLL", &view, &count, &base_offset, &base_ts, &fixed_ts, &has_fixed, &target,
+                          &start_offset))
+        return NULL;
+    const uint8_t *p = view.buf, *end = p + view.len;
+    int found = 0, ok = count >= 0;
+    int64_t found_ts = 0, found_offset = 0;
+    for (Py_ssize_t i = 0; ok && i < count; i++) {
+        int64_t size, ts, od, offset, timestamp;
+        if (read_varint(&p, end, &size) < 0 || size < 0 || size > end - p) {
+            ok = 0;
+            break;
+        }
+        const uint8_t *rec_end = p + size;
+        if (end - p < 2) {              /* the attributes byte, then the timestamp delta */
+            ok = 0;
+            break;
+        }
+        p += 1;
+        if (read_varlong(&p, end, &ts) < 0 || read_varint(&p, end, &od) < 0 || p > rec_end ||
+            __builtin_add_overflow(base_offset, od, &offset)) {
+            ok = 0;
+            break;
+        }
+        if (has_fixed)
+            timestamp = fixed_ts;
+        else if (__builtin_add_overflow(base_ts, ts, &timestamp)) {
+            ok = 0;
+            break;
+        }
+        if (!found && timestamp >= target && offset >= start_offset) {
+            found = 1;
+            found_ts = timestamp;
+            found_offset = offset;
+        }
+        p = rec_end;
+    }
+    PyBuffer_Release(&view);
+    if (!ok)
+        Py_RETURN_FALSE;
+    if (!found)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(LL)", (long long)found_ts, (long long)found_offset);
+}
+
 static PyMethodDef methods[] = {
     {"decode_frames", decode_frames, METH_VARARGS,
      "decode_frames(buffer, start, end, file_position, headers, facts, *columns) -> where it stopped "
@@ -773,6 +837,9 @@ static PyMethodDef methods[] = {
     {"render_batch", render_batch, METH_VARARGS,
      "render_batch(records, count, base_offset, base_timestamp, fixed_timestamp, has_fixed, head, mid, tail, key) -> "
      "(lines, offsets, starts) of the batch's records as JSON lines, or None (see _decode.c)."},
+    {"find_timestamp", find_timestamp, METH_VARARGS,
+     "find_timestamp(records, count, base_offset, base_timestamp, fixed_timestamp, has_fixed, target, start_offset) "
+     "-> (timestamp, offset), None, or False when the Python scan must take the batch (see _decode.c)."},
     {"crc32c", py_crc32c, METH_O, "crc32c(data) -> the CRC32C (Castagnoli) of the bytes."},
     {"decode_v2", decode_v2, METH_VARARGS,
      "decode_v2(records, count, base_offset, base_timestamp, fixed_timestamp, has_fixed, headers, *columns) -> "

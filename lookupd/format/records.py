@@ -25,6 +25,11 @@ from .batch import (COMPRESSION_MASK, CONTROL_MASK, LOG_OVERHEAD, NO_TIMESTAMP, 
 from .compression import decompress
 from ..errors import CorruptRecordError
 
+try:
+    from . import _decode
+except ImportError:  # built without a C compiler: the Python scans below do it all
+    _decode = None
+
 Header = tuple[str, bytes | None]
 
 
@@ -58,6 +63,7 @@ CONTROL_TYPES = {0: "ABORT", 1: "COMMIT", 2: "LEADER_CHANGE", 3: "SNAPSHOT_HEADE
                  5: "KRAFT_VERSION", 6: "KRAFT_VOTERS"}
 
 # Zig-zag value of every one-byte varint: the common case costs one tuple lookup.
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 _ZZ = tuple((b >> 1) ^ -(b & 1) for b in range(128))
 _new_tuple = tuple.__new__
 _CODECS = tuple(Compression)  # indexed by codec id: cheaper than calling the enum per batch
@@ -342,7 +348,18 @@ def _offsets_and_timestamps(header: BatchHeader, batch, path) -> list[tuple[int,
 def find_timestamp(header: BatchHeader, batch, target_timestamp: int, starting_offset: int, *,
                    path=None) -> tuple[int, int] | None:
     """(timestamp, offset) of the first record, in batch order, with timestamp >= target and
-    offset >= starting_offset; None if there is none (FileRecords.searchForTimestamp's inner loop)."""
+    offset >= starting_offset; None if there is none (FileRecords.searchForTimestamp's inner loop).
+    A v2 batch is scanned in C when the extension is built; the Python scan below does the rest,
+    and any batch the C scan hands back, so it reports every fault."""
+    if _decode is not None and header.magic >= 2 and header.record_count > 0 and INT64_MIN <= target_timestamp <= INT64_MAX and \
+            INT64_MIN <= starting_offset <= INT64_MAX:
+        data = _v2_records(header, batch, path)
+        fixed = header.attributes & TIMESTAMP_TYPE_MASK
+        found = _decode.find_timestamp(data, header.record_count, header.base_offset, header.base_timestamp,
+                                       header.max_timestamp if fixed else 0, bool(fixed), target_timestamp,
+                                       starting_offset)
+        if found is not False:
+            return found
     for offset, ts in _offsets_and_timestamps(header, batch, path):
         if ts >= target_timestamp and offset >= starting_offset:
             return ts, offset

@@ -1,0 +1,125 @@
+"""The fast paths of offset_for_timestamp against their references: the C scan inside a batch
+against the Python scan, and the bisected search for the first segment at a time against the
+plain walk over every segment (ListOffsets' choice of segment)."""
+
+from __future__ import annotations
+
+import random
+import struct
+
+import crc32c
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import reference as R
+from lookupd.errors import CorruptRecordError
+from lookupd.format import records as rec
+from lookupd.format.batch import Compression, TimestampType, parse_header
+from lookupd.format.builder import build_batch
+from lookupd.log.locallog import SegmentList
+from lookupd.log.logmanager import LogManager
+from lookupd.tools.writer import LogWriter
+
+
+def scan(batch: bytes, target: int, start: int, native: bool):
+    saved = rec._decode
+    if not native:
+        rec._decode = None
+    try:
+        return rec.find_timestamp(parse_header(batch, 0), batch, target, start, path="t.log")
+    except CorruptRecordError as err:
+        return str(err)
+    finally:
+        rec._decode = saved
+
+
+def assert_alike(batch: bytes, targets, starts) -> None:
+    for target in targets:
+        for start in starts:
+            assert scan(batch, target, start, True) == scan(batch, target, start, False), (target, start)
+
+
+def test_the_native_scan_is_built():
+    assert rec._decode is not None
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.integers(-1, 1 << 40), min_size=1, max_size=30),
+       st.sampled_from(["plain", "zstd", "log-append"]), st.integers(0, 1 << 62))
+def test_generated_batches_scan_alike(stamps, kind, base):
+    extra = {"log-append": {"timestamp_type": TimestampType.LOG_APPEND_TIME, "max_timestamp": stamps[0]},
+             "zstd": {"compression": Compression.ZSTD}}.get(kind, {})
+    batch = build_batch([(ts, b"k", b"v", ()) for ts in stamps], base_offset=base, **extra)
+    targets = sorted(set(stamps)) + [min(stamps) - 1, max(stamps) + 1, -1, 0]
+    starts = [0, base, base + len(stamps) // 2, base + len(stamps)]
+    assert_alike(batch, targets, starts)
+
+
+def _recrc(b: bytearray) -> bytes:
+    b[17:21] = struct.pack(">I", crc32c.crc32c(bytes(b[21:])))
+    return bytes(b)
+
+
+def test_damaged_batches_fail_or_answer_alike():
+    """Every byte of the record section set to boundary values, and the count changed: the same answer
+    or the same error (naming the batch's position) from both scans."""
+    good = build_batch([(1000 + 7 * i, b"key-%d" % i, b"x" * i, (("h", b"v"),)) for i in range(6)], base_offset=40)
+    rnd = random.Random(3)
+    damaged = []
+    for at in range(61, len(good)):
+        for value in (0x00, 0x7F, 0x80, 0xFF, rnd.randrange(256)):
+            b = bytearray(good)
+            b[at] = value
+            damaged.append(_recrc(b))
+    for count in (0, 1, 5, 7, 100, -1):
+        b = bytearray(good)
+        b[57:61] = struct.pack(">i", count)
+        damaged.append(_recrc(b))
+    damaged.append(_recrc(bytearray(good[:-3])))
+    for batch in damaged:
+        assert_alike(batch, [0, 1007, 1020, 1036, 1 << 62], [0, 43, 46])
+
+
+@pytest.mark.parametrize("partition", R.PARTITIONS)
+def test_reference_batches_scan_alike(partition):
+    for b in R.batches(partition)[:2000]:
+        path = R.log_dir(partition) / f"{b['segment']:020d}.log"
+        with open(path, "rb") as f:
+            f.seek(b["position"])
+            batch = f.read(b["size_in_bytes"])
+        h = parse_header(batch, 0)
+        if h.magic < 2:
+            continue
+        assert_alike(batch, [-1, h.base_timestamp, h.max_timestamp, h.max_timestamp + 1], [0, h.base_offset + 1])
+
+
+def linear_first_segment(v: SegmentList, timestamp: int) -> int:
+    for i, seg in enumerate(v.segments()):
+        if seg.largest_timestamp() >= timestamp:
+            return i
+    return -1
+
+
+def test_first_segment_at_a_time_is_found_as_the_plain_walk_finds_it(tmp_path):
+    """Segments whose largest timestamps go down as well as up (producers' clocks): bisection over the
+    running maximum picks the segment the walk over every segment picks, as the log grows and rolls."""
+    part = tmp_path / "t-0"
+    w = LogWriter(str(part))
+    rnd = random.Random(5)
+    offset = 0
+    lm = None
+    for step in range(40):
+        stamps = [rnd.randrange(10_000) for _ in range(rnd.randint(1, 4))]
+        w.append(build_batch([(ts, None, b"v", ()) for ts in stamps], base_offset=offset))
+        offset += len(stamps)
+        if step % 3 == 2:
+            w.roll()
+        lm = lm or LogManager([str(tmp_path)])
+        llog = lm.get("t", 0)
+        llog.refresh()
+        v = SegmentList(llog, llog.base_offsets)
+        for target in sorted(rnd.sample(range(-5, 10_010), 30)) + [rnd.randrange(10_000) for _ in range(30)]:
+            assert llog._timestamp_segment(v, target) == linear_first_segment(v, target), (step, target)
+    w.close()
+    lm.close()
