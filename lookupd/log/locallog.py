@@ -165,6 +165,9 @@ class LocalLog:
         self.checkpointed_log_start = log_start_offset
         self._lock = threading.Lock()
         self._bases: list[int] = []
+        # (listing, running maximum of its rolled segments' largest timestamps, as far as computed);
+        # replaced whole, never changed in place, so threads share it without a lock
+        self._largest: tuple[list[int] | None, list[int]] = (None, [])
         self._segments: dict[int, LogSegment] = {}
         self.refresh()
 
@@ -284,10 +287,28 @@ class LocalLog:
         return IndexPoint(bases[i + 1], bases[i + 1], 0) if i + 1 < len(bases) else None
 
     def _timestamp_segment(self, v: SegmentList, timestamp: int) -> int:
-        """List position of the first segment whose largest timestamp >= target (ListOffsets), -1 if none."""
-        for i, seg in enumerate(v.segments()):
-            if seg.largest_timestamp() >= timestamp:
-                return i
+        """List position of the first segment whose largest timestamp >= target (ListOffsets), -1 if none.
+
+        Rolled segments are searched by bisection over the running maximum of their largest timestamps
+        (the first segment at or past a target is where that maximum first reaches it), kept with
+        the listing it was computed for and extended only as far as a target needs; the active
+        segment, still growing, is asked each time."""
+        bases = v.bases
+        listing, running = self._largest
+        if listing is not bases:
+            running = []
+        rolled = len(bases) - 1
+        if len(running) < rolled and (not running or running[-1] < timestamp):
+            running = list(running)  # extended on a copy, then published whole: readers never see it change
+            while len(running) < rolled and (not running or running[-1] < timestamp):
+                ts = v.segment(bases[len(running)]).largest_timestamp()  # may read the disk: no lock held
+                running.append(max(running[-1], ts) if running else ts)
+            self._largest = (bases, running)
+        i = bisect.bisect_left(running, timestamp)
+        if i < len(running):
+            return i
+        if bases and v.segment(bases[-1]).largest_timestamp() >= timestamp:
+            return len(bases) - 1
         return -1
 
     @_one_listing
