@@ -123,3 +123,72 @@ def test_first_segment_at_a_time_is_found_as_the_plain_walk_finds_it(tmp_path):
             assert llog._timestamp_segment(v, target) == linear_first_segment(v, target), (step, target)
     w.close()
     lm.close()
+
+
+# ---------------------------------------------------------------- the batch-header walk of a .log
+
+from lookupd.log import filerecords  # noqa: E402
+from lookupd.log.filerecords import FileRecords  # noqa: E402
+
+
+def walk(path: str, target: int, start: int, end: int, by_timestamp: bool, strict: bool, native: bool):
+    saved = filerecords._native
+    if not native:
+        filerecords._native = None
+    fr = FileRecords(path)
+    try:
+        found = fr.find_batch(target, start, end, by_timestamp=by_timestamp, strict=strict)
+        return None if found is None else found[2:]
+    except CorruptRecordError as err:
+        return str(err)
+    finally:
+        filerecords._native = saved
+        fr.close()
+
+
+def test_the_native_walk_is_built():
+    assert filerecords._native is not None
+
+
+def assert_walks_alike(path: str, targets, starts, end: int) -> None:
+    for target in targets:
+        for start in starts:
+            for by_timestamp in (False, True):
+                for strict in (False, True):
+                    args = (str(path), target, start, end, by_timestamp, strict)
+                    assert walk(*args, native=True) == walk(*args, native=False), args
+
+
+@pytest.mark.parametrize("partition", R.PARTITIONS)
+def test_reference_logs_walk_alike(partition):
+    for path in sorted(R.log_dir(partition).glob("*.log"))[:3]:
+        size = path.stat().st_size
+        bs = [b for b in R.batches(partition) if R.log_dir(partition) / f"{b['segment']:020d}.log" == path]
+        offsets = [b["last_offset"] for b in bs] if bs and "last_offset" in bs[0] else []
+        targets = sorted(set(offsets[::max(1, len(offsets) // 20)])) + [-1, 0, 1 << 62]
+        assert_walks_alike(path, targets, [0] + [b["position"] for b in bs[1:3]], size)
+
+
+def test_damaged_logs_walk_alike(tmp_path):
+    """Size fields set below the minimum or past the end, a cut last batch, trailing bytes, a last
+    offset delta past int64: both walks give the same batch, the same None or the same error."""
+    good = b"".join(build_batch([(1000 + 10 * o + i, b"k", b"v" * 300, ()) for i in range(3)], base_offset=3 * o)
+                    for o in range(40))
+    sizes = [parse_header(good, 0).size]
+    rnd = random.Random(9)
+    cases = [good, good[:-7], good + b"\0" * 10, good + b"\0" * 20]
+    for _ in range(40):
+        b = bytearray(good)
+        at = rnd.randrange(0, len(good) - 12)
+        field = rnd.choice([8, 23, 35, 16])
+        b[at + field:at + field + 4] = struct.pack(">i", rnd.choice([0, 13, 14, 1 << 30, -1, rnd.randrange(1 << 16)]))
+        cases.append(bytes(b))
+    b = bytearray(good)
+    b[0:8] = struct.pack(">q", (1 << 63) - 2)
+    cases.append(bytes(b))
+    for i, data in enumerate(cases):
+        path = tmp_path / f"{i:020d}.log"
+        path.write_bytes(data)
+        targets = [0, 1, 50, 119, 1 << 62, 1005, 1200, 1395]
+        assert_walks_alike(path, targets, [0, sizes[0]], len(data))
+        assert_walks_alike(path, [60], [0], len(data) - 100)

@@ -271,6 +271,76 @@ native_resident(PyObject *self, PyObject *args)
     Py_RETURN_TRUE;
 }
 
+/* ------------------------------------------------------------------ the batch-header walk of a .log */
+
+static inline int64_t
+be64s(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | p[i];
+    return (int64_t)v;
+}
+
+static inline int32_t
+be32s(const unsigned char *p)
+{
+    return (int32_t)((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]);
+}
+
+#define LOG_OVERHEAD 12             /* offset int64 + size int32 in front of every batch */
+#define HEADER_UP_TO_MAGIC 17
+#define RECORD_OVERHEAD_V0 14       /* the smallest legal size field */
+#define LAST_OFFSET_NEED 27         /* bytes of a header holding a v2 batch's last offset delta */
+#define MAX_TIMESTAMP_NEED 61       /* bytes of a header holding a v2 batch's max timestamp */
+
+/*
+ * find_batch(buffer, end, target, by_timestamp) -> (stop, found)
+ *
+ * FileRecords.searchForOffsetWithSize's walk (and searchForTimestamp's, by_timestamp) over the
+ * batch headers in `buffer`, which holds the log from where the walk starts; `end` is how many
+ * bytes of the log there are from there. Returns (offset in buffer, True) of the first batch
+ * whose last offset (max timestamp: v2 field, v1 message timestamp, v0 none) is >= target, else
+ * (offset, False) of the first batch it leaves to the caller: one whose header is not all in the
+ * buffer, with a size below the minimum, running past `end`, starting fewer than 17 bytes before
+ * `end`, or whose last offset is past int64. The caller's reference walk (read_frames) goes on
+ * from there and makes the same decisions, errors included. Reads stay inside the buffer.
+ */
+static PyObject *
+native_find_batch(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t end;
+    long long target;
+    int by_timestamp;
+    if (!PyArg_ParseTuple(args, "y*nLp", &view, &end, &target, &by_timestamp))
+        return NULL;
+    const unsigned char *buf = view.buf;
+    Py_ssize_t len = view.len, off = 0, need = by_timestamp ? MAX_TIMESTAMP_NEED : LAST_OFFSET_NEED;
+    int found = 0;
+    while (off < end - HEADER_UP_TO_MAGIC && off <= len - need) {
+        const unsigned char *b = buf + off;
+        int64_t size = be32s(b + 8);
+        if (size < RECORD_OVERHEAD_V0 || off > end - LOG_OVERHEAD - size)
+            break;
+        int magic = b[16];
+        int64_t key;
+        if (by_timestamp)
+            key = magic >= 2 ? be64s(b + 35) : magic == 1 ? be64s(b + 18) : -1;
+        else if (magic < 2)
+            key = be64s(b);
+        else if (__builtin_add_overflow(be64s(b), (int64_t)be32s(b + 23), &key))
+            break;
+        if (key >= target) {
+            found = 1;
+            break;
+        }
+        off += (Py_ssize_t)size + LOG_OVERHEAD;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(nO)", off, found ? Py_True : Py_False);
+}
+
 static PyMethodDef methods[] = {
     {"resident", native_resident, METH_VARARGS,
      "resident(address, length) -> whether every page of the range is in memory (mincore)."},
@@ -278,6 +348,8 @@ static PyMethodDef methods[] = {
      "slot(buffer, n, entry_size, field_offset, width, target, warm_entries, upper) -> Kafka's slot search."},
     {"plain_slot", native_plain_slot, METH_VARARGS,
      "plain_slot(buffer, n, entry_size, field_offset, width, target) -> floor slot, plain binary search."},
+    {"find_batch", native_find_batch, METH_VARARGS,
+     "find_batch(buffer, end, target, by_timestamp) -> (offset, found): the batch-header walk (see _native.c)."},
     {"install", guard_install, METH_NOARGS, "Install the SIGBUS handler (idempotent)."},
     {"register", guard_register, METH_VARARGS, "register(address, length) -> slot: guard a read-only map."},
     {"unregister", guard_unregister, METH_O, "unregister(slot): stop guarding (call before unmapping)."},

@@ -16,10 +16,16 @@ from ..format.batch import (HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, V2_HEADER_SIZ
 from ..errors import CorruptRecordError
 from .fileio import FileHandle, LazyHandle
 
+try:
+    from . import _native
+except ImportError:  # built without a C compiler: read_frames walks every header in Python
+    _native = None
+
 # Header scans start at an index entry, at most `index.interval.bytes` (4 KiB by default)
 # before the batch looked for: 16 KiB usually reaches it, and what follows, in one pread.
 HEADER_SCAN_BYTES = 16 * 1024
 _BASE = struct.Struct(">q")
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _SIZE = struct.Struct(">i")
 
 
@@ -111,14 +117,40 @@ class FileRecords:
         for buf, off, pos, _ in self.frames(start, end, strict=strict):
             yield parse_header(buf, off, pos, self.path)
 
+    def find_batch(self, target: int, start: int, end: int, *, by_timestamp: bool = False,
+                   strict: bool = False) -> tuple[bytes, int, int, int] | None:
+        """The first batch from `start` whose last offset (with `by_timestamp`, max timestamp) >= target,
+        as `read_frames` yields it (buffer, offset in it, file position, size); None if none before `end`.
+
+        The header walk runs in C (`_native.find_batch`) a chunk at a time; a batch it leaves
+        (cut, corrupt, past the end) is where `read_frames` goes on, so both make the same
+        decisions and raise the same errors."""
+        h = self._file.get()
+        pos = start
+        if _native is not None and _INT64_MIN <= target <= _INT64_MAX:
+            while pos < end - HEADER_SIZE_UP_TO_MAGIC:
+                buf = h.pread(min(HEADER_SCAN_BYTES, end - pos), pos)
+                off, found = _native.find_batch(buf, end - pos, target, by_timestamp)
+                if found:
+                    return buf, off, pos + off, _SIZE.unpack_from(buf, off + 8)[0] + LOG_OVERHEAD
+                if off == 0:
+                    break  # the next batch is the reference walk's to judge
+                pos += off
+        key = max_timestamp_at if by_timestamp else last_offset_at
+        for buf, off, p, size in read_frames(h, pos, end, path=self.path, need=61 if by_timestamp else 27,
+                                             strict=strict):
+            if key(buf, off) >= target:
+                return buf, off, p, size
+        return None
+
     def search_for_offset_with_size(self, target_offset: int, start: int, *, strict: bool = False,
                                     end: int | None = None) -> LogOffsetPosition | None:
         """FileRecords.searchForOffsetWithSize: first batch from `start` whose last offset >= target."""
-        for buf, off, pos, size in self.frames(start, end, strict=strict, need=27):
-            last = last_offset_at(buf, off)
-            if last >= target_offset:
-                return LogOffsetPosition(last, pos, size, _BASE.unpack_from(buf, off)[0])
-        return None
+        found = self.find_batch(target_offset, start, self.size() if end is None else end, strict=strict)
+        if found is None:
+            return None
+        buf, off, pos, size = found
+        return LogOffsetPosition(last_offset_at(buf, off), pos, size, _BASE.unpack_from(buf, off)[0])
 
     def largest_timestamp_after(self, start: int, *, end: int | None = None) -> tuple[int, int, int]:
         """FileRecords.largestTimestampAfter: (max timestamp, last offset of its first batch, position)."""

@@ -152,19 +152,19 @@ class LogSegment:
 
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> TimestampAndOffset | None:
         """LogSegment.findOffsetByTimestamp: first record with timestamp >= target and offset >= start."""
-        from ..format.batch import max_timestamp_at
         from ..format.records import find_timestamp
 
         size = self.size()
         floor = self._time_floor(timestamp, size)
         position = self._start_position(max(floor[1], starting_offset), size)
-        for buf, off, pos, batch_size in self.log.frames(position, size, strict=not self.live, need=61):
-            if max_timestamp_at(buf, off) >= timestamp:
-                data = buf[off:off + batch_size] if off + batch_size <= len(buf) else self.log.read(pos, batch_size)
-                header = parse_header(data, 0, pos, self.log.path)
-                found = find_timestamp(header, data, timestamp, starting_offset, path=self.log.path)
-                if found is not None:
-                    return TimestampAndOffset(found[0], found[1], header.partition_leader_epoch_or_none, pos)
+        while (batch := self.log.find_batch(timestamp, position, size, by_timestamp=True, strict=not self.live)):
+            buf, off, pos, batch_size = batch
+            data = buf[off:off + batch_size] if off + batch_size <= len(buf) else self.log.read(pos, batch_size)
+            header = parse_header(data, 0, pos, self.log.path)
+            found = find_timestamp(header, data, timestamp, starting_offset, path=self.log.path)
+            if found is not None:
+                return TimestampAndOffset(found[0], found[1], header.partition_leader_epoch_or_none, pos)
+            position = pos + batch_size
         return None
 
     def read(self, start_offset: int, max_size: int, max_position: int | None = None,
