@@ -7,12 +7,16 @@ recomputed half the time so the damage reaches the record decoder. Every input i
 the C walker and by the reference decoder through the same columns (lookupd.format.columnar);
 they must give the same columns or the same CorruptRecordError. Each batch in it is also
 rendered as JSON lines by both paths of lookupd.format.render (all records, and those of one
-key), which must give the same bytes or the same error. The C code must not crash,
+key), and scanned for a timestamp by both paths of records.find_timestamp; and the whole input,
+written as a .log, is walked for an offset and a timestamp by both paths of
+FileRecords.find_batch (lookupd/log/_native.c). Each pair must agree, answer or error. The C code
+must not crash,
 hang or (in the ASan + UBSan build) touch memory outside its buffers.
 
     make -C bench/fuzz asan
     ASAN_OPTIONS=detect_leaks=0 LD_PRELOAD=$(gcc -print-file-name=libasan.so) \\
-      LOOKUPD_DECODE_SO=bench/fuzz/build/_decode.so python bench/fuzz/fuzz_decode.py --seconds 600
+      LOOKUPD_DECODE_SO=bench/fuzz/build/_decode.so LOOKUPD_NATIVE_SO=bench/fuzz/build/_native.so \\
+      python bench/fuzz/fuzz_decode.py --seconds 600
 
 Without LOOKUPD_DECODE_SO it fuzzes the installed extension. Exit status 0: no disagreement in
 that many inputs (the count is printed); a failing input is written to ./crash-<n>.
@@ -27,6 +31,7 @@ import os
 import random
 import struct
 import sys
+import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -35,19 +40,66 @@ sys.path.insert(0, REPO)
 import crc32c  # noqa: E402
 
 from lookupd.errors import CorruptRecordError  # noqa: E402
-from lookupd.format import columnar, render  # noqa: E402
+from lookupd.format import columnar, records, render  # noqa: E402
+from lookupd.log import filerecords  # noqa: E402
 from lookupd.format.batch import Compression, parse_header  # noqa: E402
 from lookupd.format.builder import build_batch  # noqa: E402
 
 
-def load_instrumented(path: str) -> None:
-    loader = importlib.machinery.ExtensionFileLoader("lookupd.format._decode", path)
-    spec = importlib.util.spec_from_loader("lookupd.format._decode", loader)
-    module = importlib.util.module_from_spec(spec)
+def load_extension(name: str, path: str):
+    loader = importlib.machinery.ExtensionFileLoader(name, path)
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader))
     loader.exec_module(module)
-    columnar._decode = module
-    columnar.NATIVE = True
-    render._decode = module
+    return module
+
+
+def load_instrumented(decode_so: str | None, native_so: str | None) -> None:
+    if decode_so:
+        module = load_extension("lookupd.format._decode", decode_so)
+        columnar._decode = render._decode = records._decode = module
+        columnar.NATIVE = True
+    if native_so:
+        filerecords._native = load_extension("lookupd.log._native", native_so)
+
+
+def swapped(native: bool, fn, *args):
+    """fn(*args) with the C paths of records and filerecords on (native) or off; errors as strings."""
+    saved = records._decode, filerecords._native
+    if not native:
+        records._decode = filerecords._native = None
+    try:
+        return fn(*args)
+    except CorruptRecordError as err:
+        return str(err)
+    finally:
+        records._decode, filerecords._native = saved
+
+
+def scans(data: bytes, log_path: str) -> list:
+    """find_timestamp over each batch framed in `data`, and find_batch over `data` as a .log."""
+    out, pos = [], 0
+    while pos + 61 <= len(data):
+        try:
+            h = parse_header(data, pos)
+        except CorruptRecordError:
+            break
+        batch = data[pos:pos + h.size]
+        for target in (h.base_timestamp, h.max_timestamp, 0):
+            out.append(records.find_timestamp(h, batch, target, h.base_offset + 1, path="fuzz.log"))
+        pos += max(h.size, 1)
+    with open(log_path, "wb") as f:
+        f.write(data)
+    fr = filerecords.FileRecords(log_path)
+    for target, by_ts in ((0, False), (5, False), (1 << 40, False), (0, True), (1 << 40, True)):
+        for strict in (False, True):
+            found = fr.find_batch(target, 0, len(data), by_timestamp=by_ts, strict=strict)
+            out.append(None if found is None else found[2:])
+    fr.close()
+    return out
+
+
+def scans_outcome(data: bytes, log_path: str, native: bool):
+    return swapped(native, scans, data, log_path)
 
 
 def outcome(data: bytes, native: bool):
@@ -140,9 +192,9 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=600)
     ap.add_argument("--seed", type=int, default=int(time.time()))
     args = ap.parse_args()
-    so = os.environ.get("LOOKUPD_DECODE_SO")
-    if so:
-        load_instrumented(so)
+    so, native_so = os.environ.get("LOOKUPD_DECODE_SO"), os.environ.get("LOOKUPD_NATIVE_SO")
+    load_instrumented(so, native_so)
+    log_path = os.path.join(tempfile.mkdtemp(prefix="fuzz"), "00000000000000000000.log")
     if not columnar.NATIVE:
         print("the native decoder is not built: nothing to fuzz", file=sys.stderr)
         return 2
@@ -151,7 +203,8 @@ def main() -> int:
     while time.monotonic() < end:
         data = mutate(rnd, pool)
         got = outcome(data, True)
-        if got != outcome(data, False) or lines(data, True) != lines(data, False):
+        if got != outcome(data, False) or lines(data, True) != lines(data, False) or \
+                scans_outcome(data, log_path, True) != scans_outcome(data, log_path, False):
             path = f"crash-{n}"
             open(path, "wb").write(data)
             print(f"disagreement on input {n} (seed {args.seed}), written to {path}", file=sys.stderr)
@@ -160,7 +213,7 @@ def main() -> int:
         errors += isinstance(got, str)
         if n % 50000 == 0:
             print(f"{n} inputs, {errors} rejected as corrupt", flush=True)
-    print(f"{n} inputs in {args.seconds:.0f} s (seed {args.seed}, {'ASan build ' + so if so else 'installed build'}): "
+    print(f"{n} inputs in {args.seconds:.0f} s (seed {args.seed}, {'ASan builds ' + ', '.join(x for x in (so, native_so) if x) if so or native_so else 'installed builds'}): "
           f"no crash, no disagreement; {errors} rejected as corrupt by both decoders")
     return 0
 
