@@ -30,6 +30,7 @@ import random
 import selectors
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,6 +42,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import Figure, dump, print_table, ratio  # noqa: E402
+
+from lookupd.tools.demo import generate  # noqa: E402
 
 TOPIC, PARTITION = "large", 0
 REDIS_KEY = b"idx:large-0"
@@ -335,6 +338,38 @@ def policy_micro(logs: str, seconds: float) -> dict:
 # ====================================================================== servers
 
 
+# Issue 11's targets for partition-level calls in process (microseconds), on `lookupd demo-data`.
+IN_PROCESS_TARGETS_US = {"lookup_offset": 1.5, "resolve_offset": 4, "lookup_timestamp": 5, "offset_for_timestamp": 10}
+
+
+def in_process(demo_dir: str, calls: int) -> dict:
+    """Microseconds per partition-level call on LocalLog, warm, random targets within each demo-data
+    partition: the median over its partitions (no daemon, no socket)."""
+    from lookupd.log.logmanager import LogManager
+
+    lm = LogManager([demo_dir])
+    per: dict[str, list[float]] = {m: [] for m in IN_PROCESS_TARGETS_US}
+    for llog in lm.logs():
+        end, start = llog.log_end_offset, llog.log_start_offset
+        if end - start < 10:
+            continue
+        first, last = llog.offset_for_timestamp(0).timestamp, llog.offset_for_timestamp(-3).timestamp
+        rnd = random.Random(1)
+        offsets = [rnd.randrange(start, end) for _ in range(calls)]
+        stamps = [rnd.randint(first, last) for _ in range(calls)]
+        for method, args in (("lookup_offset", offsets), ("resolve_offset", offsets), ("lookup_timestamp", stamps),
+                             ("offset_for_timestamp", stamps)):
+            fn = getattr(llog, method)
+            for a in args[:200]:
+                fn(a)
+            t0 = time.perf_counter()
+            for a in args:
+                fn(a)
+            per[method].append((time.perf_counter() - t0) / calls * 1e6)
+    lm.close()
+    return {m: round(statistics.median(v), 2) for m, v in per.items()}
+
+
 def start_lookupd(tmp: str, logs: str, inline: bool, name: str = "", extra: str = "") -> tuple[subprocess.Popen, str]:
     name = name or f"lookupd-{int(inline)}"
     sock = os.path.join(tmp, f"{name}.sock")
@@ -436,6 +471,8 @@ class Servers:
         self.procs: list[subprocess.Popen] = []
         self.pid: dict[str, int] = {}
         TIME_RANGE[:] = time_range(self.logs)
+        self.demo = os.path.join(self.tmp, "demo")
+        generate(self.demo, records=20_000)
         try:
             proc, self.lookupd = start_lookupd(self.tmp, self.logs, inline=True)
             self.procs.append(proc)
@@ -510,6 +547,7 @@ def one_pass(servers: Servers, targets: list[int], secs: float) -> dict:
         "latency": latency("lookupd", servers.metered, FLOOR, secs),
         "throughput": [throughput("lookupd", servers.metered, servers.pid[servers.metered], FLOOR, 8, secs)]}}
     results["policy_in_process"] = policy_micro(servers.logs, min(secs, 2.0))
+    results["in_process"] = in_process(servers.demo, 2000 if secs >= 1 else 500)
     return results
 
 
@@ -567,6 +605,10 @@ def run(quick: bool = False) -> list:
     figures.append(Figure("lookupd: lookups/s in lookup_offsets calls of 100,000", "lookups/s",
                           [p["lookupd_columnar"]["per_s"] for p in passes], group="daemon-throughput",
                           params={"targets_per_call": 100_000, "server": "lookupd"}, higher_is_better=True))
+    for method, target in IN_PROCESS_TARGETS_US.items():
+        figures.append(Figure(f"{method} in process, demo-data partitions (target {target} us)", "us",
+                              [p["in_process"][method] for p in passes], group="daemon-inprocess",
+                              params={"method": method, "target_us": target}))
     for key, where in (("inline_us", "on the event loop"), ("via_thread_us", "through trio.to_thread")):
         figures.append(Figure(f"hot lookup_offset in process, {where}", "us",
                               [p["policy_in_process"][key] for p in passes], group="daemon-policy",

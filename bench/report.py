@@ -51,6 +51,9 @@ SENTENCES = {
     "daemon-cpu": "Server CPU per request, from /proc: lookupd spends {lookupd lookup_offset floor vs redis, server CPU per request:.1f}x "
                   "redis's microseconds on a floor lookup. Prometheus metrics on cost little: {metrics on vs off, 8 clients:.2f}x the "
                   "throughput with them off.",
+    "daemon-inprocess": "Partition-level calls in process on `lookupd demo-data`, against the targets in their names: the "
+                        "batch-header walk, the timestamp scan inside a batch and JSON rendering are C; the rest of each "
+                        "call (the index's safety checks, the segment listing, building the answer) is Python.",
     "daemon-policy": "Answering a lookup on the event loop instead of hopping to a worker thread is what keeps single lookups fast "
                      "({inline vs threaded hot lookups, 8 clients:.1f}x the throughput at 8 clients).",
     "fuse-read": "Raw reads of a rolled segment through the mount run at {fuse read throughput vs disk:.2f}x the speed of reading the "
@@ -60,7 +63,9 @@ SENTENCES = {
                     "rendering in process.",
     "fuse-bykey": "Finding every record with one key through `by-key/` runs at {fuse by-key scan vs in-process:.2f}x the speed of "
                   "the same scan in process.",
-    "fuse-ls": "`ls -lR` over thousands of segments asks the daemon about every directory; it takes seconds, not minutes.",
+    "fuse-ls": "`ls -lR` over thousands of segments costs one call into the FUSE process per entry (fusepy on libfuse 2 "
+               "gives the kernel one attribute and entry timeout for the whole mount, so nothing is cached longer "
+               "than `--ttl`); it takes seconds, not minutes.",
     "spark-positions": "Resolving positions with columnar requests per task is {spark-positions-speedup:.0f}x faster than one "
                        "request per row, which is what makes `resolve_positions` usable on large DataFrames.",
     "spark-read": "The Spark source decodes into Arrow columns natively; on this 2-core machine, with Spark's own JVM sharing "
