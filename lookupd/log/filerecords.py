@@ -11,8 +11,8 @@ from __future__ import annotations
 import struct
 from typing import Iterator, NamedTuple
 
-from ..format.batch import (HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, V2_HEADER_SIZE, BatchHeader, frame_size,
-                            last_offset_at, max_timestamp_at, parse_header)
+from ..format.batch import (HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, MAGIC_OFFSET, V2_HEADER_SIZE, BatchHeader,
+                            frame_size, last_offset_at, max_timestamp_at, parse_header)
 from ..errors import CorruptRecordError
 from .fileio import FileHandle, LazyHandle
 
@@ -26,6 +26,11 @@ except ImportError:  # built without a C compiler: read_frames walks every heade
 HEADER_SCAN_BYTES = 16 * 1024
 _BASE = struct.Struct(">q")
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+# Header bytes holding the field a walk compares, by magic 0, 1, 2: the last offset (legacy: the
+# offset field; v2: base offset plus the delta at byte 23), or the max timestamp (v0 has none,
+# v1: the message timestamp at byte 18, v2: the field at byte 35). As Kafka, a walk reads those
+# bytes even from a batch too short to hold them; only the end of the file stops it, as an error.
+_KEY_BYTES = {False: (12, 12, 27), True: (17, 26, 43)}
 _SIZE = struct.Struct(">i")
 
 
@@ -136,12 +141,20 @@ class FileRecords:
                 if off == 0:
                     break  # the next batch is the reference walk's to judge
                 pos += off
-        key = max_timestamp_at if by_timestamp else last_offset_at
         for buf, off, p, size in read_frames(h, pos, end, path=self.path, need=61 if by_timestamp else 27,
                                              strict=strict):
-            if key(buf, off) >= target:
+            if self._header_field(buf, off, p, by_timestamp) >= target:
                 return buf, off, p, size
         return None
+
+    def _header_field(self, buf, off: int, pos: int, by_timestamp: bool) -> int:
+        """The batch's max timestamp (by_timestamp) or last offset, from its header in buf[off:]; a header
+        the file ends inside is corrupt (read_frames gives fewer bytes than asked only where it ends)."""
+        held = _KEY_BYTES[by_timestamp][min(buf[off + MAGIC_OFFSET], 2)]
+        if len(buf) - off < held:
+            raise CorruptRecordError(self.path, pos, f"the log ends {len(buf) - off} bytes into a batch header "
+                                                     f"(the field looked for ends at byte {held})")
+        return max_timestamp_at(buf, off) if by_timestamp else last_offset_at(buf, off)
 
     def search_for_offset_with_size(self, target_offset: int, start: int, *, strict: bool = False,
                                     end: int | None = None) -> LogOffsetPosition | None:
@@ -156,15 +169,15 @@ class FileRecords:
         """FileRecords.largestTimestampAfter: (max timestamp, last offset of its first batch, position)."""
         best_ts, best_offset, best_pos = -1, -1, -1
         for buf, off, pos, _ in self.frames(start, end, need=43):
-            ts = max_timestamp_at(buf, off)
+            ts = self._header_field(buf, off, pos, True)
             if ts > best_ts:
-                best_ts, best_offset, best_pos = ts, last_offset_at(buf, off), pos
+                best_ts, best_offset, best_pos = ts, self._header_field(buf, off, pos, False), pos
         return best_ts, best_offset, best_pos
 
     def last_batch(self, start: int, *, end: int | None = None) -> tuple[int, int] | None:
         """(last offset, position) of the last complete batch from `start`, None if none."""
         found = None
         for buf, off, pos, _ in self.frames(start, end, need=27):
-            found = (last_offset_at(buf, off), pos)
+            found = (self._header_field(buf, off, pos, False), pos)
         return found
 
