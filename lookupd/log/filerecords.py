@@ -24,6 +24,10 @@ except ImportError:  # built without a C compiler: read_frames walks every heade
 # Header scans start at an index entry, at most `index.interval.bytes` (4 KiB by default)
 # before the batch looked for: 16 KiB usually reaches it, and what follows, in one pread.
 HEADER_SCAN_BYTES = 16 * 1024
+# The C walk reads a first chunk of one index interval (4 KiB by default) and a header more: the batch
+# looked for nearly always starts in it, and a smaller copy is cheaper (resolve_offset on large-0 went
+# from 19.1 to 17.8 us in process here). Further chunks are HEADER_SCAN_BYTES.
+FIRST_SCAN_BYTES = 4096 + 64
 _BASE = struct.Struct(">q")
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 # Header bytes holding the field a walk compares, by magic 0, 1, 2: the last offset (legacy: the
@@ -133,8 +137,10 @@ class FileRecords:
         h = self._file.get()
         pos = start
         if _native is not None and _INT64_MIN <= target <= _INT64_MAX:
+            chunk = FIRST_SCAN_BYTES
             while pos < end - HEADER_SIZE_UP_TO_MAGIC:
-                buf = h.pread(min(HEADER_SCAN_BYTES, end - pos), pos)
+                buf = h.pread(min(chunk, end - pos), pos)
+                chunk = HEADER_SCAN_BYTES
                 off, found = _native.find_batch(buf, end - pos, target, by_timestamp)
                 if found:
                     return buf, off, pos + off, _SIZE.unpack_from(buf, off + 8)[0] + LOG_OVERHEAD
