@@ -518,6 +518,20 @@ class AbstractIndex:
             self._reload("was truncated while being read")
         raise CorruptIndexError(self.path, None, "the file kept shrinking while it was being read")
 
+    def _entry_fast(self, target: int, ceiling: bool, value_limit: int) -> tuple[int, int, int] | None:
+        """(slot, key, value) of the floor (`ceiling`: least >=) entry by key, slot -1 if none, in one native
+        call (`_native.entry`, which makes `_view`'s checks), for an index already mapped, sound and, if
+        live, checked against the `.log`, entries with a value >= `value_limit` being past the `.log`;
+        None when `_run` must answer (anything else, or in doubt)."""
+        st = self._state
+        if st is None or st.entries < 2 or st.fault is not None or not SIGBUS_GUARD or is_nonblocking() or \
+                (self._verify is not None and st is not self._checked) or not _INT64_MIN <= target <= _INT64_MAX:
+            return None
+        if self._cache is not None:
+            self._cache.touch(self)
+        return _native.entry(st.mapping.mm, st.entries, self.ENTRY_SIZE, self._KEY.size, target, self.warm_entries,
+                             ceiling, value_limit, self._live)
+
     def _entry_raw(self, mm, slot: int) -> tuple[int, int]:
         start = slot * self.ENTRY_SIZE
         return self._KEY.unpack_from(mm, start)[0], self._VALUE.unpack_from(mm, start + self._KEY.size)[0]
@@ -733,6 +747,9 @@ class OffsetIndex(AbstractIndex):
     def lookup(self, target_offset: int, *, limit: int | None = None) -> tuple[int, int]:
         """OffsetIndex.lookup: (offset, position) of the floor entry, (base offset, 0) if none."""
         t = target_offset - self.base_offset
+        found = self._entry_fast(t, False, _INT64_MAX if limit is None else limit)
+        if found is not None:
+            return (self.base_offset + found[1], found[2]) if found[0] >= 0 else (self.base_offset, 0)
 
         def search(mm, n):
             slot = self._kafka_slot(mm, n, t, False, False)
@@ -822,6 +839,11 @@ class TimeIndex(AbstractIndex):
 
     def lookup(self, target_timestamp: int, *, limit: int | None = None) -> tuple[int, int]:
         """TimeIndex.lookup: (timestamp, offset) of the floor entry, (-1, base offset) if none."""
+        found = self._entry_fast(target_timestamp, False,
+                                 _INT64_MAX if limit is None else min(limit - self.base_offset + 1, _INT64_MAX))
+        if found is not None:
+            return (found[1], self.base_offset + found[2]) if found[0] >= 0 else (-1, self.base_offset)
+
         def search(mm, n):
             slot = self._kafka_slot(mm, n, target_timestamp, False, False)
             if slot < 0:
