@@ -390,8 +390,9 @@ def test_index_lookups_agree_with_and_without_the_one_call_path(tmp_path, monkey
         ti.set_live(live)
         out = []
         for limit in (None, 1 << 40, 15_000):  # 15,000: later entries point past the .log
-            for call in ([lambda t=t: oi.lookup(t, limit=limit) for t in targets]
-                         + [lambda s=s: ti.lookup(s, limit=None if limit is None else BASE + 1000) for s in stamps]):
+            calls = [lambda t=t: oi.lookup(t, limit=limit) for t in targets] + [lambda: oi.last_offset(limit=limit)]
+            calls += [lambda s=s: ti.lookup(s, limit=None if limit is None else BASE + 1000) for s in stamps]
+            for call in calls:
                 try:
                     out.append(call())
                 except CorruptIndexError as e:

@@ -779,6 +779,9 @@ class OffsetIndex(AbstractIndex):
 
     def last_offset(self, *, limit: int | None = None) -> int:
         """Offset of the last valid entry, the base offset when empty."""
+        found = self._entry_fast(_INT64_MAX, False, _INT64_MAX if limit is None else limit)  # floor of all: the last
+        if found is not None:
+            return self.base_offset + found[1]
         return self._run(limit, lambda mm, n: self.base_offset + self._entry_raw(mm, n - 1)[0] if n else self.base_offset)
 
     def fetch_upper_bound_offset(self, fetch_position: int, fetch_size: int, *,
