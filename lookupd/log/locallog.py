@@ -558,7 +558,9 @@ class LocalLog:
 
 def _find_batch(v: SegmentList, target: int, slot: int, hint: BatchLocation | None = None) -> BatchLocation | None:
     """translateOffset from the floor segment on, starting at `hint` when it is in the same segment."""
-    for seg in v.segments(slot):
+    bases = v.bases
+    for i in range(max(slot, 0), len(bases)):  # v.segments(slot), without a generator: this is every exact lookup
+        seg = v.segment(bases[i])
         from_pos = hint.position if hint is not None and hint.segment == seg.base_offset else 0
         found = seg.translate_offset(target, from_pos)
         if found is not None:
