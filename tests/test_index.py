@@ -403,3 +403,19 @@ def test_index_lookups_agree_with_and_without_the_one_call_path(tmp_path, monkey
     monkeypatch.setattr(OffsetIndex, "_entry_fast", lambda *a: None)
     monkeypatch.setattr(TimeIndex, "_entry_fast", lambda *a: None)
     assert answers() == fast
+
+
+def test_an_index_that_shrinks_between_its_fstat_and_its_map_is_mapped_again(tmp_path, monkeypatch):
+    from lookupd.log import index
+
+    write_offset_index(tmp_path / "s.index", [(5, 100), (9, 200)])
+    real, calls = index.mmap.mmap, []
+
+    def shrank_once(*args):
+        calls.append(args[1])
+        if len(calls) == 1:
+            raise ValueError("mmap length is greater than file size")
+        return real(*args)
+
+    monkeypatch.setattr(index.mmap, "mmap", shrank_once)
+    assert OffsetIndex(tmp_path / "s.index", 0).lookup(9) == (9, 200) and len(calls) == 2

@@ -256,6 +256,8 @@ class AbstractIndex:
                 m = IndexMapping(self.path)
             except FileNotFoundError:
                 m = _MISSING  # LazyIndex creates the file on first access; until then it is empty
+            except ValueError:  # mmap: the file shrank between IndexMapping's fstat and its map; look again
+                continue
             if m.mm is None:
                 st = _State(_MISSING, 0, None)
             else:
