@@ -18,6 +18,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <limits.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -217,19 +218,44 @@ native_slot(PyObject *self, PyObject *args)
  * >= value_limit (an entry past what the `.log` holds), a `live` index's slot n is not all zeros
  * or not in the buffer (the broker appended: `_nothing_appended`), or a SIGBUS was absorbed meanwhile.
  */
-static PyObject *
-native_entry(PyObject *self, PyObject *args)
+/* Argument `i` of a fast call as a C integer in [lo, hi]; else -1 with an exception set. */
+static int
+int_arg(PyObject *const *args, int i, long long lo, long long hi, long long *out)
 {
-    Py_buffer view;
-    Py_ssize_t n, entry_size, warm;
-    int key_width, ceiling, live;
-    long long target, value_limit;
-    if (!PyArg_ParseTuple(args, "y*nniLnpLp", &view, &n, &entry_size, &key_width, &target, &warm, &ceiling,
-                          &value_limit, &live))
+    *out = PyLong_AsLongLong(args[i]);
+    if (*out == -1 && PyErr_Occurred())
+        return -1;
+    if (*out < lo || *out > hi) {
+        PyErr_Format(PyExc_ValueError, "argument %d is out of range", i + 1);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+native_entry(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    long long n, entry_size, key_width, target, warm, value_limit;
+    int ceiling, live;
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "entry() takes 9 arguments");
+        return NULL;
+    }
+    if (int_arg(args, 1, 0, PY_SSIZE_T_MAX, &n) || int_arg(args, 2, 1, 1 << 16, &entry_size) ||
+        int_arg(args, 3, 4, 8, &key_width) || int_arg(args, 4, LLONG_MIN, LLONG_MAX, &target) ||
+        int_arg(args, 5, 0, PY_SSIZE_T_MAX, &warm) || int_arg(args, 7, LLONG_MIN, LLONG_MAX, &value_limit) ||
+        (ceiling = PyObject_IsTrue(args[6])) < 0 || (live = PyObject_IsTrue(args[8])) < 0)
         return NULL;
     if (key_width != 4 && key_width != 8) {
-        PyBuffer_Release(&view);
         PyErr_SetString(PyExc_ValueError, "an index key is 4 or 8 bytes");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) != 0)
+        return NULL;
+    if (n > view.len / entry_size) {  /* checked first: n * entry_size below cannot overflow */
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "index search arguments do not fit the buffer");
         return NULL;
     }
     if (!search_fits(&view, n, entry_size, key_width, 4))
@@ -263,7 +289,21 @@ native_entry(PyObject *self, PyObject *args)
     PyBuffer_Release(&view);
     if (!usable)
         Py_RETURN_NONE;
-    return Py_BuildValue("(nLL)", slot, (long long)key, (long long)value);
+    PyObject *out = PyTuple_New(3);
+    if (out == NULL)
+        return NULL;
+    PyObject *items[3] = {PyLong_FromSsize_t(slot), PyLong_FromLongLong(key), PyLong_FromLongLong(value)};
+    for (int i = 0; i < 3; i++) {
+        if (items[i] == NULL) {
+            for (int j = 0; j < 3; j++)
+                Py_XDECREF(items[j]);
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    for (int i = 0; i < 3; i++)
+        PyTuple_SET_ITEM(out, i, items[i]);
+    return out;
 }
 
 /* Textbook binary search for the largest slot whose field <= target (the benchmark's baseline). */
@@ -400,7 +440,7 @@ static PyMethodDef methods[] = {
      "resident(address, length) -> whether every page of the range is in memory (mincore)."},
     {"slot", native_slot, METH_VARARGS,
      "slot(buffer, n, entry_size, field_offset, width, target, warm_entries, upper) -> Kafka's slot search."},
-    {"entry", native_entry, METH_VARARGS,
+    {"entry", (PyCFunction)(void (*)(void))native_entry, METH_FASTCALL,
      "entry(buffer, n, entry_size, key_width, target, warm_entries, ceiling, value_limit, live) -> "
      "(slot, key, value) or None: an index's floor or ceiling entry in one call (see _native.c)."},
     {"plain_slot", native_plain_slot, METH_VARARGS,
