@@ -13,6 +13,7 @@ import os
 from typing import NamedTuple
 
 from ..format.batch import V2_HEADER_SIZE, parse_header
+from ..format.records import find_timestamp
 from ..errors import CorruptIndexError, CorruptRecordError, LookupdError
 from .filerecords import FileRecords, LogOffsetPosition
 from .index import OffsetIndex, TimeIndex
@@ -152,8 +153,6 @@ class LogSegment:
 
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> TimestampAndOffset | None:
         """LogSegment.findOffsetByTimestamp: first record with timestamp >= target and offset >= start."""
-        from ..format.records import find_timestamp
-
         size = self.log.size()
         floor = self._time_floor(timestamp, size)
         position = self._start_position(max(floor[1], starting_offset), size)
