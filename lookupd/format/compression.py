@@ -71,10 +71,11 @@ def decompress(codec: Compression, data, *, path=None, position: int | None = No
     `path` and `position` (the batch's byte position in its file) only go into the
     CorruptRecordError raised for any undecodable input or output over `max_size`.
     """
-    try:
-        codec = Compression(codec)
-    except ValueError:
-        raise CorruptRecordError(path, position, f"unknown compression codec id {codec}") from None
+    if type(codec) is not Compression:  # a member already skips the enum's lookup (half a microsecond)
+        try:
+            codec = Compression(codec)
+        except ValueError:
+            raise CorruptRecordError(path, position, f"unknown compression codec id {codec}") from None
     try:
         if codec is Compression.NONE:
             return bytes(data)
