@@ -332,3 +332,90 @@ def test_native_and_python_searches_agree(kind, raw_keys, data):
                 assert search.kafka_slot(*args) == python_search(search.kafka_slot, *args), args[1:]
         args = (buf, n, layout, target)
         assert search.plain_floor_slot(*args) == python_search(search.plain_floor_slot, *args)
+
+
+# The one-call lookup (_native.entry) against the searches and checks it stands for.
+def reference_entry(buf, n, layout, target, warm, ceiling, value_limit, live):
+    """What _native.entry answers, from kafka_slot and the checks of AbstractIndex._view."""
+    E, kw = layout.entry_size, layout.key.size
+    if n < 2 or layout.value.unpack_from(buf, (n - 1) * E + kw)[0] >= value_limit:
+        return None
+    if buf[(n - 1) * E:n * E] == bytes(E):
+        return None
+    if live and ((n + 1) * E > len(buf) or buf[n * E:(n + 1) * E] != bytes(E)):
+        return None
+    slot = python_search(search.kafka_slot, buf, n, layout, target, False, False, warm)
+    if ceiling and not (slot >= 0 and layout.key.unpack_from(buf, slot * E)[0] == target):
+        slot = slot + 1 if slot + 1 < n else -1
+    if slot < 0:
+        return -1, 0, 0
+    return slot, layout.key.unpack_from(buf, slot * E)[0], layout.value.unpack_from(buf, slot * E + kw)[0]
+
+
+@pytest.mark.skipif(search._native is None, reason="the C extension is not built")
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(sorted(LAYOUTS)), st.binary(max_size=400), st.data())
+def test_native_entry_agrees_with_the_search_and_checks(kind, raw, data):
+    layout = LAYOUTS[kind]
+    E = layout.entry_size
+    sorted_entries = data.draw(st.booleans())
+    if sorted_entries:  # a well-formed index, maybe with a zero tail
+        keys = sorted(set(data.draw(st.lists(st.integers(0, 5000), max_size=40))))
+        raw = b"".join(layout.key.pack(k) + layout.value.pack(i * 10 + 1) for i, k in enumerate(keys))
+        raw += bytes(E * data.draw(st.integers(0, 2)))
+    n = data.draw(st.integers(0, len(raw) // E + 1))
+    target = data.draw(st.integers(-(1 << 63), (1 << 63) - 1) | st.integers(-2, 5002))
+    warm = data.draw(st.sampled_from([0, 1, 3, 1024]))
+    ceiling, live = data.draw(st.booleans()), data.draw(st.booleans())
+    value_limit = data.draw(st.sampled_from([(1 << 63) - 1, 0, 50, -1]))
+    args = (raw, n, E, layout.key.size, target, warm, ceiling, value_limit, live)
+    if n * E > len(raw):
+        with pytest.raises(ValueError):
+            search._native.entry(*args)
+        return
+    assert search._native.entry(*args) == reference_entry(raw, n, layout, target, warm, ceiling, value_limit, live)
+
+
+@pytest.mark.parametrize("live", [False, True])
+def test_index_lookups_agree_with_and_without_the_one_call_path(tmp_path, monkeypatch, live):
+    entries = [(r * 7 + 3, r * 100 + 40) for r in range(300)]
+    write_offset_index(tmp_path / "a.index", entries, zero_tail=5)
+    write_time_index(tmp_path / "a.timeindex", [(1000 + 3 * r, r * 7 + 3) for r in range(300)], zero_tail=5)
+    targets = list(range(BASE - 2, BASE + 2200, 3)) + [BASE + INT31 + 1, 0]
+    stamps = list(range(990, 2000, 2)) + [-1, (1 << 63) - 1]
+
+    def answers():
+        oi, ti = OffsetIndex(tmp_path / "a.index", BASE), TimeIndex(tmp_path / "a.timeindex", BASE)
+        oi.set_live(live)
+        ti.set_live(live)
+        out = []
+        for limit in (None, 1 << 40, 15_000):  # 15,000: later entries point past the .log
+            calls = [lambda t=t: oi.lookup(t, limit=limit) for t in targets] + [lambda: oi.last_offset(limit=limit)]
+            calls += [lambda s=s: ti.lookup(s, limit=None if limit is None else BASE + 1000) for s in stamps]
+            for call in calls:
+                try:
+                    out.append(call())
+                except CorruptIndexError as e:
+                    out.append(str(e))
+        return out
+
+    fast = answers()
+    monkeypatch.setattr(OffsetIndex, "_entry_fast", lambda *a: None)
+    monkeypatch.setattr(TimeIndex, "_entry_fast", lambda *a: None)
+    assert answers() == fast
+
+
+def test_an_index_that_shrinks_between_its_fstat_and_its_map_is_mapped_again(tmp_path, monkeypatch):
+    from lookupd.log import index
+
+    write_offset_index(tmp_path / "s.index", [(5, 100), (9, 200)])
+    real, calls = index.mmap.mmap, []
+
+    def shrank_once(*args):
+        calls.append(args[1])
+        if len(calls) == 1:
+            raise ValueError("mmap length is greater than file size")
+        return real(*args)
+
+    monkeypatch.setattr(index.mmap, "mmap", shrank_once)
+    assert OffsetIndex(tmp_path / "s.index", 0).lookup(9) == (9, 200) and len(calls) == 2

@@ -28,6 +28,7 @@ an int, so no Kafka producer can write a bigger batch.
 
 from __future__ import annotations
 
+import functools
 import struct
 import zlib
 
@@ -70,10 +71,11 @@ def decompress(codec: Compression, data, *, path=None, position: int | None = No
     `path` and `position` (the batch's byte position in its file) only go into the
     CorruptRecordError raised for any undecodable input or output over `max_size`.
     """
-    try:
-        codec = Compression(codec)
-    except ValueError:
-        raise CorruptRecordError(path, position, f"unknown compression codec id {codec}") from None
+    if type(codec) is not Compression:  # a member already skips the enum's lookup (half a microsecond)
+        try:
+            codec = Compression(codec)
+        except ValueError:
+            raise CorruptRecordError(path, position, f"unknown compression codec id {codec}") from None
     try:
         if codec is Compression.NONE:
             return bytes(data)
@@ -196,6 +198,7 @@ def _xxh32(data: bytes) -> int:
     return h ^ (h >> 16)
 
 
+@functools.lru_cache(maxsize=64)  # a producer writes the same few descriptors; XXH32 in Python costs a microsecond
 def _lz4_header_checksum(header: bytes, broken: bool) -> int:
     """Second byte of XXH32 over the descriptor; Kafka's old v0 writer hashed from the frame magic on."""
     return (_xxh32(header if broken else header[4:]) >> 8) & 0xFF

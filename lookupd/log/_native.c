@@ -18,6 +18,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <limits.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -152,10 +153,42 @@ search_fits(Py_buffer *view, Py_ssize_t n, Py_ssize_t entry_size, Py_ssize_t fie
 }
 
 /*
- * AbstractIndex.indexSlotRangeFor: check the first entry of the warm section, then binary
- * search the warm or the cold part. Returns the largest slot whose field <= target (or -1),
- * or with `upper` Kafka's smallest-upper-bound answer (quirks included).
+ * AbstractIndex.indexSlotRangeFor over the field at `base` of n entries: check the first entry of the
+ * warm section, then binary search the warm or the cold part. Returns the largest slot whose field
+ * <= target (or -1), or with `upper` Kafka's smallest-upper-bound answer (quirks included).
  */
+static Py_ssize_t
+kafka_slot(const unsigned char *base, Py_ssize_t n, Py_ssize_t entry_size, int width, int64_t target,
+           Py_ssize_t warm, int upper)
+{
+    if (n == 0)
+        return -1;
+    Py_ssize_t first_hot = n - 1 - warm > 0 ? n - 1 - warm : 0;
+    Py_ssize_t lo, hi;
+    if (read_be(base + first_hot * entry_size, width) < target) {
+        lo = first_hot;
+        hi = n - 1;
+    } else if (read_be(base, width) > target) {
+        return upper ? 0 : -1;
+    } else {
+        lo = 0;
+        hi = first_hot;
+    }
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi + 1) / 2;
+        int64_t found = read_be(base + mid * entry_size, width);
+        if (found > target)
+            hi = mid - 1;
+        else if (found < target)
+            lo = mid;
+        else
+            return mid;
+    }
+    if (upper)
+        return lo == n - 1 ? -1 : lo + 1;
+    return lo;
+}
+
 static PyObject *
 native_slot(PyObject *self, PyObject *args)
 {
@@ -167,49 +200,110 @@ native_slot(PyObject *self, PyObject *args)
         return NULL;
     if (!search_fits(&view, n, entry_size, field_offset, width))
         return NULL;
-    const unsigned char *base = (const unsigned char *)view.buf + field_offset;
-    Py_ssize_t result;
-    if (n == 0) {
-        result = -1;
-    } else {
-        Py_ssize_t first_hot = n - 1 - warm > 0 ? n - 1 - warm : 0;
-        Py_ssize_t lo, hi;
-        int done = 0;
-        if (read_be(base + first_hot * entry_size, width) < target) {
-            lo = first_hot;
-            hi = n - 1;
-        } else if (read_be(base, width) > target) {
-            result = upper ? 0 : -1;
-            done = 1;
-            lo = hi = 0;
-        } else {
-            lo = 0;
-            hi = first_hot;
-        }
-        if (!done) {
-            while (lo < hi) {
-                Py_ssize_t mid = (lo + hi + 1) / 2;
-                int64_t found = read_be(base + mid * entry_size, width);
-                if (found > target) {
-                    hi = mid - 1;
-                } else if (found < target) {
-                    lo = mid;
-                } else {
-                    lo = hi = mid;
-                    done = 1;
-                    break;
-                }
-            }
-            if (done)
-                result = lo;
-            else if (upper)
-                result = lo == n - 1 ? -1 : lo + 1;
-            else
-                result = lo;
-        }
-    }
+    Py_ssize_t result = kafka_slot((const unsigned char *)view.buf + field_offset, n, entry_size, width, target,
+                                   warm, upper);
     PyBuffer_Release(&view);
     return PyLong_FromSsize_t(result);
+}
+
+/*
+ * entry(buffer, n, entry_size, key_width, target, warm_entries, ceiling, value_limit, live)
+ *     -> (slot, key, value) | None
+ *
+ * An index lookup by key in one call, over an index whose first n entries were found valid: the
+ * floor slot by Kafka's search (with `ceiling`, the least slot whose key >= target, as ceiling_slot),
+ * and that entry's key and value ((-1, 0, 0) when there is none). The value is the int32 after the
+ * key. None asks the caller for its full path, which sees the same thing and says what it is: n < 2,
+ * the last valid entry reads as zeros (the file was cut, see index.py's `_intact`), its value is
+ * >= value_limit (an entry past what the `.log` holds), a `live` index's slot n is not all zeros
+ * or not in the buffer (the broker appended: `_nothing_appended`), or a SIGBUS was absorbed meanwhile.
+ */
+/* Argument `i` of a fast call as a C integer in [lo, hi]; else -1 with an exception set. */
+static int
+int_arg(PyObject *const *args, int i, long long lo, long long hi, long long *out)
+{
+    *out = PyLong_AsLongLong(args[i]);
+    if (*out == -1 && PyErr_Occurred())
+        return -1;
+    if (*out < lo || *out > hi) {
+        PyErr_Format(PyExc_ValueError, "argument %d is out of range", i + 1);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+native_entry(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    long long n, entry_size, key_width, target, warm, value_limit;
+    int ceiling, live;
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "entry() takes 9 arguments");
+        return NULL;
+    }
+    if (int_arg(args, 1, 0, PY_SSIZE_T_MAX, &n) || int_arg(args, 2, 1, 1 << 16, &entry_size) ||
+        int_arg(args, 3, 4, 8, &key_width) || int_arg(args, 4, LLONG_MIN, LLONG_MAX, &target) ||
+        int_arg(args, 5, 0, PY_SSIZE_T_MAX, &warm) || int_arg(args, 7, LLONG_MIN, LLONG_MAX, &value_limit) ||
+        (ceiling = PyObject_IsTrue(args[6])) < 0 || (live = PyObject_IsTrue(args[8])) < 0)
+        return NULL;
+    if (key_width != 4 && key_width != 8) {
+        PyErr_SetString(PyExc_ValueError, "an index key is 4 or 8 bytes");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) != 0)
+        return NULL;
+    if (n > view.len / entry_size) {  /* checked first: n * entry_size below cannot overflow */
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "index search arguments do not fit the buffer");
+        return NULL;
+    }
+    if (!search_fits(&view, n, entry_size, key_width, 4))
+        return NULL;
+    unsigned long before = atomic_load(&fault_count);
+    const unsigned char *buf = view.buf, *last = buf + (n - 1) * entry_size;
+    int usable = n >= 2 && read_be(last + key_width, 4) < value_limit;
+    if (usable) {
+        usable = 0;
+        for (Py_ssize_t i = 0; i < entry_size; i++)
+            usable |= last[i];
+    }
+    if (usable && live) {
+        const unsigned char *next = last + entry_size;
+        usable = (n + 1) * entry_size <= view.len;
+        for (Py_ssize_t i = 0; usable && i < entry_size; i++)
+            usable = next[i] == 0;
+    }
+    Py_ssize_t slot = -1;
+    int64_t key = 0, value = 0;
+    if (usable) {
+        slot = kafka_slot(buf, n, entry_size, key_width, target, warm, 0);
+        if (ceiling && !(slot >= 0 && read_be(buf + slot * entry_size, key_width) == target))
+            slot = slot + 1 < n ? slot + 1 : -1;
+        if (slot >= 0) {
+            key = read_be(buf + slot * entry_size, key_width);
+            value = read_be(buf + slot * entry_size + key_width, 4);
+        }
+        usable = atomic_load(&fault_count) == before;
+    }
+    PyBuffer_Release(&view);
+    if (!usable)
+        Py_RETURN_NONE;
+    PyObject *out = PyTuple_New(3);
+    if (out == NULL)
+        return NULL;
+    PyObject *items[3] = {PyLong_FromSsize_t(slot), PyLong_FromLongLong(key), PyLong_FromLongLong(value)};
+    for (int i = 0; i < 3; i++) {
+        if (items[i] == NULL) {
+            for (int j = 0; j < 3; j++)
+                Py_XDECREF(items[j]);
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    for (int i = 0; i < 3; i++)
+        PyTuple_SET_ITEM(out, i, items[i]);
+    return out;
 }
 
 /* Textbook binary search for the largest slot whose field <= target (the benchmark's baseline). */
@@ -346,6 +440,9 @@ static PyMethodDef methods[] = {
      "resident(address, length) -> whether every page of the range is in memory (mincore)."},
     {"slot", native_slot, METH_VARARGS,
      "slot(buffer, n, entry_size, field_offset, width, target, warm_entries, upper) -> Kafka's slot search."},
+    {"entry", (PyCFunction)(void (*)(void))native_entry, METH_FASTCALL,
+     "entry(buffer, n, entry_size, key_width, target, warm_entries, ceiling, value_limit, live) -> "
+     "(slot, key, value) or None: an index's floor or ceiling entry in one call (see _native.c)."},
     {"plain_slot", native_plain_slot, METH_VARARGS,
      "plain_slot(buffer, n, entry_size, field_offset, width, target) -> floor slot, plain binary search."},
     {"find_batch", native_find_batch, METH_VARARGS,

@@ -256,6 +256,8 @@ class AbstractIndex:
                 m = IndexMapping(self.path)
             except FileNotFoundError:
                 m = _MISSING  # LazyIndex creates the file on first access; until then it is empty
+            except ValueError:  # mmap: the file shrank between IndexMapping's fstat and its map; look again
+                continue
             if m.mm is None:
                 st = _State(_MISSING, 0, None)
             else:
@@ -518,6 +520,20 @@ class AbstractIndex:
             self._reload("was truncated while being read")
         raise CorruptIndexError(self.path, None, "the file kept shrinking while it was being read")
 
+    def _entry_fast(self, target: int, ceiling: bool, value_limit: int) -> tuple[int, int, int] | None:
+        """(slot, key, value) of the floor (`ceiling`: least >=) entry by key, slot -1 if none, in one native
+        call (`_native.entry`, which makes `_view`'s checks), for an index already mapped, sound and, if
+        live, checked against the `.log`, entries with a value >= `value_limit` being past the `.log`;
+        None when `_run` must answer (anything else, or in doubt)."""
+        st = self._state
+        if st is None or st.entries < 2 or st.fault is not None or not SIGBUS_GUARD or is_nonblocking() or \
+                (self._verify is not None and st is not self._checked) or not _INT64_MIN <= target <= _INT64_MAX:
+            return None
+        if self._cache is not None:
+            self._cache.touch(self)
+        return _native.entry(st.mapping.mm, st.entries, self.ENTRY_SIZE, self._KEY.size, target, self.warm_entries,
+                             ceiling, value_limit, self._live)
+
     def _entry_raw(self, mm, slot: int) -> tuple[int, int]:
         start = slot * self.ENTRY_SIZE
         return self._KEY.unpack_from(mm, start)[0], self._VALUE.unpack_from(mm, start + self._KEY.size)[0]
@@ -733,6 +749,9 @@ class OffsetIndex(AbstractIndex):
     def lookup(self, target_offset: int, *, limit: int | None = None) -> tuple[int, int]:
         """OffsetIndex.lookup: (offset, position) of the floor entry, (base offset, 0) if none."""
         t = target_offset - self.base_offset
+        found = self._entry_fast(t, False, _INT64_MAX if limit is None else limit)
+        if found is not None:
+            return (self.base_offset + found[1], found[2]) if found[0] >= 0 else (self.base_offset, 0)
 
         def search(mm, n):
             slot = self._kafka_slot(mm, n, t, False, False)
@@ -762,6 +781,9 @@ class OffsetIndex(AbstractIndex):
 
     def last_offset(self, *, limit: int | None = None) -> int:
         """Offset of the last valid entry, the base offset when empty."""
+        found = self._entry_fast(_INT64_MAX, False, _INT64_MAX if limit is None else limit)  # floor of all: the last
+        if found is not None:
+            return self.base_offset + found[1]
         return self._run(limit, lambda mm, n: self.base_offset + self._entry_raw(mm, n - 1)[0] if n else self.base_offset)
 
     def fetch_upper_bound_offset(self, fetch_position: int, fetch_size: int, *,
@@ -822,6 +844,11 @@ class TimeIndex(AbstractIndex):
 
     def lookup(self, target_timestamp: int, *, limit: int | None = None) -> tuple[int, int]:
         """TimeIndex.lookup: (timestamp, offset) of the floor entry, (-1, base offset) if none."""
+        found = self._entry_fast(target_timestamp, False,
+                                 _INT64_MAX if limit is None else min(limit - self.base_offset + 1, _INT64_MAX))
+        if found is not None:
+            return (found[1], self.base_offset + found[2]) if found[0] >= 0 else (-1, self.base_offset)
+
         def search(mm, n):
             slot = self._kafka_slot(mm, n, target_timestamp, False, False)
             if slot < 0:

@@ -13,6 +13,7 @@ import os
 from typing import NamedTuple
 
 from ..format.batch import V2_HEADER_SIZE, parse_header
+from ..format.records import find_timestamp
 from ..errors import CorruptIndexError, CorruptRecordError, LookupdError
 from .filerecords import FileRecords, LogOffsetPosition
 from .index import OffsetIndex, TimeIndex
@@ -115,7 +116,7 @@ class LogSegment:
 
     def offset_index_lookup(self, offset: int, log_size: int | None = None) -> tuple[int, int]:
         """OffsetIndex.lookup over the valid entries (those inside the `.log`)."""
-        return self.offset_index.lookup(offset, limit=self.size() if log_size is None else log_size)
+        return self.offset_index.lookup(offset, limit=self.log.size() if log_size is None else log_size)
 
     def time_index_limit(self, log_size: int) -> int | None:
         """Bound on live time-index entries: the broker writes the offset-index entry first."""
@@ -125,7 +126,7 @@ class LogSegment:
 
     def time_index_lookup(self, timestamp: int, log_size: int | None = None) -> tuple[int, int]:
         """TimeIndex.lookup over the valid entries."""
-        size = self.size() if log_size is None else log_size
+        size = self.log.size() if log_size is None else log_size
         return self.time_index.lookup(timestamp, limit=self.time_index_limit(size))
 
     def _start_position(self, offset: int, log_size: int) -> int:
@@ -146,15 +147,13 @@ class LogSegment:
 
     def translate_offset(self, offset: int, starting_position: int = 0) -> LogOffsetPosition | None:
         """LogSegment.translateOffset: the first batch whose last offset >= `offset`, or None."""
-        size = self.size()
+        size = self.log.size()
         start = max(self._start_position(offset, size), starting_position)
         return self.log.search_for_offset_with_size(offset, start, strict=not self.live, end=size)
 
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> TimestampAndOffset | None:
         """LogSegment.findOffsetByTimestamp: first record with timestamp >= target and offset >= start."""
-        from ..format.records import find_timestamp
-
-        size = self.size()
+        size = self.log.size()
         floor = self._time_floor(timestamp, size)
         position = self._start_position(max(floor[1], starting_offset), size)
         while (batch := self.log.find_batch(timestamp, position, size, by_timestamp=True, strict=not self.live)):
@@ -178,13 +177,13 @@ class LogSegment:
         adjusted = max(max_size, found.size) if min_one_message else max_size
         if adjusted == 0:
             return FetchData(start_offset, found.position, b"", False)
-        limit = self.size() if max_position is None else max_position
+        limit = self.log.size() if max_position is None else max_position
         fetch_size = min(limit - found.position, adjusted)
         return FetchData(start_offset, found.position, self.log.read(found.position, fetch_size), adjusted < found.size)
 
     def read_next_offset(self) -> int:
         """LogSegment.readNextOffset: one past the last offset in the segment (base offset if empty)."""
-        size = self.size()
+        size = self.log.size()
         cached = self._cached_next_offset
         if cached is not None and cached[0] == size:
             return cached[1]
@@ -209,7 +208,7 @@ class LogSegment:
         active segment's does not yet, so the batches after its last entry are scanned too
         (LogSegment.readLargestTimestamp).
         """
-        size = self.size()
+        size = self.log.size()
         cached = self._cached_max_ts
         if cached is not None and cached[0] == size:
             return cached[1]
@@ -242,7 +241,7 @@ class LogSegment:
 
     def info(self) -> dict:
         """Summary for listings: counts of valid index entries, size, largest timestamp."""
-        size = self.size()
+        size = self.log.size()
         # A rolled segment's trimmed indexes are counted from their sizes, without mapping them.
         oi = None if self.live else self.offset_index.peek_entries()
         ti = None if self.live else self.time_index.peek_entries()
