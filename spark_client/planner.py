@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import replace
 from concurrent.futures import ThreadPoolExecutor
 
 from .errors import DataLossError, OptionError, SegmentsChanged
@@ -99,6 +100,10 @@ def resolve_range(options: ReadOptions, daemons: Daemons, info: PartitionInfo, s
     at = _batches(daemons, info, [start, end] + bases, keep_missing=True)
     first, last = at[0], at[1]
     if first is None:
+        if bases and start < bases[0] and info.log_start_offset < bases[0]:
+            # Retention ran after `info` was listed: judge the range again against the log start now,
+            # so the loss is reported (or skipped, without failOnDataLoss) as for any start below it.
+            return resolve_range(options, daemons, replace(info, log_start_offset=bases[0]), start, end)
         return _lost(options, info, start, end, f"no batch holds offset {start} any more")
     firsts = {b: (loc.base_offset if loc is not None and loc.segment == b else -1) for b, loc in zip(bases, at[2:])}
     end_segment = last.segment if last is not None else bases[-1]

@@ -291,3 +291,25 @@ def test_address_map_routes_partitions_to_their_daemons(ref_daemon, written_daem
             [r for r in reference_rows("closed-0") if r[0] < int(last)]
         with pytest.raises(OptionError, match=f"pins plain-0 to {sock}, but the daemon there does not serve it"):
             splits_for('{"a": "%s", "plain-0": "%s"}' % (ref_daemon, sock), subscribe="plain")
+
+
+def test_a_start_deleted_since_the_partition_was_listed_is_judged_against_the_log_start_now(written_daemon):
+    """Planning with a listing taken before retention ran (a stream's latest offsets, say): the loss is
+    reported with the log start as it is now, or skipped to it, not as a range no batch holds."""
+    from dataclasses import replace
+
+    from spark_client.planner import resolve_range
+    from spark_client.routing import discover
+
+    with Daemons() as d:
+        info = next(i for i in discover(written_daemon, d).values() if i.topic == "trimmed")
+        first_base = d.client(written_daemon).segments("trimmed", 0)[0]["base_offset"]
+        assert first_base > 0
+        stale = replace(info, log_start_offset=0)
+        with pytest.raises(DataLossError, match=f"starting offset for trimmed-0 was 0 but the log starts at {first_base}"):
+            resolve_range(parse_options({"subscribe": "trimmed", "lookupd.address": written_daemon}), d, stale, 0,
+                          info.log_end_offset)
+        got = resolve_range(parse_options({"subscribe": "trimmed", "failOnDataLoss": "false",
+                                           "lookupd.address": written_daemon}), d, stale, 0,
+                            info.log_end_offset)
+        assert got is not None and got.segments[0].base_offset == first_base
