@@ -55,7 +55,7 @@ from typing import NamedTuple
 
 from fuse import FuseOSError
 
-from lookupd.errors import InvalidArgument
+from lookupd.errors import INT64_MAX, InvalidArgument
 from lookupd.format.names import segment_file_name, validate_topic
 
 RAW = ("log", "index", "timeindex", "txnindex")
@@ -70,7 +70,6 @@ KEY_BASE64 = "base64:"
 JSONL = ".jsonl"
 NAME_MAX = 255
 
-INT64_MAX = (1 << 63) - 1
 _PARTITION = re.compile(r"0|[1-9][0-9]{0,9}")
 _SEGMENT = re.compile(r"([0-9]{20})\.(" + "|".join(re.escape(s) for s in (*RAW, *VIEWS)) + r")")
 _AT_OFFSET = re.compile(r"([0-9]+)(?:-([0-9]+))?\.jsonl")

@@ -72,10 +72,13 @@ class CorruptIndexError(CorruptDataError):
     """An index file whose entries cannot be trusted: bad size, out of order, past the log."""
 
 
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1  # Kafka's offsets, timestamps and positions are Java longs
+
+
 def check_int64(value: object, what: str) -> int:
     """Return `value` as an int if it fits Kafka's int64, else raise InvalidArgument naming `what`."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidArgument(f"{what} must be an integer, got {type(value).__name__}")
-    if not -(1 << 63) <= value < (1 << 63):
+    if not INT64_MIN <= value <= INT64_MAX:
         raise InvalidArgument(f"{what} {value} is outside the int64 range")
     return value

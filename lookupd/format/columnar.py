@@ -19,7 +19,7 @@ from typing import Any
 from .batch import CONTROL_MASK, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK, BatchHeader, ensure_valid, frame_size, \
     parse_header
 from .records import _v2_records, decode_batch
-from ..errors import CorruptRecordError
+from ..errors import INT64_MAX, INT64_MIN, CorruptRecordError
 
 try:
     from . import _decode
@@ -34,7 +34,6 @@ NATIVE = _decode is not None
 _ENDS = (KEY_END, VALUE_END, HDR_END, HKEY_END, HVAL_END)  # Arrow offsets: a leading 0, then one end per item
 # Arrow's 32-bit offsets: flush before a data column could pass this (checked per batch).
 MAX_DATA_BYTES = (1 << 31) - 1
-INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 _I32 = struct.Struct("=i")
 _I64 = struct.Struct("=q")
 # Per batch taken, six int64 (see _decode.c): file position, base offset, last offset, producer id, flags, records.

@@ -23,7 +23,7 @@ from typing import NamedTuple
 from .batch import (COMPRESSION_MASK, CONTROL_MASK, LOG_OVERHEAD, NO_TIMESTAMP, RECORD_OVERHEAD_V0, TIMESTAMP_TYPE_MASK,
                     V2_HEADER_SIZE, BatchHeader, Compression)
 from .compression import decompress
-from ..errors import CorruptRecordError
+from ..errors import INT64_MAX, INT64_MIN, CorruptRecordError
 
 try:
     from . import _decode
@@ -63,7 +63,6 @@ CONTROL_TYPES = {0: "ABORT", 1: "COMMIT", 2: "LEADER_CHANGE", 3: "SNAPSHOT_HEADE
                  5: "KRAFT_VERSION", 6: "KRAFT_VOTERS"}
 
 # Zig-zag value of every one-byte varint: the common case costs one tuple lookup.
-INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 _ZZ = tuple((b >> 1) ^ -(b & 1) for b in range(128))
 _new_tuple = tuple.__new__
 _CODECS = tuple(Compression)  # indexed by codec id: cheaper than calling the enum per batch

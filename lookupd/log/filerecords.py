@@ -13,7 +13,7 @@ from typing import Iterator, NamedTuple
 
 from ..format.batch import (HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, MAGIC_OFFSET, V2_HEADER_SIZE, BatchHeader,
                             frame_size, last_offset_at, max_timestamp_at, parse_header)
-from ..errors import CorruptRecordError
+from ..errors import INT64_MAX, INT64_MIN, CorruptRecordError
 from .fileio import FileHandle, LazyHandle
 
 try:
@@ -29,7 +29,6 @@ HEADER_SCAN_BYTES = 16 * 1024
 # from 19.1 to 17.8 us in process here). Further chunks are HEADER_SCAN_BYTES.
 FIRST_SCAN_BYTES = 4096 + 64
 _BASE = struct.Struct(">q")
-_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 # Header bytes holding the field a walk compares, by magic 0, 1, 2: the last offset (legacy: the
 # offset field; v2: base offset plus the delta at byte 23), or the max timestamp (v0 has none,
 # v1: the message timestamp at byte 18, v2: the field at byte 35). As Kafka, a walk reads those
@@ -136,7 +135,7 @@ class FileRecords:
         decisions and raise the same errors."""
         h = self._file.get()
         pos = start
-        if _native is not None and _INT64_MIN <= target <= _INT64_MAX:
+        if _native is not None and INT64_MIN <= target <= INT64_MAX:
             chunk = FIRST_SCAN_BYTES
             while pos < end - HEADER_SIZE_UP_TO_MAGIC:
                 buf = h.pread(min(chunk, end - pos), pos)

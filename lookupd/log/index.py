@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Callable, NamedTuple, TypeVar
 
 import numpy as np
 
-from ..errors import CorruptIndexError
+from ..errors import INT64_MAX, INT64_MIN, CorruptIndexError
 from .search import Layout, kafka_slot, search_sorted
 from .fileio import WouldBlock, is_nonblocking
 
@@ -74,7 +74,6 @@ def _no_faults() -> int:
 
 _faults: Callable[[], int] = _native.faults if _native is not None else _no_faults
 SIGBUS_GUARD = _native is not None
-_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def _release(mm: mmap.mmap, guard_slot: int) -> None:
@@ -527,7 +526,7 @@ class AbstractIndex:
         None when `_run` must answer (anything else, or in doubt)."""
         st = self._state
         if st is None or st.entries < 2 or st.fault is not None or not SIGBUS_GUARD or is_nonblocking() or \
-                (self._verify is not None and st is not self._checked) or not _INT64_MIN <= target <= _INT64_MAX:
+                (self._verify is not None and st is not self._checked) or not INT64_MIN <= target <= INT64_MAX:
             return None
         if self._cache is not None:
             self._cache.touch(self)
@@ -749,7 +748,7 @@ class OffsetIndex(AbstractIndex):
     def lookup(self, target_offset: int, *, limit: int | None = None) -> tuple[int, int]:
         """OffsetIndex.lookup: (offset, position) of the floor entry, (base offset, 0) if none."""
         t = target_offset - self.base_offset
-        found = self._entry_fast(t, False, _INT64_MAX if limit is None else limit)
+        found = self._entry_fast(t, False, INT64_MAX if limit is None else limit)
         if found is not None:
             return (self.base_offset + found[1], found[2]) if found[0] >= 0 else (self.base_offset, 0)
 
@@ -781,7 +780,7 @@ class OffsetIndex(AbstractIndex):
 
     def last_offset(self, *, limit: int | None = None) -> int:
         """Offset of the last valid entry, the base offset when empty."""
-        found = self._entry_fast(_INT64_MAX, False, _INT64_MAX if limit is None else limit)  # floor of all: the last
+        found = self._entry_fast(INT64_MAX, False, INT64_MAX if limit is None else limit)  # floor of all: the last
         if found is not None:
             return self.base_offset + found[1]
         return self._run(limit, lambda mm, n: self.base_offset + self._entry_raw(mm, n - 1)[0] if n else self.base_offset)
@@ -845,7 +844,7 @@ class TimeIndex(AbstractIndex):
     def lookup(self, target_timestamp: int, *, limit: int | None = None) -> tuple[int, int]:
         """TimeIndex.lookup: (timestamp, offset) of the floor entry, (-1, base offset) if none."""
         found = self._entry_fast(target_timestamp, False,
-                                 _INT64_MAX if limit is None else min(limit - self.base_offset + 1, _INT64_MAX))
+                                 INT64_MAX if limit is None else min(limit - self.base_offset + 1, INT64_MAX))
         if found is not None:
             return (found[1], self.base_offset + found[2]) if found[0] >= 0 else (-1, self.base_offset)
 

@@ -17,7 +17,7 @@ from typing import Callable, Iterator, NamedTuple, TypeVar
 import numpy as np
 
 from ..format.batch import parse_header
-from ..errors import CorruptDataError, InvalidArgument, OffsetOutOfRange, Unavailable, check_int64
+from ..errors import INT64_MAX, CorruptDataError, InvalidArgument, OffsetOutOfRange, Unavailable, check_int64
 from ..format.names import parse_segment_file
 from .segment import LogSegment
 from .txnindex import AbortedTxn
@@ -27,7 +27,6 @@ log = logging.getLogger(__name__)
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
-_INT64_MAX = (1 << 63) - 1
 
 
 class IndexPoint(NamedTuple):
@@ -277,7 +276,7 @@ class LocalLog:
     def lookup_offset(self, v: SegmentList, offset: int, mode: str = "floor") -> IndexPoint | None:
         """Floor or ceiling over the partition's index points: each segment start (position 0)
         and every offset-index entry."""
-        if type(offset) is not int or not 0 <= offset <= _INT64_MAX:  # a plain valid offset skips the calls
+        if type(offset) is not int or not 0 <= offset <= INT64_MAX:  # a plain valid offset skips the calls
             offset = self._check_offset(offset)
         _check_mode(mode)
         bases = v.bases
@@ -328,7 +327,7 @@ class LocalLog:
     @_one_listing
     def lookup_timestamp(self, v: SegmentList, timestamp: int, mode: str = "floor") -> TimeIndexPoint | None:
         """Time-index-level floor or ceiling, in the segment ListOffsets would search."""
-        if type(timestamp) is not int or not 0 <= timestamp <= _INT64_MAX:  # a plain valid target skips the calls
+        if type(timestamp) is not int or not 0 <= timestamp <= INT64_MAX:  # a plain valid target skips the calls
             timestamp = _check_timestamp(timestamp)
         _check_mode(mode)
         i = self._timestamp_segment(v, timestamp)
@@ -353,7 +352,7 @@ class LocalLog:
     @_one_listing
     def resolve_offset(self, v: SegmentList, offset: int) -> BatchLocation | None:
         """The batch holding `offset` (or the first after it, across segments); None at the log end."""
-        if type(offset) is not int or not 0 <= offset <= _INT64_MAX:  # a plain valid offset skips the calls
+        if type(offset) is not int or not 0 <= offset <= INT64_MAX:  # a plain valid offset skips the calls
             offset = self._check_offset(offset)
         end = self._check_in_range(v, offset)
         if offset == end:
@@ -363,7 +362,7 @@ class LocalLog:
     @_one_listing
     def offset_for_timestamp(self, v: SegmentList, timestamp: int) -> OffsetAndTimestamp | None:
         """ListOffsets: the first record with timestamp >= target; -2 earliest, -1 latest, -3 max."""
-        if type(timestamp) is not int or not 0 <= timestamp <= _INT64_MAX:  # a plain valid target skips the calls
+        if type(timestamp) is not int or not 0 <= timestamp <= INT64_MAX:  # a plain valid target skips the calls
             timestamp = _check_timestamp(timestamp)
         return self._offset_for_timestamp(v, timestamp)
 
