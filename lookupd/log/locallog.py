@@ -257,6 +257,8 @@ class LocalLog:
         return v.log_end_offset
 
     def _check_offset(self, offset: object, what: str = "offset") -> int:
+        if type(offset) is int and 0 <= offset <= INT64_MAX:  # the usual case, without check_int64's call
+            return offset
         offset = check_int64(offset, what)
         if offset < 0:
             raise InvalidArgument(f"{what} {offset} is negative")
@@ -276,16 +278,15 @@ class LocalLog:
     def lookup_offset(self, v: SegmentList, offset: int, mode: str = "floor") -> IndexPoint | None:
         """Floor or ceiling over the partition's index points: each segment start (position 0)
         and every offset-index entry."""
-        if type(offset) is not int or not 0 <= offset <= INT64_MAX:  # a plain valid offset skips the calls
-            offset = self._check_offset(offset)
+        offset = self._check_offset(offset)
         _check_mode(mode)
+        i = v.floor_slot(offset)
         bases = v.bases
-        i = bisect.bisect_right(bases, offset) - 1
         if mode == "floor":
             if i < 0:
                 return None
-            seg = self.segment(bases[i])
-            o, p = seg.offset_index.lookup(offset, limit=seg.log.size())
+            seg = v.segment(bases[i])
+            o, p = seg.offset_index_lookup(offset)
             return IndexPoint(seg.base_offset, o, p)
         if i < 0:
             return IndexPoint(bases[0], bases[0], 0) if bases else None
@@ -327,17 +328,16 @@ class LocalLog:
     @_one_listing
     def lookup_timestamp(self, v: SegmentList, timestamp: int, mode: str = "floor") -> TimeIndexPoint | None:
         """Time-index-level floor or ceiling, in the segment ListOffsets would search."""
-        if type(timestamp) is not int or not 0 <= timestamp <= INT64_MAX:  # a plain valid target skips the calls
-            timestamp = _check_timestamp(timestamp)
+        timestamp = _check_timestamp(timestamp)
         _check_mode(mode)
         i = self._timestamp_segment(v, timestamp)
         if i < 0:
             return None
         if mode == "floor":
-            seg = self.segment(v.bases[i])
-            size = seg.log.size()
+            seg = v.segment(v.bases[i])
+            size = seg.size()
             ts, o = seg.time_index_lookup(timestamp, size)
-            return TimeIndexPoint(seg.base_offset, ts, o, seg.offset_index.lookup(o, limit=size)[1])
+            return TimeIndexPoint(seg.base_offset, ts, o, seg.offset_index_lookup(o, size)[1])
         for seg in v.segments(i):
             size = seg.size()
             limit = seg.time_index_limit(size)
@@ -352,18 +352,16 @@ class LocalLog:
     @_one_listing
     def resolve_offset(self, v: SegmentList, offset: int) -> BatchLocation | None:
         """The batch holding `offset` (or the first after it, across segments); None at the log end."""
-        if type(offset) is not int or not 0 <= offset <= INT64_MAX:  # a plain valid offset skips the calls
-            offset = self._check_offset(offset)
+        offset = self._check_offset(offset)
         end = self._check_in_range(v, offset)
         if offset == end:
             return None
-        return _find_batch(v, offset, bisect.bisect_right(v.bases, offset) - 1)
+        return _find_batch(v, offset, v.floor_slot(offset))
 
     @_one_listing
     def offset_for_timestamp(self, v: SegmentList, timestamp: int) -> OffsetAndTimestamp | None:
         """ListOffsets: the first record with timestamp >= target; -2 earliest, -1 latest, -3 max."""
-        if type(timestamp) is not int or not 0 <= timestamp <= INT64_MAX:  # a plain valid target skips the calls
-            timestamp = _check_timestamp(timestamp)
+        timestamp = _check_timestamp(timestamp)
         return self._offset_for_timestamp(v, timestamp)
 
     def _offset_for_timestamp(self, v: SegmentList, timestamp: int) -> OffsetAndTimestamp | None:
@@ -383,7 +381,7 @@ class LocalLog:
         i = self._timestamp_segment(v, timestamp)
         if i < 0:
             return None
-        seg = self.segment(bases[i])
+        seg = v.segment(bases[i])
         found = seg.find_offset_by_timestamp(timestamp, v.log_start_offset)
         if found is None:
             return None
@@ -614,6 +612,8 @@ def _check_mode(mode: object) -> None:
 def _check_timestamp(value: object, what: str = "timestamp") -> int:
     """A target timestamp, as every method takes it: an int64 >= 0, or ListOffsets' -1 (latest),
     -2 (earliest) or -3 (max timestamp)."""
+    if type(value) is int and MAX_TIMESTAMP <= value <= INT64_MAX:  # the usual case, without check_int64's call
+        return value
     value = check_int64(value, what)
     if value < MAX_TIMESTAMP:
         raise InvalidArgument(f"{what} {value} is negative and not one of -1 (latest), -2 (earliest) "
