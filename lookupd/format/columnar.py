@@ -18,7 +18,7 @@ from typing import Any
 
 from .batch import CONTROL_MASK, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK, BatchHeader, ensure_valid, frame_size, \
     parse_header
-from .records import _v2_records, decode_batch
+from .records import _v2_records, decode_batch, native_v2
 from ..errors import INT64_MAX, INT64_MIN, CorruptRecordError
 
 try:
@@ -101,9 +101,7 @@ class ColumnBuilder:
             records = _v2_records(header, batch, path)
             if len(records) + self.data_bytes > MAX_DATA_BYTES:
                 raise OverflowError("columns full: call arrays() before adding this batch")
-            fixed = header.attributes & TIMESTAMP_TYPE_MASK
-            if _decode.decode_v2(records, header.record_count, header.base_offset, header.base_timestamp,
-                                 header.max_timestamp if fixed else 0, bool(fixed), self.include_headers, *self._cols):
+            if _decode.decode_v2(*native_v2(header, records), self.include_headers, *self._cols):
                 return self._counted(header, header.record_count)
         return self._counted(header, self._append(decode_batch(header, batch, path=path), header, path))
 

@@ -256,6 +256,15 @@ def _v2_records(header: BatchHeader, batch, path) -> bytes:
     return decompress(codec, memoryview(batch)[V2_HEADER_SIZE:size], path=path, position=header.position)
 
 
+def native_v2(header: BatchHeader, records: bytes) -> tuple:
+    """A v2 batch as the C decoder's functions (lookupd/format/_decode.c) take it: its record section
+    (decompressed), record count, base offset, base timestamp, and LogAppendTime's stamp for every
+    record with whether there is one."""
+    fixed = header.attributes & TIMESTAMP_TYPE_MASK
+    return (records, header.record_count, header.base_offset, header.base_timestamp,
+            header.max_timestamp if fixed else 0, bool(fixed))
+
+
 def decode_batch(header: BatchHeader, batch, *, path=None) -> list[Record]:
     """Every record of the batch whose bytes (from its first byte) are `batch`.
 
@@ -350,12 +359,9 @@ def find_timestamp(header: BatchHeader, batch, target_timestamp: int, starting_o
     offset >= starting_offset; None if there is none (FileRecords.searchForTimestamp's inner loop).
     A v2 batch is scanned in C when the extension is built; the Python scan below does the rest,
     and any batch the C scan hands back, so it reports every fault."""
-    if _decode is not None and header.magic >= 2 and header.record_count > 0 and INT64_MIN <= target_timestamp <= INT64_MAX and \
-            INT64_MIN <= starting_offset <= INT64_MAX:
-        data = _v2_records(header, batch, path)
-        fixed = header.attributes & TIMESTAMP_TYPE_MASK
-        found = _decode.find_timestamp(data, header.record_count, header.base_offset, header.base_timestamp,
-                                       header.max_timestamp if fixed else 0, bool(fixed), target_timestamp,
+    if _decode is not None and header.magic >= 2 and header.record_count > 0 and \
+            INT64_MIN <= target_timestamp <= INT64_MAX and INT64_MIN <= starting_offset <= INT64_MAX:
+        found = _decode.find_timestamp(*native_v2(header, _v2_records(header, batch, path)), target_timestamp,
                                        starting_offset)
         if found is not False:
             return found

@@ -12,8 +12,8 @@ import itertools
 import json
 from typing import NamedTuple, Sequence
 
-from .batch import CONTROL_MASK, TIMESTAMP_TYPE_MASK, BatchHeader, TimestampType
-from .records import Record, _v2_records, control_record, decode_batch
+from .batch import CONTROL_MASK, BatchHeader, TimestampType
+from .records import Record, _v2_records, control_record, decode_batch, native_v2
 from ..errors import CorruptRecordError
 
 try:
@@ -87,10 +87,8 @@ def record_lines(header: BatchHeader, batch, path=None, head: bytes = b"{", *, k
         except CorruptRecordError:
             pass  # the reference path reports it
         else:
-            fixed = header.attributes & TIMESTAMP_TYPE_MASK
-            done = _decode.render_batch(records, header.record_count, header.base_offset, header.base_timestamp,
-                                        header.max_timestamp if fixed else 0, bool(fixed), head,
-                                        _MID[header.timestamp_type], _tail(header), key)
+            done = _decode.render_batch(*native_v2(header, records), head, _MID[header.timestamp_type],
+                                        _tail(header), key)
             if done is not None:
                 data, offsets, starts = done
                 return JsonLines(memoryview(offsets).cast("q"), memoryview(starts).cast("q"), data)
