@@ -15,7 +15,7 @@ import bisect
 import json
 import threading
 from collections import OrderedDict
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -30,12 +30,10 @@ from .stream import Pieces
 LINES_PER_PIECE = 4096
 
 
-class Rendered(NamedTuple):
-    """One batch as JSON lines: the records' offsets, where each line starts (and the end), the bytes."""
+class Rendered(json_lines.JsonLines):
+    """One batch as JSON lines (offsets, line starts, bytes), sliced by offset for the views."""
 
-    offsets: Sequence[int]
-    starts: Sequence[int]
-    data: bytes
+    __slots__ = ()
 
     def between(self, first: int | None, end: int | None) -> tuple[bytes, bool]:
         """Lines of the records with first <= offset < end, and whether a record at or past `end` was seen."""
