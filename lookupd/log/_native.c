@@ -367,21 +367,6 @@ native_resident(PyObject *self, PyObject *args)
 
 /* ------------------------------------------------------------------ the batch-header walk of a .log */
 
-static inline int64_t
-be64s(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = v << 8 | p[i];
-    return (int64_t)v;
-}
-
-static inline int32_t
-be32s(const unsigned char *p)
-{
-    return (int32_t)((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]);
-}
-
 #define LOG_OVERHEAD 12             /* offset int64 + size int32 in front of every batch */
 #define HEADER_UP_TO_MAGIC 17
 #define RECORD_OVERHEAD_V0 14       /* the smallest legal size field */
@@ -414,16 +399,16 @@ native_find_batch(PyObject *self, PyObject *args)
     int found = 0;
     while (off < end - HEADER_UP_TO_MAGIC && off <= len - need) {
         const unsigned char *b = buf + off;
-        int64_t size = be32s(b + 8);
+        int64_t size = read_be(b + 8, 4);
         if (size < RECORD_OVERHEAD_V0 || off > end - LOG_OVERHEAD - size)
             break;
         int magic = b[16];
         int64_t key;
         if (by_timestamp)
-            key = magic >= 2 ? be64s(b + 35) : magic == 1 ? be64s(b + 18) : -1;
+            key = magic >= 2 ? read_be(b + 35, 8) : magic == 1 ? read_be(b + 18, 8) : -1;
         else if (magic < 2)
-            key = be64s(b);
-        else if (__builtin_add_overflow(be64s(b), (int64_t)be32s(b + 23), &key))
+            key = read_be(b, 8);
+        else if (__builtin_add_overflow(read_be(b, 8), read_be(b + 23, 4), &key))
             break;
         if (key >= target) {
             found = 1;
