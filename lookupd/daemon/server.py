@@ -6,8 +6,10 @@ systemd: sockets passed by socket activation (LISTEN_FDS, Unix and TCP) replace 
 `tcp`; READY=1, STOPPING=1 and WATCHDOG=1 go to $NOTIFY_SOCKET (an `@` name is abstract).
 
 Structure: a nursery of listeners inside a nursery of connections inside the root nursery
-(rescans, signals, watchdog). Each connection is a reader task plus one task per request
-that needs a worker thread. Where work runs (see Service.call_inline): a single lookup whose
+(the reactor, rescans, signals, watchdog). Each connection has a task, plus one task per
+request that needs a worker thread. A connection waiting for requests is parked in the
+reactor (lookupd.daemon.reactor): one task reads every ready connection and answers what can
+be answered at once, and a connection's task wakes only for what must be awaited. Where work runs (see Service.call_inline): a single lookup whose
 data is all in memory runs on the event loop (microseconds; a trip through trio.to_thread
 costs ~100-200 us on 2 cores: bench/bench_daemon.py); one that would wait for the disk, and
 every listing and columnar call, runs in a worker thread under a CapacityLimiter of
@@ -23,7 +25,7 @@ import os
 import resource
 import signal
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import trio
 
@@ -36,12 +38,16 @@ from ..sdnotify import sd_notify
 from .config import Config, read_token
 from .listeners import Bound, close_listeners, open_listeners
 from .metrics import Collector, RequestMetrics, serve_metrics
+from .reactor import Reactor
 from .workers import supervise
 from .service import METHODS, NEEDS_THREAD, Counters, Service, Session, auth_penalty, error_for
 
 log = logging.getLogger(__name__)
 
-RECEIVE_BYTES = 64 * 1024  # one receive_some; a pipelined burst of small requests fits in one
+RECEIVE_BYTES = 64 * 1024  # one read; a pipelined burst of small requests fits in one
+# Answers held before they are written, when a pipelined burst is answered: bounds what one
+# connection's burst keeps in memory (a `read` answer may be max_read_bytes long).
+MAX_UNWRITTEN_ANSWERS = 64
 # accept() failing for want of descriptors or memory is the machine's state, not this listener's:
 # wait a little (as trio.serve_listeners does) and accept again, instead of ending the daemon.
 ACCEPT_RESOURCE_ERRORS = frozenset((errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS))
@@ -93,6 +99,20 @@ def watchdog_interval() -> float | None:
 # ====================================================================== the daemon
 
 
+class Action(NamedTuple):
+    """What a connection's own task must await (see Daemon._act): `kind` is one of the names below."""
+
+    kind: str
+    arg: Any = None
+
+
+FLUSH = "flush"  # write the answers the socket did not take at once
+THREAD_SLOT = "thread slot"  # arg: a request for a worker thread; every in-flight slot is taken
+AUTH_PENALTY = "auth penalty"  # arg: (request, error): a wrong token, answered after a delay
+END = "end"  # the peer closed its side between messages
+ABORT = "abort"  # arg: why (logged) or None: close now, dropping requests in flight
+
+
 class Daemon:
     """Serves one LogManager on the given listeners until `stop()` (or SIGTERM/SIGINT)."""
 
@@ -108,6 +128,7 @@ class Daemon:
         # Under a supervisor (workers > 1) readiness goes to it, and systemd hears from it alone.
         self._on_ready = on_ready
         self.limiter = trio.CapacityLimiter(cfg.blocking_threads)
+        self._reactor: Reactor | None = None  # reads every connection that waits for requests (while serving)
         # Per-method request counts and latencies for Prometheus; None (no cost per request) when off.
         self.request_metrics = RequestMetrics(METHODS) if cfg.metrics else None
         self.metrics_server = None
@@ -136,9 +157,19 @@ class Daemon:
         """Accept and serve until stopped, then drain: in-flight requests get shutdown_grace_s."""
         self._stop, self._rescan_now = trio.Event(), trio.Event()
         listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(b.sock)) for b in self.listeners]
+        self._reactor = Reactor()
+        try:
+            await self._serve(listeners, handle_signals, task_status)
+        finally:
+            self._reactor.close()
+        if self.metrics_server is not None:
+            self.metrics_server.shutdown()
+
+    async def _serve(self, listeners: list[trio.SocketListener], handle_signals: bool, task_status) -> None:
         async with trio.open_nursery() as root:
             if handle_signals:
                 await root.start(self._signals)
+            root.start_soon(self._reactor.run)
             root.start_soon(self._rescan_loop)
             root.start_soon(self._idle_sweep)
             if self.request_metrics is not None:
@@ -177,8 +208,6 @@ class Daemon:
                 log.warning("shutdown grace of %.1f s ran out; dropped the remaining requests",
                             self.cfg.shutdown_grace_s)
             root.cancel_scope.cancel()
-        if self.metrics_server is not None:
-            self.metrics_server.shutdown()
 
     async def _signals(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
@@ -286,93 +315,140 @@ class Daemon:
             await trio.aclose_forcefully(stream)
 
     async def _read_loop(self, st: "_ConnState", session: Session) -> None:
-        """Read requests; answer inline ones at once, hand the rest to tasks with worker threads.
+        """Answer the connection's requests until it ends.
 
-        Inline answers to one chunk of input are written together (one system call for a
-        pipelined burst); a request that needs a thread takes one of the connection's
-        in-flight slots, and when none is free reading pauses until one is.
+        While the connection waits for requests it is parked in the reactor, whose handler
+        (`_on_readable`) reads and answers every request it can answer at once, and wakes this
+        task only for what must be awaited (`_act`): a request that needs a worker thread when
+        the connection's in-flight slots are all taken, a wrong token's delay, answers the socket
+        would not take, the end of the connection.
         """
-        out: list[bytes] = []
-        metrics = self.request_metrics
+        out: list[bytes] = []  # answers not yet written, in order
         try:
             while True:
                 event = st.conn.next_event()
                 if event is rpc.NEED_DATA:
                     await self._flush(st, out)
-                    data = await self._receive(st)
-                    if data is None:
-                        return
-                    st.conn.receive_data(data)
-                elif event is rpc.CLOSED:
-                    return
-                elif isinstance(event, rpc.Request):
-                    self.counters.requests += 1
-                    started = time.perf_counter() if metrics is not None else 0.0
+                    st.waiting = True
                     try:
-                        result, error = self.service.call_inline(event.method, event.params, session), None
-                    except Exception as err:  # noqa: BLE001 - every failure becomes an error response
-                        result, error = None, error_for(err, event.method)
-                    if result is not NEEDS_THREAD and metrics is not None:
-                        metrics.observe(event.method, time.perf_counter() - started,
-                                        error["code"] if error is not None else None)
-                    if result is NEEDS_THREAD:
-                        if st.slots.value == 0:
-                            await self._flush(st, out)
-                        await st.slots.acquire()
-                        st.nursery.start_soon(self._in_thread, st, session, event)
-                    elif error is not None and error["code"] == "UNAUTHORIZED" and event.method == "auth":
-                        delay, close = auth_penalty(session)
-                        await self._flush(st, out)
-                        await trio.sleep(delay)
-                        out.append(self._answer(st, event, error, result))
-                        if close:
-                            log.warning("%s: %d wrong tokens; closing the connection", st.peer, session.auth_failures)
-                            await self._flush(st, out)
-                            st.nursery.cancel_scope.cancel()
-                            return
-                    else:
-                        out.append(self._answer(st, event, error, result))
-                        if len(out) >= 64:
-                            await self._flush(st, out)
-                elif isinstance(event, rpc.Notification):
-                    log.debug("%s: ignoring notification %r", st.peer, event.method)
+                        action = await self._reactor.park(st.fd, lambda: self._on_readable(st, session, out))
+                    finally:
+                        st.waiting = False
                 else:
-                    self.counters.errors += 1
-                    log.info("%s: %s%s", st.peer, event.message, "; closing the connection" if event.fatal else "")
-                    out.append(st.conn.send_error(event))
-                    if event.fatal:
-                        await self._flush(st, out)
-                        st.nursery.cancel_scope.cancel()
-                        return
+                    action = self._step(st, session, event, out)
+                if action is not None and not await self._act(st, session, action, out):
+                    return
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(FLUSH_ON_CLOSE_S):
                 await self._flush(st, out)  # answers already computed still go out on the way down
 
-    async def _receive(self, st: "_ConnState") -> bytes | None:
-        """The next bytes (b"" at end of stream), None when the peer went away. The idle timeout is
-        enforced by `_idle_sweep` (one task for all connections, not a cancel scope per receive).
+    def _on_readable(self, st: "_ConnState", session: Session, out: list[bytes]) -> "Action | None":
+        """The reactor's handler for a parked connection: read what arrived, answer every complete
+        request that can be answered now and write the answers with one system call; the Action
+        the connection's task must await, or None to stay parked.
 
-        The socket is waited on first and read after: a client waits for its answer before it
-        asks again, so a read tried before waiting would nearly always fail (one wasted system
-        call a request). Read with os.read on the connection's descriptor: trio's stream layer
-        adds checkpoints and conflict checks that cost as much as the lookup itself."""
-        st.waiting = True
+        Read with os.read on the descriptor (after the reactor saw it readable): trio's stream
+        layer adds checkpoints and conflict checks that cost as much as the lookup itself."""
         try:
-            while True:
-                await trio.lowlevel.wait_readable(st.fd)
-                try:
-                    data = os.read(st.fd, RECEIVE_BYTES)
-                    break
-                except BlockingIOError:
-                    continue  # woken without data (another reader of the descriptor cannot exist: spurious)
+            data = os.read(st.fd, RECEIVE_BYTES)
+        except BlockingIOError:
+            return None  # spurious wake-up
         except OSError as err:
-            log.info("%s: connection lost (%s)", st.peer, err.strerror or err)
-            st.nursery.cancel_scope.cancel()
-            return None
-        finally:
-            st.waiting = False
+            return Action(ABORT, f"connection lost ({err.strerror or err})")
         st.last_active = trio.current_time()
-        return data
+        st.conn.receive_data(data)
+        while True:
+            event = st.conn.next_event()
+            if event is rpc.NEED_DATA:
+                return self._write_now(st, out)
+            action = self._step(st, session, event, out)
+            if action is None and len(out) >= MAX_UNWRITTEN_ANSWERS:
+                action = self._write_now(st, out)
+            if action is not None:
+                return action
+
+    def _step(self, st: "_ConnState", session: Session, event: rpc.Event, out: list[bytes]) -> "Action | None":
+        """Handle one event without waiting: an answer goes on `out`, a request that needs a worker
+        thread is started in one if a slot is free; the Action to await otherwise."""
+        if isinstance(event, rpc.Request):
+            self.counters.requests += 1
+            metrics = self.request_metrics
+            started = time.perf_counter() if metrics is not None else 0.0
+            try:
+                result, error = self.service.call_inline(event.method, event.params, session), None
+            except Exception as err:  # noqa: BLE001 - every failure becomes an error response
+                result, error = None, error_for(err, event.method)
+            if result is NEEDS_THREAD:
+                if st.slots.value == 0:
+                    return Action(THREAD_SLOT, event)
+                st.slots.acquire_nowait()
+                st.nursery.start_soon(self._in_thread, st, session, event)
+                return None
+            if metrics is not None:
+                metrics.observe(event.method, time.perf_counter() - started,
+                                error["code"] if error is not None else None)
+            if error is not None and error["code"] == "UNAUTHORIZED" and event.method == "auth":
+                return Action(AUTH_PENALTY, (event, error))
+            out.append(self._answer(st, event, error, result))
+            return None
+        if event is rpc.CLOSED:
+            return Action(END)
+        if isinstance(event, rpc.Notification):
+            log.debug("%s: ignoring notification %r", st.peer, event.method)
+            return None
+        self.counters.errors += 1
+        log.info("%s: %s%s", st.peer, event.message, "; closing the connection" if event.fatal else "")
+        out.append(st.conn.send_error(event))
+        return Action(ABORT) if event.fatal else None
+
+    async def _act(self, st: "_ConnState", session: Session, action: "Action", out: list[bytes]) -> bool:
+        """Do what `_step` or the reactor could not do without waiting; False when the connection ends."""
+        kind, arg = action
+        if kind == FLUSH:
+            await self._flush(st, out)
+            return True
+        if kind == THREAD_SLOT:  # reading pauses until one of the connection's requests in threads ends
+            await self._flush(st, out)
+            await st.slots.acquire()
+            st.nursery.start_soon(self._in_thread, st, session, arg)
+            return True
+        if kind == AUTH_PENALTY:
+            req, error = arg
+            delay, close = auth_penalty(session)
+            await self._flush(st, out)
+            await trio.sleep(delay)
+            out.append(self._answer(st, req, error, None))
+            if close:
+                log.warning("%s: %d wrong tokens; closing the connection", st.peer, session.auth_failures)
+                await self._flush(st, out)
+                st.nursery.cancel_scope.cancel()
+                return False
+            return True
+        if kind == ABORT:  # the connection cannot go on: answers computed so far are sent, in-flight ones dropped
+            if arg:
+                log.info("%s: %s", st.peer, arg)
+            await self._flush(st, out)
+            st.nursery.cancel_scope.cancel()
+        return False  # END: the peer closed its side; requests in threads still send their answers
+
+    def _write_now(self, st: "_ConnState", out: list[bytes]) -> "Action | None":
+        """Write `out` with one system call if the socket takes it all; else FLUSH, for the task."""
+        if not out:
+            return None
+        if st.send_lock.locked():  # a threaded answer is being written: wait for it
+            return Action(FLUSH)
+        data = b"".join(out) if len(out) > 1 else out[0]
+        out.clear()
+        try:
+            sent = os.write(st.fd, data)
+        except BlockingIOError:
+            sent = 0
+        except OSError as err:
+            return Action(ABORT, f"went away before reading its responses ({err.strerror})")
+        if sent == len(data):
+            return None
+        out.append(data[sent:])
+        return Action(FLUSH)
 
     async def _idle_sweep(self) -> None:
         """Close connections whose peer sent nothing for idle_timeout_s while nothing was in flight."""
