@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
+import mmap
 import os
+import time
 
 import pytest
 
 import reference as R
 from lookupd.errors import LookupdError
+from lookupd.log.index import RESIDENCY_RECHECK_S
 from lookupd.log.logmanager import LogManager
 from lookupd.daemon.service import METHODS, NEEDS_THREAD, Counters, Limits, Service, Session, error_for
 
@@ -199,6 +202,20 @@ def test_thread_policy():
         assert svc.call_inline("resolve_offset", hot["resolve_offset"], TRUSTED) is NEEDS_THREAD
         assert call(svc, "resolve_offset", *hot["resolve_offset"]) == svc.call_inline(
             "resolve_offset", hot["resolve_offset"], TRUSTED)  # cached again by the threaded call
+        # A mapped offset index's pages leave memory (our map dropped, then the page cache): a
+        # lookup would fault on the disk, on the native one-call path as on the Python one.
+        index = lm.get("large", 0).segment(seg).offset_index
+        mapping = index._state.mapping
+        mapping.mm.madvise(mmap.MADV_DONTNEED)
+        fd = os.open(index.path, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+        assert not mapping.resident()
+        time.sleep(RESIDENCY_RECHECK_S)
+        assert svc.call_inline("lookup_offset", hot["lookup_offset"], TRUSTED) is NEEDS_THREAD
+        want = call(svc, "lookup_offset", *hot["lookup_offset"])  # the thread's read brings the pages back
+        time.sleep(RESIDENCY_RECHECK_S)
+        assert svc.call_inline("lookup_offset", hot["lookup_offset"], TRUSTED) == want
     finally:
         lm.close()
 

@@ -521,13 +521,15 @@ class AbstractIndex:
 
     def _entry_fast(self, target: int, ceiling: bool, value_limit: int) -> tuple[int, int, int] | None:
         """(slot, key, value) of the floor (`ceiling`: least >=) entry by key, slot -1 if none, in one native
-        call (`_native.entry`, which makes `_view`'s checks), for an index already mapped, sound and, if
+        call (`_native.entry`, which makes `_view`'s checks, residency included), for an index already mapped, sound and, if
         live, checked against the `.log`, entries with a value >= `value_limit` being past the `.log`;
         None when `_run` must answer (anything else, or in doubt)."""
         st = self._state
-        if st is None or st.entries < 2 or st.fault is not None or not SIGBUS_GUARD or is_nonblocking() or \
+        if st is None or st.entries < 2 or st.fault is not None or not SIGBUS_GUARD or \
                 (self._verify is not None and st is not self._checked) or not INT64_MIN <= target <= INT64_MAX:
             return None
+        if is_nonblocking():
+            self._check_resident(st)  # as _view does: WouldBlock unless the pages are in memory
         if self._cache is not None:
             self._cache.touch(self)
         return _native.entry(st.mapping.mm, st.entries, self.ENTRY_SIZE, self._KEY.size, target, self.warm_entries,
