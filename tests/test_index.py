@@ -95,6 +95,7 @@ def test_offset_index_matches_brute_force(tmp_path, entries, tail, live, extra):
         assert plain_floor(idx, t) == f
         assert idx.slot_for(t) == f  # Kafka's lower bound
         assert idx.ceiling_slot(t) == c
+        assert idx.ceiling_entry(t) == ((keys[c], positions[c]) if c >= 0 else None)
         assert idx.lookup(t) == ((keys[f], positions[f]) if f >= 0 else (BASE, 0))
         assert (floors[0][k], floors[1][k]) == idx.lookup(t)
         assert (ceils[0][k], ceils[1][k]) == ((keys[c], positions[c]) if c >= 0 else (-1, -1))
@@ -118,7 +119,9 @@ def test_time_index_matches_brute_force(tmp_path, entries, tail, extra):
     for t in targets_around(stamps, [-1, 0] + extra):
         f = brute_floor(stamps, t)
         assert idx.floor_slot(t) == f
-        assert idx.ceiling_slot(t) == brute_ceiling(stamps, t)
+        c = brute_ceiling(stamps, t)
+        assert idx.ceiling_slot(t) == c
+        assert idx.ceiling_entry(t) == ((stamps[c], offsets[c]) if c >= 0 else None)
         assert idx.lookup(t) == ((stamps[f], offsets[f]) if f >= 0 else (-1, BASE))
     assert idx.last_entry() == ((stamps[-1], offsets[-1]) if entries else (-1, BASE))
 

@@ -616,6 +616,19 @@ class AbstractIndex:
     def _search_target(self, target: int, by_value: bool) -> int:
         return target
 
+    def _value_limit(self, limit: int | None) -> int:
+        """`limit` as `_entry_fast`'s bound on an entry's raw value (INT64_MAX: none)."""
+        return INT64_MAX if limit is None else limit
+
+    def ceiling_entry(self, target: int, *, limit: int | None = None) -> tuple[int, int] | None:
+        """The entry (as `entry` gives it) with the least key >= target, None if none: ceiling_slot
+        and entry in one native call when the index allows it."""
+        found = self._entry_fast(self._search_target(target, False), True, self._value_limit(limit))
+        if found is not None:
+            return self._absolute(found[1], found[2]) if found[0] >= 0 else None
+        slot = self.ceiling_slot(target, limit=limit)
+        return self.entry(slot, limit=limit) if slot >= 0 else None
+
     def _entry_at(self, slot: int, limit: int | None) -> tuple[int, int]:
         def search(mm, n):
             if not 0 <= slot < n:
@@ -750,7 +763,7 @@ class OffsetIndex(AbstractIndex):
     def lookup(self, target_offset: int, *, limit: int | None = None) -> tuple[int, int]:
         """OffsetIndex.lookup: (offset, position) of the floor entry, (base offset, 0) if none."""
         t = target_offset - self.base_offset
-        found = self._entry_fast(t, False, INT64_MAX if limit is None else limit)
+        found = self._entry_fast(t, False, self._value_limit(limit))
         if found is not None:
             return (self.base_offset + found[1], found[2]) if found[0] >= 0 else (self.base_offset, 0)
 
@@ -782,7 +795,7 @@ class OffsetIndex(AbstractIndex):
 
     def last_offset(self, *, limit: int | None = None) -> int:
         """Offset of the last valid entry, the base offset when empty."""
-        found = self._entry_fast(INT64_MAX, False, INT64_MAX if limit is None else limit)  # floor of all: the last
+        found = self._entry_fast(INT64_MAX, False, self._value_limit(limit))  # floor of all: the last
         if found is not None:
             return self.base_offset + found[1]
         return self._run(limit, lambda mm, n: self.base_offset + self._entry_raw(mm, n - 1)[0] if n else self.base_offset)
@@ -816,6 +829,10 @@ class TimeIndex(AbstractIndex):
     def _absolute(self, keys, values):
         return keys, values + self.base_offset
 
+    def _value_limit(self, limit: int | None) -> int:
+        """Entries pointing past `limit` (the segment's last offset) hold relative offsets >= this."""
+        return INT64_MAX if limit is None else min(limit - self.base_offset + 1, INT64_MAX)
+
     def _disorder(self, keys, values, prev=None):
         if len(keys) == 0:
             return None
@@ -845,8 +862,7 @@ class TimeIndex(AbstractIndex):
 
     def lookup(self, target_timestamp: int, *, limit: int | None = None) -> tuple[int, int]:
         """TimeIndex.lookup: (timestamp, offset) of the floor entry, (-1, base offset) if none."""
-        found = self._entry_fast(target_timestamp, False,
-                                 INT64_MAX if limit is None else min(limit - self.base_offset + 1, INT64_MAX))
+        found = self._entry_fast(target_timestamp, False, self._value_limit(limit))
         if found is not None:
             return (found[1], self.base_offset + found[2]) if found[0] >= 0 else (-1, self.base_offset)
 

@@ -293,11 +293,9 @@ class LocalLog:
         seg = v.segment(bases[i])
         if offset <= seg.base_offset:
             return IndexPoint(seg.base_offset, seg.base_offset, 0)
-        size = seg.size()
-        slot = seg.offset_index.ceiling_slot(offset, limit=size)
-        if slot >= 0:
-            o, p = seg.offset_index.entry(slot, limit=size)
-            return IndexPoint(seg.base_offset, o, p)
+        found = seg.offset_index.ceiling_entry(offset, limit=seg.size())
+        if found is not None:
+            return IndexPoint(seg.base_offset, *found)
         return IndexPoint(bases[i + 1], bases[i + 1], 0) if i + 1 < len(bases) else None
 
     def _timestamp_segment(self, v: SegmentList, timestamp: int) -> int:
@@ -340,10 +338,9 @@ class LocalLog:
             return TimeIndexPoint(seg.base_offset, ts, o, seg.offset_index_lookup(o, size)[1])
         for seg in v.segments(i):
             size = seg.size()
-            limit = seg.time_index_limit(size)
-            slot = seg.time_index.ceiling_slot(timestamp, limit=limit)
-            if slot >= 0:
-                ts, o = seg.time_index.entry(slot, limit=limit)
+            found = seg.time_index.ceiling_entry(timestamp, limit=seg.time_index_limit(size))
+            if found is not None:
+                ts, o = found
                 return TimeIndexPoint(seg.base_offset, ts, o, seg.offset_index_lookup(o, size)[1])
         return None
 
