@@ -118,6 +118,10 @@ class LogManager:
 
     def get(self, topic: object, partition: object) -> LocalLog:
         """The partition's log; InvalidArgument for illegal names, UnknownPartition if not served."""
+        if type(topic) is str and type(partition) is int:  # a served partition's key is legal as it is
+            llog = self._logs.get((topic, partition))
+            if llog is not None:
+                return llog
         key = (validate_topic(topic), validate_partition(partition))
         llog = self._logs.get(key)
         if llog is None:
