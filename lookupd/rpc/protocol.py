@@ -148,6 +148,11 @@ class Connection:
                     return CLOSED if self._eof else NEED_DATA
                 self._unpacker = _POOL.take(self.max_frame_bytes)
                 self._tell_base = self._unpacker.tell() - self._fed
+            elif self._fed == self._frame_start and not self._pending:
+                # Every byte fed was a whole message (the usual end of a receive): say so without
+                # asking the unpacker, whose OutOfData costs as much as the message's unpacking.
+                self._give_back()
+                return CLOSED if self._eof else NEED_DATA
             try:
                 value = self._unpacker.unpack()
             except msgpack.OutOfData:
