@@ -185,9 +185,12 @@ def test_crc32c_matches_the_crc32c_package():
     from lookupd.format import _decode
 
     rnd = random.Random(3)
-    for n in (0, 1, 7, 8, 9, 63, 64, 1000, 65537):
+    # Around the three-stream rounds of the hardware path (3 x 512 bytes) and their tails.
+    for n in (0, 1, 7, 8, 9, 63, 64, 1000, 1535, 1536, 1537, 1543, 1544, 3071, 3072, 3080, 4609, 65537):
         data = bytes(rnd.randrange(256) for _ in range(n))
-        assert _decode.crc32c(data) == crc32c.crc32c(data)
+        assert _decode.crc32c(data) == crc32c.crc32c(data), n
+        assert _decode.crc32c(bytes(n)) == crc32c.crc32c(bytes(n)), n
+        assert _decode.crc32c(b"\xff" * n) == crc32c.crc32c(b"\xff" * n), n
 
 
 def test_aborted_records_are_masked_out():
