@@ -331,8 +331,20 @@ def policy_micro(logs: str, seconds: float) -> dict:
         return (time.perf_counter() - s0) / m * 1e6
 
     thread_us = trio.run(threaded)
+    # One call at a time after the CPU sat idle, as between the requests of one waiting client.
+    idle = []
+    for p in params[:IDLE_CALLS]:
+        time.sleep(IDLE_BEFORE_S)
+        t = time.perf_counter()
+        svc.call("lookup_offset", p, session)
+        idle.append(time.perf_counter() - t)
     lm.close()
-    return {"inline_us": round(inline_us, 2), "via_thread_us": round(thread_us, 2)}
+    return {"inline_us": round(inline_us, 2), "via_thread_us": round(thread_us, 2),
+            "after_idle_us": round(statistics.median(idle) * 1e6, 2)}
+
+
+IDLE_BEFORE_S = 0.0002  # about the time one client takes between its requests here
+IDLE_CALLS = 1000
 
 
 # ====================================================================== servers
@@ -547,9 +559,16 @@ def one_pass(servers: Servers, targets: list[int], secs: float) -> dict:
         "latency": latency("lookupd", servers.workers2, FLOOR, secs),
         "throughput": [throughput("lookupd", servers.workers2, servers.pid[servers.workers2], FLOOR, c, secs)
                        for c in CLIENTS]}}
-    results["lookupd_metrics_on"] = {FLOOR: {
-        "latency": latency("lookupd", servers.metered, FLOOR, secs),
-        "throughput": [throughput("lookupd", servers.metered, servers.pid[servers.metered], FLOOR, 8, secs)]}}
+    # Metrics on and off are measured back to back, twice each, alternating: what metrics cost is a
+    # few percent, less than this machine's drift over the minutes between other measurements.
+    on, off = [], []
+    for _ in range(2):
+        off.append(throughput("lookupd", servers.lookupd, servers.pid[servers.lookupd], FLOOR, 8, secs))
+        on.append(throughput("lookupd", servers.metered, servers.pid[servers.metered], FLOOR, 8, secs))
+    results["lookupd_metrics_on"] = {FLOOR: [{"latency": latency("lookupd", servers.metered, FLOOR, secs),
+                                              "throughput": [t]} for t in on]}
+    results["lookupd_metrics_off"] = {FLOOR: [{"latency": latency("lookupd", servers.lookupd, FLOOR, secs),
+                                               "throughput": [t]} for t in off]}
     results["policy_in_process"] = policy_micro(servers.logs, min(secs, 2.0))
     results["in_process"] = in_process(servers.demo, 2000 if secs >= 1 else 500)
     return results
@@ -564,7 +583,8 @@ def targets_list() -> list[int]:
 
 
 SERVER_LABELS = {"lookupd": "lookupd", "redis": "redis", "lookupd_all_threaded": "lookupd, every lookup in a thread",
-                 "lookupd_workers2": "lookupd, workers=2", "lookupd_metrics_on": "lookupd, metrics on"}
+                 "lookupd_workers2": "lookupd, workers=2", "lookupd_metrics_on": "lookupd, metrics on",
+                 "lookupd_metrics_off": "lookupd, metrics off, beside metrics on"}
 
 
 def label(server: str, method: str) -> str:
@@ -616,7 +636,8 @@ def run(quick: bool = False) -> list:
         figures.append(Figure(f"{method} in process, demo-data partitions (target {target} us)", "us",
                               [p["in_process"][method] for p in passes], group="daemon-inprocess",
                               params={"method": method, "target_us": target}))
-    for key, where in (("inline_us", "on the event loop"), ("via_thread_us", "through trio.to_thread")):
+    for key, where in (("inline_us", "on the event loop"), ("via_thread_us", "through trio.to_thread"),
+                       ("after_idle_us", f"each after {IDLE_BEFORE_S * 1e6:.0f} us idle")):
         figures.append(Figure(f"hot lookup_offset in process, {where}", "us",
                               [p["policy_in_process"][key] for p in passes], group="daemon-policy",
                               params={"where": key}))
@@ -635,8 +656,17 @@ def ratios(figures: list) -> list:
                  "lookupd: lookups/s, 64 concurrent clients", "floor lookups/s with two worker processes over one"),
            ratio("workers=2 vs redis, 64 clients", figures, "lookupd, workers=2: lookups/s, 64 concurrent clients",
                  "redis: lookups/s, 64 concurrent clients", "floor lookups/s, two lookupd workers over redis"),
+           ratio("lookup after idle vs in a loop", figures,
+                 f"hot lookup_offset in process, each after {IDLE_BEFORE_S * 1e6:.0f} us idle",
+                 "hot lookup_offset in process, on the event loop",
+                 "time of one in-process floor lookup after the CPU sat idle over one in a tight loop (cold caches)"),
            ratio("metrics on vs off, 8 clients", figures, "lookupd, metrics on: lookups/s, 8 concurrent clients",
-                 "lookupd: lookups/s, 8 concurrent clients", "floor lookups/s with Prometheus metrics on over off")]
+                 "lookupd, metrics off, beside metrics on: lookups/s, 8 concurrent clients",
+                 "floor lookups/s with Prometheus metrics on over off, measured alternately"),
+           ratio("metrics on vs off, server CPU per request", figures,
+                 "lookupd, metrics on: server CPU per request, 8 concurrent clients",
+                 "lookupd, metrics off, beside metrics on: server CPU per request, 8 concurrent clients",
+                 "server CPU microseconds per floor lookup with Prometheus metrics on over off, measured alternately")]
     for method in METHODS:
         name = label("lookupd", method)
         p50 = f"{name}: floor lookup round trip p50" if method == FLOOR else f"{name}: round trip p50"

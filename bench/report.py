@@ -42,16 +42,20 @@ SENTENCES = {
                  "mapped until it is looked up; the first lookup on a segment whose files are not cached costs a few milliseconds of disk reads.",
     "daemon-latency": "Over a Unix socket one floor lookup takes a round trip of about {lookupd vs redis, single-client p50 latency:.1f}x "
                       "redis's for the same floor query; resolve_offset {lookupd resolve_offset vs redis, single-client p50:.1f}x, "
-                      "offset_for_timestamp {lookupd offset_for_timestamp vs redis, single-client p50:.1f}x: a Python event loop per request.",
+                      "offset_for_timestamp {lookupd offset_for_timestamp vs redis, single-client p50:.1f}x. The service around a "
+                      "lookup is not what costs: a `ping` through the daemon takes the round trip of a bare reactor answering "
+                      "msgpack with no work. The lookup is: its Python runs with the CPU's caches cold when one client waits "
+                      "between requests (in process, a floor lookup after 200 us idle takes {lookup after idle vs in a loop:.1f}x "
+                      "as long as one in a tight loop: daemon-policy).",
     "daemon-throughput": "With 8 closed-loop clients lookupd serves {lookupd lookup_offset floor vs redis, 8 clients:.2f}x redis's floor lookups per "
                          "second (resolve_offset {lookupd resolve_offset vs redis, 8 clients:.2f}x, read of one batch "
                          "{lookupd read one batch vs redis, 8 clients:.2f}x); two workers give {workers=2 vs workers=1, 64 clients:.2f}x one "
                          "worker's rate at 64 clients on these 2 cores, shared with the load generator. For bulk work the columnar calls "
                          "resolve far more offsets per second than single requests can.",
     "daemon-cpu": "Server CPU per request, from /proc: lookupd spends {lookupd lookup_offset floor vs redis, server CPU per request:.1f}x "
-                  "redis's microseconds on a floor lookup. With Prometheus metrics on the daemon serves {metrics on vs off, 8 clients:.2f}x "
-                  "the throughput it serves with them off (on this VM that ratio has ranged from 0.8x to 1.2x between runs "
-                  "of the same code: the cost is within the noise).",
+                  "redis's microseconds on a floor lookup. Prometheus metrics on cost {metrics on vs off, server CPU per request:.2f}x "
+                  "the CPU per request and give {metrics on vs off, 8 clients:.2f}x the throughput of the same daemon with them "
+                  "off, the two measured alternately.",
     "daemon-inprocess": "Partition-level calls in process on `lookupd demo-data`, against the targets in their names: the "
                         "batch-header walk, the timestamp scan inside a batch and JSON rendering are C; the rest of each "
                         "call (the index's safety checks, the segment listing, building the answer) is Python.",
