@@ -435,19 +435,15 @@ class Daemon:
         """Write `out` with one system call if the socket takes it all; else FLUSH, for the task."""
         if not out:
             return None
-        if st.send_lock.locked():  # a threaded answer is being written: wait for it
-            return Action(FLUSH)
         data = b"".join(out) if len(out) > 1 else out[0]
         out.clear()
         try:
-            sent = os.write(st.fd, data)
-        except BlockingIOError:
-            sent = 0
+            rest = _write_at_once(st, data)
         except OSError as err:
             return Action(ABORT, f"went away before reading its responses ({err.strerror})")
-        if sent == len(data):
+        if not rest:
             return None
-        out.append(data[sent:])
+        out.append(rest)
         return Action(FLUSH)
 
     async def _idle_sweep(self) -> None:
@@ -503,18 +499,14 @@ class Daemon:
         scheduling. The rest (and anything written while another write is under way) go
         through trio under the connection's lock, with idle_timeout_s for the peer to read.
         """
-        if not st.send_lock.locked():
-            try:
-                sent = os.write(st.fd, data)
-            except BlockingIOError:
-                sent = 0
-            except OSError as err:
-                log.info("%s: went away before reading its responses (%s)", st.peer, err.strerror)
-                st.nursery.cancel_scope.cancel()
-                return
-            if sent == len(data):
-                return
-            data = data[sent:]
+        try:
+            data = _write_at_once(st, data)
+        except OSError as err:
+            log.info("%s: went away before reading its responses (%s)", st.peer, err.strerror)
+            st.nursery.cancel_scope.cancel()
+            return
+        if not data:
+            return
         async with st.send_lock:
             with trio.move_on_after(self.cfg.idle_timeout_s) as timeout:
                 try:
@@ -525,6 +517,17 @@ class Daemon:
             if timeout.cancelled_caught:
                 log.info("%s: has not read its responses for %.0f s; closing", st.peer, self.cfg.idle_timeout_s)
                 st.nursery.cancel_scope.cancel()
+
+
+def _write_at_once(st: "_ConnState", data: bytes) -> bytes:
+    """Write what the socket takes now, with one system call and no waiting (nothing while another
+    write holds `send_lock`: answers must not interleave); returns the rest. OSError: the peer is gone."""
+    if st.send_lock.locked():
+        return data
+    try:
+        return data[os.write(st.fd, data):]
+    except BlockingIOError:
+        return data
 
 
 class _ConnState:
