@@ -601,7 +601,10 @@ class AbstractIndex:
 
     def ceiling_slot(self, target: int, *, by_value: bool = False, limit: int | None = None) -> int:
         """Least slot whose key (or value) is >= target, -1 if none."""
-        t = self._search_target(target, by_value)
+        return self._run(limit, self._ceiling_search(self._search_target(target, by_value), by_value))
+
+    def _ceiling_search(self, t: int, by_value: bool) -> Callable[[object, int], int]:
+        """A search(mm, n) for the least slot whose key (or value) is >= t (a search target), -1 if none."""
         unpack = self._VALUE.unpack_from if by_value else self._KEY.unpack_from
         skip = self._KEY.size if by_value else 0
 
@@ -611,7 +614,7 @@ class AbstractIndex:
                 return s
             return s + 1 if s + 1 < n else -1
 
-        return self._run(limit, search)
+        return search
 
     def _search_target(self, target: int, by_value: bool) -> int:
         return target
@@ -622,12 +625,18 @@ class AbstractIndex:
 
     def ceiling_entry(self, target: int, *, limit: int | None = None) -> tuple[int, int] | None:
         """The entry (as `entry` gives it) with the least key >= target, None if none: ceiling_slot
-        and entry in one native call when the index allows it."""
-        found = self._entry_fast(self._search_target(target, False), True, self._value_limit(limit))
+        and entry in one look at the index (one native call when the index allows it)."""
+        t = self._search_target(target, False)
+        found = self._entry_fast(t, True, self._value_limit(limit))
         if found is not None:
             return self._absolute(found[1], found[2]) if found[0] >= 0 else None
-        slot = self.ceiling_slot(target, limit=limit)
-        return self.entry(slot, limit=limit) if slot >= 0 else None
+        ceiling = self._ceiling_search(t, False)
+
+        def search(mm, n):
+            slot = ceiling(mm, n)
+            return self._absolute(*self._entry_raw(mm, slot)) if slot >= 0 else None
+
+        return self._run(limit, search)
 
     def _entry_at(self, slot: int, limit: int | None) -> tuple[int, int]:
         def search(mm, n):
