@@ -42,11 +42,10 @@ SENTENCES = {
                  "mapped until it is looked up; the first lookup on a segment whose files are not cached costs a few milliseconds of disk reads.",
     "daemon-latency": "Over a Unix socket one floor lookup takes a round trip of about {lookupd vs redis, single-client p50 latency:.1f}x "
                       "redis's for the same floor query; resolve_offset {lookupd resolve_offset vs redis, single-client p50:.1f}x, "
-                      "offset_for_timestamp {lookupd offset_for_timestamp vs redis, single-client p50:.1f}x. The service around a "
-                      "lookup is not what costs: a `ping` through the daemon takes the round trip of a bare reactor answering "
-                      "msgpack with no work. The lookup is: its Python runs with the CPU's caches cold when one client waits "
-                      "between requests (in process, a floor lookup after 200 us idle takes {lookup after idle vs in a loop:.1f}x "
-                      "as long as one in a tight loop: daemon-policy).",
+                      "offset_for_timestamp {lookupd offset_for_timestamp vs redis, single-client p50:.1f}x. Part of that is the "
+                      "lookup's Python running with the CPU's caches cold when one client waits between requests (in process, "
+                      "a floor lookup after 200 us idle takes {lookup after idle vs in a loop:.1f}x as long as one in a tight "
+                      "loop: daemon-policy).",
     "daemon-throughput": "With 8 closed-loop clients lookupd serves {lookupd lookup_offset floor vs redis, 8 clients:.2f}x redis's floor lookups per "
                          "second (resolve_offset {lookupd resolve_offset vs redis, 8 clients:.2f}x, read of one batch "
                          "{lookupd read one batch vs redis, 8 clients:.2f}x); two workers give {workers=2 vs workers=1, 64 clients:.2f}x one "
