@@ -422,3 +422,43 @@ def test_an_index_that_shrinks_between_its_fstat_and_its_map_is_mapped_again(tmp
 
     monkeypatch.setattr(index.mmap, "mmap", shrank_once)
     assert OffsetIndex(tmp_path / "s.index", 0).lookup(9) == (9, 200) and len(calls) == 2
+
+
+def test_ceiling_entry_native_and_python_paths_agree_on_kafka_written_indexes():
+    """ceiling_entry's one native call and its Python search give the same entries (and None past the
+    last) on every offset and time index Kafka wrote in the reference corpus."""
+    import reference as R
+    from lookupd.log.logmanager import LogManager
+
+    R.require()
+    lm = LogManager([R.LOGS])
+    native_answers = 0
+    try:
+        for llog in lm.logs():
+            for seg in llog.segments():
+                size = seg.size()
+                for idx, limit in ((seg.offset_index, size), (seg.time_index, seg.time_index_limit(size))):
+                    targets = targets_around(idx.entries_array(limit=limit)[0].tolist(), [0, -1])
+                    native_answers += sum(idx._entry_fast(idx._search_target(t, False), True,
+                                                          idx._value_limit(limit)) is not None for t in targets)
+                    native = [idx.ceiling_entry(t, limit=limit) for t in targets]
+                    idx._entry_fast = lambda *args: None  # this instance only: its Python search answers
+                    try:
+                        assert [idx.ceiling_entry(t, limit=limit) for t in targets] == native, idx.path
+                    finally:
+                        del idx._entry_fast
+    finally:
+        lm.close()
+    assert native_answers > 1000
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_ceiling_entry_past_the_log_is_corrupt_on_both_paths(tmp_path, native):
+    path = tmp_path / "b.index"
+    write_offset_index(path, [(1, 100), (2, 5000)])
+    idx = OffsetIndex(path, 0)
+    idx.entries  # mapped, so the native path may answer
+    if not native:
+        idx._entry_fast = lambda *args: None
+    with pytest.raises(CorruptIndexError, match=r"entry 1 \(offset 2\) points to position 5000, past the end of the log"):
+        idx.ceiling_entry(2, limit=4000)
