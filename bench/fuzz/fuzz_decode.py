@@ -9,8 +9,9 @@ they must give the same columns or the same CorruptRecordError. Each batch in it
 rendered as JSON lines by both paths of lookupd.format.render (all records, and those of one
 key), and scanned for a timestamp by both paths of records.find_timestamp; and the whole input,
 written as a .log, is walked for an offset and a timestamp by both paths of
-FileRecords.find_batch (lookupd/log/_native.c). Each pair must agree, answer or error. The C code
-must not crash,
+FileRecords.find_batch (lookupd/log/_native.c), and looked up through an offset index of its
+batches (damaged at times) by `_native.locate`, whose every answer must be the reference walk's
+(it may decline). Each pair must agree, answer or error. The C code must not crash,
 hang or (in the ASan + UBSan build) touch memory outside its buffers.
 
     make -C bench/fuzz asan
@@ -96,6 +97,61 @@ def scans(data: bytes, log_path: str) -> list:
             out.append(None if found is None else found[2:])
     fr.close()
     return out
+
+
+LOCATED = [0]  # answers of _native.locate checked against the reference walk
+
+
+def locate_checks(rnd: random.Random, data: bytes, log_path: str) -> str | None:
+    """`_native.locate` of every kind over `data` as a .log, through an offset index of its batch
+    positions (a byte of it damaged at times): each answer it gives must be the reference walk's from
+    the index entry `_native.entry` picks. None if so, else what differed."""
+    native = filerecords._native
+    if native is None:
+        return None
+    entries, pos = [], 0
+    while pos + 61 <= len(data) and len(entries) < 8:
+        size = 12 + struct.unpack_from(">i", data, pos + 8)[0]
+        if size < 26:
+            break
+        entries.append(struct.pack(">ii", struct.unpack_from(">q", data, pos)[0] & 0x7FFFFFFF, pos))
+        pos += size
+    index = bytearray(b"".join(entries) + bytes(16))
+    with open(log_path, "wb") as f:
+        f.write(data)
+    if index and rnd.random() < 0.3:
+        index[rnd.randrange(len(index))] ^= 1 << rnd.randrange(8)
+    fr = filerecords.FileRecords(log_path)
+    fd = fr.handle().fd
+    try:
+        for target in (0, 5, rnd.randrange(1 << 16), 1 << 40):
+            for kind in range(4):
+                extra = rnd.choice([0, 1, 100, 1 << 20]) if kind != 3 else rnd.choice([0, 1 << 40, -1])
+                live = rnd.random() < 0.3
+                got = native.locate(kind, bytes(index), len(entries), 1, live, fd, 0, target, extra, False)
+                if got is None:
+                    continue
+                LOCATED[0] += 1
+                entry = native.entry(bytes(index), len(entries), 8, 4, target, 1, False, len(data), live)
+                start = entry[2] if entry[0] >= 0 else 0
+                if kind == 0:
+                    want = (0, entry[1] if entry[0] >= 0 else 0, start)
+                else:
+                    found = swapped(False, lambda: fr.find_batch(extra if kind == 3 else target, start, len(data),
+                                                                 by_timestamp=kind == 3))
+                    if isinstance(found, str) or found is None:
+                        return f"locate kind {kind} answered {got!r:.200} where the reference walk gave {found!r:.200}"
+                    _, _, at, size = found
+                    if kind == 1:
+                        res = fr.search_for_offset_with_size(target, start, end=len(data))
+                        want = (0, res.base_offset, res.offset, res.position, res.size)
+                    else:
+                        want = (0, at, fr.read(at, min(len(data) - at, max(extra, size) if kind == 2 else size)))
+                if got != want:
+                    return f"locate kind {kind} target {target}: {got!r:.200} != reference {want!r:.200}"
+    finally:
+        fr.close()
+    return None
 
 
 def scans_outcome(data: bytes, log_path: str, native: bool):
@@ -204,17 +260,20 @@ def main() -> int:
         data = mutate(rnd, pool)
         got = outcome(data, True)
         if got != outcome(data, False) or lines(data, True) != lines(data, False) or \
-                scans_outcome(data, log_path, True) != scans_outcome(data, log_path, False):
+                scans_outcome(data, log_path, True) != scans_outcome(data, log_path, False) or \
+                (why := locate_checks(rnd, data, log_path)) is not None:
             path = f"crash-{n}"
             open(path, "wb").write(data)
             print(f"disagreement on input {n} (seed {args.seed}), written to {path}", file=sys.stderr)
+            print(locate_checks(random.Random(0), data, log_path) or "", file=sys.stderr)
             return 1
         n += 1
         errors += isinstance(got, str)
         if n % 50000 == 0:
             print(f"{n} inputs, {errors} rejected as corrupt", flush=True)
     print(f"{n} inputs in {args.seconds:.0f} s (seed {args.seed}, {'ASan builds ' + ', '.join(x for x in (so, native_so) if x) if so or native_so else 'installed builds'}): "
-          f"no crash, no disagreement; {errors} rejected as corrupt by both decoders")
+          f"no crash, no disagreement; {errors} rejected as corrupt by both decoders; "
+          f"{LOCATED[0]} answers of _native.locate checked")
     return 0
 
 

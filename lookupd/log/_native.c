@@ -15,6 +15,7 @@
  * the file. Faults anywhere else are passed to the previous handler (or the default
  * action), so behaviour outside index maps is unchanged.
  */
+#define _GNU_SOURCE
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -23,7 +24,9 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
+#include <errno.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #define MAX_RANGES 65536
@@ -232,6 +235,43 @@ int_arg(PyObject *const *args, int i, long long lo, long long hi, long long *out
     return 0;
 }
 
+/*
+ * The floor (or, with `ceiling`, the least >= target) entry by key of an index whose first n entries of
+ * entry_size bytes lie in buf[0, len), under the conditions `entry` documents. Returns 1 with *slot (-1
+ * when there is none), *key and *value set, or 0 when the caller's full path must answer.
+ */
+static int
+index_entry(const unsigned char *buf, Py_ssize_t len, Py_ssize_t n, Py_ssize_t entry_size, int key_width,
+            int64_t target, Py_ssize_t warm, int ceiling, int64_t value_limit, int live,
+            Py_ssize_t *slot, int64_t *key, int64_t *value)
+{
+    if (n < 2 || n > len / entry_size)
+        return 0;
+    unsigned long before = atomic_load(&fault_count);
+    const unsigned char *last = buf + (n - 1) * entry_size;
+    int usable = read_be(last + key_width, 4) < value_limit;
+    if (usable) {
+        usable = 0;
+        for (Py_ssize_t i = 0; i < entry_size; i++)
+            usable |= last[i];
+    }
+    if (usable && live) {
+        const unsigned char *next = last + entry_size;
+        usable = (n + 1) * entry_size <= len;
+        for (Py_ssize_t i = 0; usable && i < entry_size; i++)
+            usable = next[i] == 0;
+    }
+    if (!usable)
+        return 0;
+    Py_ssize_t s = kafka_slot(buf, n, entry_size, key_width, target, warm, 0);
+    if (ceiling && !(s >= 0 && read_be(buf + s * entry_size, key_width) == target))
+        s = s + 1 < n ? s + 1 : -1;
+    *slot = s;
+    *key = s >= 0 ? read_be(buf + s * entry_size, key_width) : 0;
+    *value = s >= 0 ? read_be(buf + s * entry_size + key_width, 4) : 0;
+    return atomic_load(&fault_count) == before;
+}
+
 static PyObject *
 native_entry(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -260,50 +300,14 @@ native_entry(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     if (!search_fits(&view, n, entry_size, key_width, 4))
         return NULL;
-    unsigned long before = atomic_load(&fault_count);
-    const unsigned char *buf = view.buf, *last = buf + (n - 1) * entry_size;
-    int usable = n >= 2 && read_be(last + key_width, 4) < value_limit;
-    if (usable) {
-        usable = 0;
-        for (Py_ssize_t i = 0; i < entry_size; i++)
-            usable |= last[i];
-    }
-    if (usable && live) {
-        const unsigned char *next = last + entry_size;
-        usable = (n + 1) * entry_size <= view.len;
-        for (Py_ssize_t i = 0; usable && i < entry_size; i++)
-            usable = next[i] == 0;
-    }
-    Py_ssize_t slot = -1;
-    int64_t key = 0, value = 0;
-    if (usable) {
-        slot = kafka_slot(buf, n, entry_size, key_width, target, warm, 0);
-        if (ceiling && !(slot >= 0 && read_be(buf + slot * entry_size, key_width) == target))
-            slot = slot + 1 < n ? slot + 1 : -1;
-        if (slot >= 0) {
-            key = read_be(buf + slot * entry_size, key_width);
-            value = read_be(buf + slot * entry_size + key_width, 4);
-        }
-        usable = atomic_load(&fault_count) == before;
-    }
+    Py_ssize_t slot;
+    int64_t key, value;
+    int usable = index_entry(view.buf, view.len, n, entry_size, (int)key_width, target, warm, ceiling,
+                             value_limit, live, &slot, &key, &value);
     PyBuffer_Release(&view);
     if (!usable)
         Py_RETURN_NONE;
-    PyObject *out = PyTuple_New(3);
-    if (out == NULL)
-        return NULL;
-    PyObject *items[3] = {PyLong_FromSsize_t(slot), PyLong_FromLongLong(key), PyLong_FromLongLong(value)};
-    for (int i = 0; i < 3; i++) {
-        if (items[i] == NULL) {
-            for (int j = 0; j < 3; j++)
-                Py_XDECREF(items[j]);
-            Py_DECREF(out);
-            return NULL;
-        }
-    }
-    for (int i = 0; i < 3; i++)
-        PyTuple_SET_ITEM(out, i, items[i]);
-    return out;
+    return Py_BuildValue("(nLL)", slot, (long long)key, (long long)value);
 }
 
 /* Textbook binary search for the largest slot whose field <= target (the benchmark's baseline). */
@@ -385,17 +389,15 @@ native_resident(PyObject *self, PyObject *args)
  * `end`, or whose last offset is past int64. The caller's reference walk (read_frames) goes on
  * from there and makes the same decisions, errors included. Reads stay inside the buffer.
  */
-static PyObject *
-native_find_batch(PyObject *self, PyObject *args)
+/*
+ * The walk itself over buf[0, len), `end` bytes of log from buf[0]: sets *stop to the batch it stopped
+ * at and returns whether that batch is the one looked for (see find_batch).
+ */
+static int
+walk_headers(const unsigned char *buf, Py_ssize_t len, Py_ssize_t end, int64_t target, int by_timestamp,
+             Py_ssize_t *stop)
 {
-    Py_buffer view;
-    Py_ssize_t end;
-    long long target;
-    int by_timestamp;
-    if (!PyArg_ParseTuple(args, "y*nLp", &view, &end, &target, &by_timestamp))
-        return NULL;
-    const unsigned char *buf = view.buf;
-    Py_ssize_t len = view.len, off = 0, need = by_timestamp ? MAX_TIMESTAMP_NEED : LAST_OFFSET_NEED;
+    Py_ssize_t off = 0, need = by_timestamp ? MAX_TIMESTAMP_NEED : LAST_OFFSET_NEED;
     int found = 0;
     while (off < end - HEADER_UP_TO_MAGIC && off <= len - need) {
         const unsigned char *b = buf + off;
@@ -416,8 +418,166 @@ native_find_batch(PyObject *self, PyObject *args)
         }
         off += (Py_ssize_t)size + LOG_OVERHEAD;
     }
+    *stop = off;
+    return found;
+}
+
+static PyObject *
+native_find_batch(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t end, off;
+    long long target;
+    int by_timestamp;
+    if (!PyArg_ParseTuple(args, "y*nLp", &view, &end, &target, &by_timestamp))
+        return NULL;
+    int found = walk_headers(view.buf, view.len, end, target, by_timestamp, &off);
     PyBuffer_Release(&view);
     return Py_BuildValue("(nO)", off, found ? Py_True : Py_False);
+}
+
+/* ------------------------------------------------------------------ one call per lookup */
+
+#define FIRST_CHUNK (4096 + 64)     /* one index interval (4 KiB by default) and a header more */
+#define NEXT_CHUNK (16 * 1024)      /* filerecords.HEADER_SCAN_BYTES */
+#define WOULD_BLOCK (-2)
+
+/*
+ * Up to `size` bytes of fd at `pos` into buf, fewer only at end of file; -1 (errno set) on an error,
+ * WOULD_BLOCK when `nowait` and the data is not in the page cache (preadv2 RWF_NOWAIT). A read that
+ * may wait for the disk releases the GIL.
+ */
+static Py_ssize_t
+read_at(int fd, unsigned char *buf, Py_ssize_t size, int64_t pos, int nowait)
+{
+    Py_ssize_t got = 0;
+    while (got < size) {
+        ssize_t r;
+        if (nowait) {
+#ifdef RWF_NOWAIT
+            struct iovec iov = {buf + got, (size_t)(size - got)};
+            r = preadv2(fd, &iov, 1, pos + got, RWF_NOWAIT);
+            if (r < 0 && errno == EAGAIN)
+                return WOULD_BLOCK;
+#else
+            return WOULD_BLOCK;
+#endif
+        } else {
+            Py_BEGIN_ALLOW_THREADS
+            r = pread(fd, buf + got, (size_t)(size - got), pos + got);
+            Py_END_ALLOW_THREADS
+        }
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        if (r == 0)
+            break;
+        got += r;
+    }
+    return got;
+}
+
+enum { LOCATE_ENTRY, LOCATE_BATCH, LOCATE_READ, LOCATE_TIME };
+
+/*
+ * locate(kind, index, n, warm, live, fd, base_offset, offset, extra, nowait) -> tuple | None | False
+ *
+ * One lookup in one segment, in one call: the offset index's floor entry for `offset` (the index
+ * buffer holds n valid entries, as `entry` takes them, with the `.log`'s current size as value
+ * limit), then for every kind but ENTRY the walk of batch headers in the `.log` (descriptor fd)
+ * from that entry's position. By kind:
+ *   ENTRY (0): (base_offset, entry offset, position), the floor entry (OffsetIndex.lookup);
+ *   BATCH (1): (base_offset, batch base offset, last offset, position, size) of the first batch whose
+ *              last offset >= offset (LogSegment.translateOffset);
+ *   READ (2):  (base_offset, position, bytes) of that batch: max(extra, its size) bytes from it, fewer
+ *              at the end of the `.log` (LogSegment.read with minOneMessage);
+ *   TIME (3):  (base_offset, position, bytes of the whole batch) of the first batch from the entry
+ *              whose max timestamp >= extra (the batch searchForTimestamp opens).
+ * None when anything is not plain (the index as `entry` declines it, a batch the walk leaves to the
+ * reference walk, none found before the end of the `.log`, a read error, a batch over 64 MiB): the
+ * caller's Python path then answers from the start and says what is wrong. False when `nowait` and a
+ * read would wait for the disk. The walk reads the `.log` in chunks of its own; every read is bounded
+ * by its buffer.
+ */
+static PyObject *
+native_locate(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    long long kind, n, warm, fd, base, offset, extra;
+    int live, nowait;
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "locate() takes 10 arguments");
+        return NULL;
+    }
+    if (int_arg(args, 0, LOCATE_ENTRY, LOCATE_TIME, &kind) || int_arg(args, 2, 0, PY_SSIZE_T_MAX, &n) ||
+        int_arg(args, 3, 0, PY_SSIZE_T_MAX, &warm) || (live = PyObject_IsTrue(args[4])) < 0 ||
+        int_arg(args, 5, 0, INT_MAX, &fd) || int_arg(args, 6, 0, LLONG_MAX, &base) ||
+        int_arg(args, 7, 0, LLONG_MAX, &offset) || int_arg(args, 8, LLONG_MIN, LLONG_MAX, &extra) ||
+        (nowait = PyObject_IsTrue(args[9])) < 0)
+        return NULL;
+    off_t log_size = lseek((int)fd, 0, SEEK_END);
+    if (log_size < 0)
+        Py_RETURN_NONE;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[1], &view, PyBUF_SIMPLE) != 0)
+        return NULL;
+    Py_ssize_t slot;
+    int64_t key, value;
+    int usable = index_entry(view.buf, view.len, n, 8, 4, offset - base, warm, 0, log_size, live, &slot, &key, &value);
+    PyBuffer_Release(&view);
+    if (!usable)
+        Py_RETURN_NONE;
+    int64_t pos = slot >= 0 ? value : 0;
+    if (pos < 0)
+        Py_RETURN_NONE;
+    if (kind == LOCATE_ENTRY)
+        return Py_BuildValue("(LLL)", base, slot >= 0 ? base + key : base, (long long)pos);
+    int by_timestamp = kind == LOCATE_TIME;
+    int64_t target = by_timestamp ? extra : offset;
+    unsigned char chunk_buf[NEXT_CHUNK];
+    Py_ssize_t chunk = FIRST_CHUNK;
+    for (;;) {
+        if (pos >= log_size - HEADER_UP_TO_MAGIC)
+            Py_RETURN_NONE;
+        Py_ssize_t want = log_size - pos < chunk ? (Py_ssize_t)(log_size - pos) : chunk;
+        Py_ssize_t got = read_at((int)fd, chunk_buf, want, pos, nowait);
+        if (got == WOULD_BLOCK)
+            Py_RETURN_FALSE;
+        if (got < 0)
+            Py_RETURN_NONE;
+        Py_ssize_t stop;
+        if (walk_headers(chunk_buf, got, (Py_ssize_t)(log_size - pos), target, by_timestamp, &stop)) {
+            const unsigned char *b = chunk_buf + stop;
+            int64_t size = read_be(b + 8, 4) + LOG_OVERHEAD;
+            int64_t at = pos + stop;
+            if (kind == LOCATE_BATCH) {
+                int64_t last = b[16] < 2 ? read_be(b, 8) : read_be(b, 8) + read_be(b + 23, 4);
+                return Py_BuildValue("(LLLLL)", base, (long long)read_be(b, 8), (long long)last, (long long)at,
+                                     (long long)size);
+            }
+            int64_t bytes = kind == LOCATE_READ && extra > size ? extra : size;
+            if (bytes > log_size - at)
+                bytes = log_size - at;
+            if (bytes > (64 << 20))
+                Py_RETURN_NONE;
+            PyObject *data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)bytes);
+            if (data == NULL)
+                return NULL;
+            got = read_at((int)fd, (unsigned char *)PyBytes_AS_STRING(data), (Py_ssize_t)bytes, at, nowait);
+            if (got != bytes) {
+                Py_DECREF(data);
+                if (got == WOULD_BLOCK)
+                    Py_RETURN_FALSE;
+                Py_RETURN_NONE;
+            }
+            return Py_BuildValue("(LLN)", base, (long long)at, data);
+        }
+        if (stop == 0)
+            Py_RETURN_NONE;
+        pos += stop;
+        chunk = NEXT_CHUNK;
+    }
 }
 
 static PyMethodDef methods[] = {
@@ -430,6 +590,9 @@ static PyMethodDef methods[] = {
      "(slot, key, value) or None: an index's floor or ceiling entry in one call (see _native.c)."},
     {"plain_slot", native_plain_slot, METH_VARARGS,
      "plain_slot(buffer, n, entry_size, field_offset, width, target) -> floor slot, plain binary search."},
+    {"locate", (PyCFunction)(void (*)(void))native_locate, METH_FASTCALL,
+     "locate(kind, index, n, warm, live, fd, base_offset, offset, extra, nowait) -> tuple, None or False: "
+     "one lookup in one segment (see _native.c)."},
     {"find_batch", native_find_batch, METH_VARARGS,
      "find_batch(buffer, end, target, by_timestamp) -> (offset, found): the batch-header walk (see _native.c)."},
     {"install", guard_install, METH_NOARGS, "Install the SIGBUS handler (idempotent)."},

@@ -519,19 +519,29 @@ class AbstractIndex:
             self._reload("was truncated while being read")
         raise CorruptIndexError(self.path, None, "the file kept shrinking while it was being read")
 
-    def _entry_fast(self, target: int, ceiling: bool, value_limit: int) -> tuple[int, int, int] | None:
-        """(slot, key, value) of the floor (`ceiling`: least >=) entry by key, slot -1 if none, in one native
-        call (`_native.entry`, which makes `_view`'s checks, residency included), for an index already mapped, sound and, if
-        live, checked against the `.log`, entries with a value >= `value_limit` being past the `.log`;
-        None when `_run` must answer (anything else, or in doubt)."""
+    def native_view(self) -> _State | None:
+        """The current state when the native one-call searches may use it: mapped, sound and, if live,
+        checked against the `.log`, with at least 2 entries (`_native.entry` says why); None when `_run`
+        must answer. In non-blocking mode, WouldBlock unless its pages are in memory (as `_view`)."""
         st = self._state
         if st is None or st.entries < 2 or st.fault is not None or not SIGBUS_GUARD or \
-                (self._verify is not None and st is not self._checked) or not INT64_MIN <= target <= INT64_MAX:
+                (self._verify is not None and st is not self._checked):
             return None
         if is_nonblocking():
             self._check_resident(st)  # as _view does: WouldBlock unless the pages are in memory
         if self._cache is not None:
             self._cache.touch(self)
+        return st
+
+    def _entry_fast(self, target: int, ceiling: bool, value_limit: int) -> tuple[int, int, int] | None:
+        """(slot, key, value) of the floor (`ceiling`: least >=) entry by key, slot -1 if none, in one native
+        call (`_native.entry`), entries with a value >= `value_limit` being past the `.log`; None when `_run`
+        must answer (see `native_view`, or in doubt)."""
+        if not INT64_MIN <= target <= INT64_MAX:
+            return None
+        st = self.native_view()
+        if st is None:
+            return None
         return _native.entry(st.mapping.mm, st.entries, self.ENTRY_SIZE, self._KEY.size, target, self.warm_entries,
                              ceiling, value_limit, self._live)
 
@@ -883,6 +893,14 @@ class TimeIndex(AbstractIndex):
             return ts, self.base_offset + rel
 
         return self._run(limit, search)
+
+    def floor_entry_fast(self, target_timestamp: int, limit: int | None = None) -> int | None:
+        """The offset of `lookup(target_timestamp, limit=limit)` in one native call, None when `lookup`
+        must answer."""
+        found = self._entry_fast(target_timestamp, False, self._value_limit(limit))
+        if found is None:
+            return None
+        return self.base_offset + found[2] if found[0] >= 0 else self.base_offset
 
     def lookup_many(self, targets, *, limit: int | None = None, ceiling: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Vectorised lookup: (timestamps, offsets) per target.

@@ -19,7 +19,7 @@ import numpy as np
 from ..format.batch import parse_header
 from ..errors import INT64_MAX, CorruptDataError, InvalidArgument, OffsetOutOfRange, Unavailable, check_int64
 from ..format.names import parse_segment_file
-from .segment import LogSegment
+from .segment import LOCATE_BATCH, LOCATE_ENTRY, LOCATE_READ, LogSegment
 from .txnindex import AbortedTxn
 
 log = logging.getLogger(__name__)
@@ -274,10 +274,25 @@ class LocalLog:
 
     # ------------------------------------------------------------- index-level lookups
 
-    @_one_listing
-    def lookup_offset(self, v: SegmentList, offset: int, mode: str = "floor") -> IndexPoint | None:
+    def lookup_offset(self, offset: int, mode: str = "floor") -> IndexPoint | None:
         """Floor or ceiling over the partition's index points: each segment start (position 0)
-        and every offset-index entry."""
+        and every offset-index entry. A floor in a segment already open is one native call."""
+        if mode == "floor" and type(offset) is int and 0 <= offset <= INT64_MAX:
+            bases = self._bases
+            i = bisect.bisect_right(bases, offset) - 1
+            seg = self._segments.get(bases[i]) if i >= 0 else None
+            if seg is not None:
+                try:
+                    found = seg.locate(LOCATE_ENTRY, offset)
+                except FileNotFoundError:  # deleted meanwhile: the reference path lists again
+                    found = None
+                if found is not None:
+                    return IndexPoint._make(found)
+        return self.lookup_offset_reference(offset, mode)
+
+    @_one_listing
+    def lookup_offset_reference(self, v: SegmentList, offset: int, mode: str = "floor") -> IndexPoint | None:
+        """`lookup_offset` in Python alone: the answer of record, which the native path must equal."""
         offset = self._check_offset(offset)
         _check_mode(mode)
         i = v.floor_slot(offset)
@@ -346,18 +361,64 @@ class LocalLog:
 
     # ------------------------------------------------------------- exact answers
 
+    def resolve_offset(self, offset: int) -> BatchLocation | None:
+        """The batch holding `offset` (or the first after it, across segments); None at the log end.
+        In a segment already open, when the batch is in it, one native call."""
+        try:
+            seg = self._fast_segment(offset)
+            found = seg.locate(LOCATE_BATCH, offset) if seg is not None else None
+        except FileNotFoundError:  # deleted meanwhile: the reference path lists again
+            found = None
+        if found is not None:
+            return BatchLocation._make(found)
+        return self.resolve_offset_reference(offset)
+
+    def _fast_segment(self, offset: object) -> LogSegment | None:
+        """The open segment holding `offset` when the native path may answer for it: an int in
+        [log start, log end). None leaves the call, its checks and errors, to the reference path.
+        An offset below the active segment's base offset is below the log end offset, so only an
+        offset in the active segment needs the log end, which is cached by the `.log`'s size."""
+        bases = self._bases
+        if type(offset) is not int or not bases or offset > INT64_MAX:
+            return None
+        cp = self.checkpointed_log_start
+        if offset < bases[0] or (cp is not None and offset < cp):
+            return None
+        i = bisect.bisect_right(bases, offset) - 1
+        seg = self._segments.get(bases[i])
+        if seg is None or (i == len(bases) - 1 and offset >= seg.read_next_offset()):
+            return None
+        return seg
+
     @_one_listing
-    def resolve_offset(self, v: SegmentList, offset: int) -> BatchLocation | None:
-        """The batch holding `offset` (or the first after it, across segments); None at the log end."""
+    def resolve_offset_reference(self, v: SegmentList, offset: int) -> BatchLocation | None:
+        """`resolve_offset` in Python alone: the answer of record, which the native path must equal."""
         offset = self._check_offset(offset)
         end = self._check_in_range(v, offset)
         if offset == end:
             return None
         return _find_batch(v, offset, v.floor_slot(offset))
 
+    def offset_for_timestamp(self, timestamp: int) -> OffsetAndTimestamp | None:
+        """ListOffsets: the first record with timestamp >= target; -2 earliest, -1 latest, -3 max.
+        In a segment already open, when the first batch opened holds the record, a few native calls
+        and the scan of that batch."""
+        if type(timestamp) is int and 0 <= timestamp <= INT64_MAX:
+            v = SegmentList(self, self._bases)
+            try:
+                i = self._timestamp_segment(v, timestamp)
+                seg = self._segments.get(v.bases[i]) if i >= 0 else None
+                found = seg.find_by_timestamp_fast(timestamp, v.log_start_offset) if seg is not None else None
+            except FileNotFoundError:
+                found = None
+            if found is not None:
+                return OffsetAndTimestamp(found.offset, found.timestamp, seg.base_offset, found.position,
+                                          found.leader_epoch)
+        return self.offset_for_timestamp_reference(timestamp)
+
     @_one_listing
-    def offset_for_timestamp(self, v: SegmentList, timestamp: int) -> OffsetAndTimestamp | None:
-        """ListOffsets: the first record with timestamp >= target; -2 earliest, -1 latest, -3 max."""
+    def offset_for_timestamp_reference(self, v: SegmentList, timestamp: int) -> OffsetAndTimestamp | None:
+        """`offset_for_timestamp` in Python alone: the answer of record, which the native path must equal."""
         timestamp = _check_timestamp(timestamp)
         return self._offset_for_timestamp(v, timestamp)
 
@@ -423,9 +484,25 @@ class LocalLog:
                 break
         return out
 
+    def read(self, offset: int, max_bytes: int) -> ReadResult:
+        """Whole batches from the one holding `offset`: at most `max_bytes`, but at least one batch.
+        In a segment already open, when the batch is in it, one native call finds and reads it."""
+        found = None
+        if type(max_bytes) is int and 0 <= max_bytes <= INT64_MAX:
+            try:
+                seg = self._fast_segment(offset)
+                found = seg.locate(LOCATE_READ, offset, max_bytes) if seg is not None else None
+            except FileNotFoundError:  # deleted meanwhile: the reference path lists again
+                found = None
+        if found is not None:
+            _, position, records = found
+            whole, next_offset = _whole_batches(records, position, seg)
+            return ReadResult(seg.base_offset, position, next_offset if whole else offset, records[:whole])
+        return self.read_reference(offset, max_bytes)
+
     @_one_listing
-    def read(self, v: SegmentList, offset: int, max_bytes: int) -> ReadResult:
-        """Whole batches from the one holding `offset`: at most `max_bytes`, but at least one batch."""
+    def read_reference(self, v: SegmentList, offset: int, max_bytes: int) -> ReadResult:
+        """`read` in Python alone: the answer of record, which the native path must equal."""
         offset = self._check_offset(offset)
         max_bytes = check_int64(max_bytes, "max_bytes")
         if max_bytes < 0:

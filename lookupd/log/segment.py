@@ -14,13 +14,22 @@ from typing import NamedTuple
 
 from ..format.batch import V2_HEADER_SIZE, parse_header
 from ..format.records import find_timestamp
-from ..errors import CorruptIndexError, CorruptRecordError, LookupdError
+from ..errors import INT64_MAX, CorruptIndexError, CorruptRecordError, LookupdError
+from .fileio import WouldBlock, is_nonblocking
 from .filerecords import FileRecords, LogOffsetPosition
 from .index import OffsetIndex, TimeIndex
 from ..format.names import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, segment_file_name
 from .txnindex import AbortedTxn, TransactionIndex
 
+try:
+    from ._native import locate as _locate
+except ImportError:  # built without a C compiler: every lookup takes the Python path
+    _locate = None
+
 log = logging.getLogger(__name__)
+
+# What `LogSegment.locate` finds (kinds of `_native.locate`).
+LOCATE_ENTRY, LOCATE_BATCH, LOCATE_READ, LOCATE_TIME = range(4)
 
 
 class TimestampAndOffset(NamedTuple):
@@ -142,6 +151,48 @@ class LogSegment:
         except CorruptIndexError as err:
             self._degraded(err)
             return -1, self.base_offset
+
+    # ------------------------------------------------------------- one native call
+
+    def locate(self, kind: int, offset: int, extra: int = 0) -> tuple | None:
+        """A lookup in this segment in one native call (`_native.locate`: index entry, header walk, read),
+        for an offset in [0, int64 max]: by kind, (base offset, entry offset, position) as
+        `offset_index_lookup`; (base offset, batch base offset, last offset, position, size) as
+        `translate_offset`; (base offset, position, bytes) as `read` with min_one_message, `extra`
+        being max_size; (base offset, position, batch bytes) of the batch `find_offset_by_timestamp`
+        opens first from `offset` for timestamp `extra`. None when the Python path must answer: no
+        native code, an index not mapped or in doubt, anything the walk leaves to the reference walk."""
+        if _locate is None:
+            return None
+        st = self.offset_index.native_view()
+        if st is None:
+            return None
+        found = _locate(kind, st.mapping.mm, st.entries, self.offset_index.warm_entries, self.live,
+                        self.log.handle().fd, self.base_offset, offset, extra, is_nonblocking())
+        if found is False:
+            raise WouldBlock()
+        return found
+
+    def find_by_timestamp_fast(self, timestamp: int, starting_offset: int) -> TimestampAndOffset | None:
+        """`find_offset_by_timestamp` when the first batch it opens holds the answer, from two native calls
+        (three in the active segment) and the scan of that batch; None when the Python path must answer."""
+        if not 0 <= timestamp <= INT64_MAX:
+            return None
+        try:
+            floor = self.time_index.floor_entry_fast(timestamp, self.time_index_limit(self.log.size()))
+        except CorruptIndexError:  # the Python path degrades to a scan, and says so once
+            return None
+        if floor is None:
+            return None
+        found = self.locate(LOCATE_TIME, max(floor, starting_offset), timestamp)
+        if found is None:
+            return None
+        _, position, data = found
+        header = parse_header(data, 0, position, self.log.path)
+        hit = find_timestamp(header, data, timestamp, starting_offset, path=self.log.path)
+        if hit is None:
+            return None
+        return TimestampAndOffset(hit[0], hit[1], header.partition_leader_epoch_or_none, position)
 
     # ------------------------------------------------------------- exact answers
 

@@ -1,0 +1,168 @@
+"""The one-call native lookups (`LogSegment.locate`, `_native.locate`) answer as the Python path does.
+
+`LocalLog.lookup_offset`, `resolve_offset`, `read` and `offset_for_timestamp` answer from one native
+call per segment when they can, and leave the rest to their `*_reference` methods, the answers
+of record. Here both are asked the same questions, on every partition Kafka wrote for the
+reference corpus, on `lookupd demo-data` (every codec) and on damaged copies, and must give the
+same answers or raise the same errors. Each test also checks that the native path did answer
+most questions, so a native path that always declined would fail it.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+
+import pytest
+
+import reference as R
+from lookupd.log import segment as segment_module
+from lookupd.log.locallog import LocalLog
+from lookupd.log.logmanager import LogManager
+from lookupd.tools.demo import generate
+
+pytestmark = pytest.mark.skipif(segment_module._locate is None and os.environ.get("CI") is None,
+                                reason="the C extension is not built")
+
+METHODS = ("lookup_offset", "resolve_offset", "read", "offset_for_timestamp")
+
+
+def outcome(fn, *args):
+    """An answer, or the type and message of the error raised."""
+    try:
+        return fn(*args)
+    except Exception as err:  # noqa: BLE001 - the error itself is what is compared
+        return type(err).__name__, str(err)
+
+
+class Counted:
+    """Counts calls of `_native.locate` that answered (not None)."""
+
+    def __init__(self, monkeypatch):
+        self.answered = 0
+        real = segment_module._locate
+
+        def counting(*args):
+            got = real(*args)
+            self.answered += got is not None and got is not False
+            return got
+
+        monkeypatch.setattr(segment_module, "_locate", counting)
+
+
+def questions(llog: LocalLog, rnd: random.Random, n: int) -> tuple[list[int], list[int]]:
+    """Offsets and timestamps to ask about: the edges of 150 batches (and of the first and last three), the
+    log's ends, beyond, and random ones."""
+    offsets, stamps = {0, 1, llog.log_start_offset, llog.log_end_offset, llog.log_end_offset + 1}, {0, 1}
+    headers = [h for seg in llog.segments() for h in seg.log.batches()]
+    for h in rnd.sample(headers, min(len(headers), 150)) + headers[:3] + headers[-3:]:
+        offsets |= {h.base_offset - 1, h.base_offset, h.last_offset, h.last_offset + 1}
+        if h.max_timestamp >= 0:
+            stamps |= {h.max_timestamp - 1, h.max_timestamp, h.max_timestamp + 1}
+    end = max(llog.log_end_offset, 1)
+    offsets |= {rnd.randrange(end) for _ in range(n)}
+    top = max(stamps)
+    stamps |= {rnd.randint(0, top + 1) for _ in range(n)}
+    return sorted(o for o in offsets if o >= 0), sorted(stamps)
+
+
+def compare(llog: LocalLog, offsets: list[int], stamps: list[int]) -> int:
+    """Ask both paths everything; return how many questions were asked."""
+    asked = 0
+    for o in offsets:
+        assert outcome(llog.lookup_offset, o) == outcome(llog.lookup_offset_reference, o), ("lookup_offset", o)
+        assert outcome(llog.resolve_offset, o) == outcome(llog.resolve_offset_reference, o), ("resolve_offset", o)
+        for max_bytes in (0, 1, 5000):
+            assert outcome(llog.read, o, max_bytes) == outcome(llog.read_reference, o, max_bytes), ("read", o, max_bytes)
+        asked += 5
+    for t in stamps:
+        assert outcome(llog.offset_for_timestamp, t) == outcome(llog.offset_for_timestamp_reference, t), \
+            ("offset_for_timestamp", t)
+        asked += 1
+    return asked
+
+
+def warm(llog: LocalLog) -> None:
+    """Open every segment and map its indexes (the native path answers only for segments in use)."""
+    for seg in llog.segments():
+        seg.offset_index.entries
+        seg.time_index.entries
+        seg.log.handle()
+
+
+def test_native_and_python_paths_agree_on_kafka_written_partitions(monkeypatch):
+    R.require()
+    counted = Counted(monkeypatch)
+    lm = LogManager([R.LOGS])
+    rnd = random.Random(7)
+    asked = 0
+    try:
+        for llog in lm.logs():
+            warm(llog)
+            offsets, stamps = questions(llog, rnd, 200)
+            asked += compare(llog, offsets, stamps)
+    finally:
+        lm.close()
+    assert counted.answered > asked // 3, (counted.answered, asked)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    d = str(tmp_path_factory.mktemp("native") / "demo")
+    generate(d, records=6000)
+    return d
+
+
+def test_native_and_python_paths_agree_on_every_codec(demo, monkeypatch):
+    counted = Counted(monkeypatch)
+    lm = LogManager([demo])
+    rnd = random.Random(3)
+    asked = 0
+    try:
+        for llog in lm.logs():
+            warm(llog)
+            offsets, stamps = questions(llog, rnd, 300)
+            asked += compare(llog, offsets, stamps)
+    finally:
+        lm.close()
+    assert counted.answered > asked // 2, (counted.answered, asked)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_native_and_python_paths_agree_on_damaged_logs(demo, tmp_path, seed):
+    """A copy of a demo partition with bytes of a `.log` and its offset index damaged: the same answers,
+    or the same CorruptRecordError or CorruptIndexError naming file and position."""
+    rnd = random.Random(seed)
+    src = os.path.join(demo, "orders-1")
+    clean = LogManager([demo])
+    try:
+        whole = clean.get("orders", 1)
+        end = whole.log_end_offset
+        first, last = whole.offset_for_timestamp(0).timestamp, whole.offset_for_timestamp(-3).timestamp
+    finally:
+        clean.close()
+    dst = tmp_path / "logs" / "orders-1"
+    shutil.copytree(src, dst)
+    bases = sorted(int(n[:20]) for n in os.listdir(dst) if n.endswith(".log"))
+    base = rnd.choice(bases[:-1])  # a rolled segment
+    for suffix, hits in ((".log", rnd.randint(1, 4)), (".index", rnd.randint(0, 2))):
+        path = dst / f"{base:020d}{suffix}"
+        data = bytearray(path.read_bytes())
+        for _ in range(hits):
+            if data:
+                i = rnd.randrange(min(len(data), 4096))  # near the start, where the headers and entries are
+                data[i] ^= 1 << rnd.randrange(8)
+        path.write_bytes(bytes(data))
+    lm = LogManager([str(tmp_path / "logs")])
+    try:
+        llog = lm.get("orders", 1)
+        try:
+            warm(llog)
+        except Exception:  # noqa: BLE001 - a damaged index may refuse to map; the paths still must agree
+            pass
+        # random questions in the partition's range: its damaged batches may not parse
+        compare(llog, sorted({rnd.randrange(end + 2) for _ in range(150)}),
+                sorted({rnd.randint(first - 1, last + 1) for _ in range(60)}))
+    finally:
+        lm.close()
