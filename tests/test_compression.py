@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import random
 import struct
 import zlib
 
@@ -121,6 +122,48 @@ def test_zstd_streaming_and_multi_frame():
     skippable = struct.pack("<II", 0x184D2A50, 3) + b"abc"
     two = compress(Compression.ZSTD, b"one ") + skippable + compress(Compression.ZSTD, b"two")
     assert decompress(Compression.ZSTD, two) == b"one two"
+
+
+@pytest.mark.parametrize("content_size", [True, False])
+def test_zstd_one_frame_through_zstandard_as_cramjam(monkeypatch, content_size):
+    """One frame (what Kafka's producer writes) goes to zstandard's per-thread context: the same bytes, or
+    the same error, as the cramjam path alone (the reference, taken when zstandard is switched off)."""
+    import zstandard
+    from lookupd.format import compression
+
+    real = compression._zstd_context.decompressor
+    state = {"on": True, "used": 0}
+
+    class Switch:
+        def decompress(self, *args, **kwargs):
+            if not state["on"]:
+                raise zstandard.ZstdError("switched off: the cramjam path answers")
+            state["used"] += 1
+            return real.decompress(*args, **kwargs)
+
+    monkeypatch.setattr(compression._zstd_context, "decompressor", Switch())
+
+    def both(frame: bytes) -> list:
+        out = []
+        for on in (True, False):
+            state["on"] = on
+            try:
+                out.append(("ok", decompress(Compression.ZSTD, frame, position=POSITION)))
+            except CorruptRecordError as err:
+                out.append(("error", str(err)))
+        return out
+
+    rnd = random.Random(4)
+    for size in (0, 1, 1000, 200_000):
+        data = bytes(rnd.randrange(4) for _ in range(size))
+        frame = zstandard.ZstdCompressor(write_content_size=content_size).compress(data)
+        assert both(frame) == [("ok", data)] * 2
+        for _ in range(20):
+            damaged = bytearray(frame)
+            damaged[rnd.randrange(len(damaged))] ^= 1 << rnd.randrange(8)
+            native, reference = both(bytes(damaged))
+            assert native == reference
+    assert state["used"] >= 4
 
 
 def test_gzip_members_and_trailing_bytes():
