@@ -1,7 +1,7 @@
 """The one-call native lookups (`LogSegment.locate`, `_native.locate`) answer as the Python path does.
 
-`LocalLog.lookup_offset`, `resolve_offset`, `read` and `offset_for_timestamp` answer from one native
-call per segment when they can, and leave the rest to their `*_reference` methods, the answers
+`LocalLog.lookup_offset`, `resolve_offset`, `read`, `lookup_timestamp` and `offset_for_timestamp`
+answer from one native call per segment (two or three for timestamps) when they can, and leave the rest to their `*_reference` methods, the answers
 of record. Here both are asked the same questions, on every partition Kafka wrote for the
 reference corpus, on `lookupd demo-data` (every codec) and on damaged copies, and must give the
 same answers or raise the same errors. Each test also checks that the native path did answer
@@ -24,9 +24,6 @@ from lookupd.tools.demo import generate
 
 pytestmark = pytest.mark.skipif(segment_module._locate is None and os.environ.get("CI") is None,
                                 reason="the C extension is not built")
-
-METHODS = ("lookup_offset", "resolve_offset", "read", "offset_for_timestamp")
-
 
 def outcome(fn, *args):
     """An answer, or the type and message of the error raised."""
@@ -79,7 +76,9 @@ def compare(llog: LocalLog, offsets: list[int], stamps: list[int]) -> int:
     for t in stamps:
         assert outcome(llog.offset_for_timestamp, t) == outcome(llog.offset_for_timestamp_reference, t), \
             ("offset_for_timestamp", t)
-        asked += 1
+        assert outcome(llog.lookup_timestamp, t) == outcome(llog.lookup_timestamp_reference, t), \
+            ("lookup_timestamp", t)
+        asked += 2
     return asked
 
 

@@ -52,6 +52,8 @@ _LEGACY_V0 = struct.Struct(">qiIbb")
 _LEGACY_V1 = struct.Struct(">qiIbbq")
 _LAST_OFFSET_DELTA = struct.Struct(">i")
 _MAX_TIMESTAMP = struct.Struct(">q")
+_COUNT = struct.Struct(">i")  # v2 record count, at byte 57
+_CRC = struct.Struct(">I")  # v2 CRC32C, at byte 17
 
 COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_MASK = 0x08
@@ -264,6 +266,17 @@ def ensure_valid(header: BatchHeader, batch, path=None) -> None:
             path, header.position,
             f"record batch is corrupt (stored crc = {header.crc}, computed crc = {computed})",
         )
+
+
+def sound_v2_last_offset(buf, pos: int, size: int) -> int | None:
+    """The last offset of the v2 batch of `size` bytes at `pos` when `parse_header` and `ensure_valid`
+    would both accept it (its size holds a header, its record count is not negative, its CRC32C
+    matches), in a few operations; None otherwise, for them to say what is wrong."""
+    if buf[pos + MAGIC_OFFSET] != 2 or size < V2_HEADER_SIZE or _COUNT.unpack_from(buf, pos + 57)[0] < 0:
+        return None
+    if _crc32c.crc32c(memoryview(buf)[pos + V2_CRC_START:pos + size]) != _CRC.unpack_from(buf, pos + 17)[0]:
+        return None
+    return last_offset_at(buf, pos)
 
 
 def max_timestamp_at(buf, pos: int) -> int:

@@ -561,6 +561,8 @@ native_locate(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 bytes = log_size - at;
             if (bytes > (64 << 20))
                 Py_RETURN_NONE;
+            if (stop + bytes <= got)  /* all of it is in the chunk already read */
+                return Py_BuildValue("(LLy#)", base, (long long)at, (const char *)b, (Py_ssize_t)bytes);
             PyObject *data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)bytes);
             if (data == NULL)
                 return NULL;

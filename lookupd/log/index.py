@@ -894,13 +894,12 @@ class TimeIndex(AbstractIndex):
 
         return self._run(limit, search)
 
-    def floor_entry_fast(self, target_timestamp: int, limit: int | None = None) -> int | None:
-        """The offset of `lookup(target_timestamp, limit=limit)` in one native call, None when `lookup`
-        must answer."""
+    def lookup_fast(self, target_timestamp: int, limit: int | None = None) -> tuple[int, int] | None:
+        """`lookup(target_timestamp, limit=limit)` in one native call, None when `lookup` must answer."""
         found = self._entry_fast(target_timestamp, False, self._value_limit(limit))
         if found is None:
             return None
-        return self.base_offset + found[2] if found[0] >= 0 else self.base_offset
+        return (found[1], self.base_offset + found[2]) if found[0] >= 0 else (-1, self.base_offset)
 
     def lookup_many(self, targets, *, limit: int | None = None, ceiling: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Vectorised lookup: (timestamps, offsets) per target.

@@ -16,7 +16,7 @@ from typing import Callable, Iterator, NamedTuple, TypeVar
 
 import numpy as np
 
-from ..format.batch import parse_header
+from ..format.batch import ensure_valid, parse_header, sound_v2_last_offset, whole_frames
 from ..errors import INT64_MAX, CorruptDataError, InvalidArgument, OffsetOutOfRange, Unavailable, check_int64
 from ..format.names import parse_segment_file
 from .segment import LOCATE_BATCH, LOCATE_ENTRY, LOCATE_READ, LogSegment
@@ -338,9 +338,29 @@ class LocalLog:
             return len(bases) - 1
         return -1
 
+    def lookup_timestamp(self, timestamp: int, mode: str = "floor") -> TimeIndexPoint | None:
+        """Time-index-level floor or ceiling, in the segment ListOffsets would search. A floor in a
+        segment already open is two native calls (three in the active segment)."""
+        if mode == "floor" and type(timestamp) is int and 0 <= timestamp <= INT64_MAX:
+            try:
+                found = self._fast_time_segment(timestamp)
+                found = found.time_point_fast(timestamp) if found is not None else None
+            except FileNotFoundError:  # deleted meanwhile: the reference path lists again
+                found = None
+            if found is not None:
+                return TimeIndexPoint._make(found)
+        return self.lookup_timestamp_reference(timestamp, mode)
+
+    def _fast_time_segment(self, timestamp: int) -> LogSegment | None:
+        """The open segment ListOffsets would search for `timestamp` (an int in [0, int64 max]), None
+        when there is none or it is not open."""
+        v = SegmentList(self, self._bases)
+        i = self._timestamp_segment(v, timestamp)
+        return self._segments.get(v.bases[i]) if i >= 0 else None
+
     @_one_listing
-    def lookup_timestamp(self, v: SegmentList, timestamp: int, mode: str = "floor") -> TimeIndexPoint | None:
-        """Time-index-level floor or ceiling, in the segment ListOffsets would search."""
+    def lookup_timestamp_reference(self, v: SegmentList, timestamp: int, mode: str = "floor") -> TimeIndexPoint | None:
+        """`lookup_timestamp` in Python alone: the answer of record, which the native path must equal."""
         timestamp = _check_timestamp(timestamp)
         _check_mode(mode)
         i = self._timestamp_segment(v, timestamp)
@@ -404,16 +424,13 @@ class LocalLog:
         In a segment already open, when the first batch opened holds the record, a few native calls
         and the scan of that batch."""
         if type(timestamp) is int and 0 <= timestamp <= INT64_MAX:
-            v = SegmentList(self, self._bases)
             try:
-                i = self._timestamp_segment(v, timestamp)
-                seg = self._segments.get(v.bases[i]) if i >= 0 else None
-                found = seg.find_by_timestamp_fast(timestamp, v.log_start_offset) if seg is not None else None
-            except FileNotFoundError:
+                found = self._fast_time_segment(timestamp)
+                found = found.find_by_timestamp_fast(timestamp, self.log_start_offset) if found is not None else None
+            except FileNotFoundError:  # deleted meanwhile: the reference path lists again
                 found = None
             if found is not None:
-                return OffsetAndTimestamp(found.offset, found.timestamp, seg.base_offset, found.position,
-                                          found.leader_epoch)
+                return OffsetAndTimestamp._make(found)
         return self.offset_for_timestamp_reference(timestamp)
 
     @_one_listing
@@ -719,13 +736,14 @@ def int64_array(values, what: str) -> np.ndarray:
 
 def _whole_batches(data: bytes, position: int, seg: LogSegment) -> tuple[int, int]:
     """(bytes of whole batches at the front of `data`, next offset after them); each batch's checksum
-    is checked, so `read` never hands out a batch whose bytes were damaged on disk."""
-    from ..format.batch import ensure_valid, parse_header, whole_frames
-
+    is checked, so `read` never hands out a batch whose bytes were damaged on disk. A sound v2 batch
+    is passed in a few operations; any other is parsed and checked in full, which names its fault."""
     whole, next_offset = 0, -1
-    view = memoryview(data)
     for off, size in whole_frames(data, position, seg.log.path):
-        header = parse_header(data, off, position + off, seg.log.path)
-        ensure_valid(header, view[off:off + size], seg.log.path)
-        whole, next_offset = off + size, header.last_offset + 1
+        last = sound_v2_last_offset(data, off, size)
+        if last is None:
+            header = parse_header(data, off, position + off, seg.log.path)
+            ensure_valid(header, memoryview(data)[off:off + size], seg.log.path)
+            last = header.last_offset
+        whole, next_offset = off + size, last + 1
     return whole, next_offset

@@ -173,18 +173,34 @@ class LogSegment:
             raise WouldBlock()
         return found
 
-    def find_by_timestamp_fast(self, timestamp: int, starting_offset: int) -> TimestampAndOffset | None:
-        """`find_offset_by_timestamp` when the first batch it opens holds the answer, from two native calls
-        (three in the active segment) and the scan of that batch; None when the Python path must answer."""
+    def _time_floor_fast(self, timestamp: int) -> tuple[int, int] | None:
+        """`_time_floor` in one native call (two in the active segment), None when the Python path must
+        answer (and, for a corrupt index, degrade or report it as it does)."""
         if not 0 <= timestamp <= INT64_MAX:
             return None
         try:
-            floor = self.time_index.floor_entry_fast(timestamp, self.time_index_limit(self.log.size()))
-        except CorruptIndexError:  # the Python path degrades to a scan, and says so once
+            return self.time_index.lookup_fast(timestamp, self.time_index_limit(self.log.size()) if self.live else None)
+        except CorruptIndexError:
             return None
+
+    def time_point_fast(self, timestamp: int) -> tuple[int, int, int, int] | None:
+        """(base offset, timestamp, offset, position) of the time index's floor entry and the offset index's
+        entry for its offset, as LocalLog.lookup_timestamp answers, from native calls; None when the
+        Python path must answer."""
+        floor = self._time_floor_fast(timestamp)
         if floor is None:
             return None
-        found = self.locate(LOCATE_TIME, max(floor, starting_offset), timestamp)
+        entry = self.locate(LOCATE_ENTRY, floor[1])
+        return None if entry is None else (self.base_offset, floor[0], floor[1], entry[2])
+
+    def find_by_timestamp_fast(self, timestamp: int, starting_offset: int) -> tuple | None:
+        """`find_offset_by_timestamp` when the first batch it opens holds the answer, as (offset,
+        timestamp, base offset, position, leader epoch), from native calls and the scan of that
+        batch; None when the Python path must answer."""
+        floor = self._time_floor_fast(timestamp)
+        if floor is None:
+            return None
+        found = self.locate(LOCATE_TIME, max(floor[1], starting_offset), timestamp)
         if found is None:
             return None
         _, position, data = found
@@ -192,7 +208,7 @@ class LogSegment:
         hit = find_timestamp(header, data, timestamp, starting_offset, path=self.log.path)
         if hit is None:
             return None
-        return TimestampAndOffset(hit[0], hit[1], header.partition_leader_epoch_or_none, position)
+        return hit[1], hit[0], self.base_offset, position, header.partition_leader_epoch_or_none
 
     # ------------------------------------------------------------- exact answers
 
