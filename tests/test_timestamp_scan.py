@@ -35,9 +35,15 @@ def scan(batch: bytes, target: int, start: int, native: bool):
 
 
 def assert_alike(batch: bytes, targets, starts) -> None:
+    """The C scan, the Python scan and, where it answers, find_timestamp_plain (no header built) agree."""
     for target in targets:
         for start in starts:
-            assert scan(batch, target, start, True) == scan(batch, target, start, False), (target, start)
+            python = scan(batch, target, start, False)
+            assert scan(batch, target, start, True) == python, (target, start)
+            plain = rec.find_timestamp_plain(batch, target, start)
+            if plain is not None:
+                assert plain[:2] == python, (target, start)
+                assert plain[2] == parse_header(batch, 0).partition_leader_epoch_or_none
 
 
 def test_the_native_scan_is_built():
