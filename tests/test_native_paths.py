@@ -1,6 +1,6 @@
 """The one-call native lookups (`LogSegment.locate`, `_native.locate`) answer as the Python path does.
 
-`LocalLog.lookup_offset`, `resolve_offset`, `read`, `lookup_timestamp` and `offset_for_timestamp`
+`LocalLog.lookup_offset` (floor and ceiling), `resolve_offset`, `read`, `lookup_timestamp` and `offset_for_timestamp`
 answer from one native call per segment (two or three for timestamps) when they can, and leave the rest to their `*_reference` methods, the answers
 of record. Here both are asked the same questions, on every partition Kafka wrote for the
 reference corpus, on `lookupd demo-data` (every codec) and on damaged copies, and must give the
@@ -68,11 +68,13 @@ def compare(llog: LocalLog, offsets: list[int], stamps: list[int]) -> int:
     """Ask both paths everything; return how many questions were asked."""
     asked = 0
     for o in offsets:
-        assert outcome(llog.lookup_offset, o) == outcome(llog.lookup_offset_reference, o), ("lookup_offset", o)
+        for mode in ("floor", "ceiling"):
+            assert outcome(llog.lookup_offset, o, mode) == outcome(llog.lookup_offset_reference, o, mode), \
+                ("lookup_offset", o, mode)
         assert outcome(llog.resolve_offset, o) == outcome(llog.resolve_offset_reference, o), ("resolve_offset", o)
         for max_bytes in (0, 1, 5000):
             assert outcome(llog.read, o, max_bytes) == outcome(llog.read_reference, o, max_bytes), ("read", o, max_bytes)
-        asked += 5
+        asked += 6
     for t in stamps:
         assert outcome(llog.offset_for_timestamp, t) == outcome(llog.offset_for_timestamp_reference, t), \
             ("offset_for_timestamp", t)

@@ -125,16 +125,16 @@ def locate_checks(rnd: random.Random, data: bytes, log_path: str) -> str | None:
     fd = fr.handle().fd
     try:
         for target in (0, 5, rnd.randrange(1 << 16), 1 << 40):
-            for kind in range(4):
+            for kind in range(5):
                 extra = rnd.choice([0, 1, 100, 1 << 20]) if kind != 3 else rnd.choice([0, 1 << 40, -1])
                 live = rnd.random() < 0.3
                 got = native.locate(kind, bytes(index), len(entries), 1, live, fd, 0, target, extra, False)
                 if got is None:
                     continue
                 LOCATED[0] += 1
-                entry = native.entry(bytes(index), len(entries), 8, 4, target, 1, False, len(data), live)
+                entry = native.entry(bytes(index), len(entries), 8, 4, target, 1, kind == 4, len(data), live)
                 start = entry[2] if entry[0] >= 0 else 0
-                if kind == 0:
+                if kind in (0, 4):
                     want = (0, entry[1] if entry[0] >= 0 else 0, start)
                 else:
                     found = swapped(False, lambda: fr.find_batch(extra if kind == 3 else target, start, len(data),

@@ -479,16 +479,18 @@ read_at(int fd, unsigned char *buf, Py_ssize_t size, int64_t pos, int nowait)
     return got;
 }
 
-enum { LOCATE_ENTRY, LOCATE_BATCH, LOCATE_READ, LOCATE_TIME };
+enum { LOCATE_ENTRY, LOCATE_BATCH, LOCATE_READ, LOCATE_TIME, LOCATE_CEILING };
 
 /*
  * locate(kind, index, n, warm, live, fd, base_offset, offset, extra, nowait) -> tuple | None | False
  *
  * One lookup in one segment, in one call: the offset index's floor entry for `offset` (the index
  * buffer holds n valid entries, as `entry` takes them, with the `.log`'s current size as value
- * limit), then for every kind but ENTRY the walk of batch headers in the `.log` (descriptor fd)
+ * limit), then for BATCH, READ and TIME the walk of batch headers in the `.log` (descriptor fd)
  * from that entry's position. By kind:
  *   ENTRY (0): (base_offset, entry offset, position), the floor entry (OffsetIndex.lookup);
+ *   CEILING (4): (base_offset, entry offset, position) of the least entry >= offset (ceiling_entry),
+ *              None when there is none;
  *   BATCH (1): (base_offset, batch base offset, last offset, position, size) of the first batch whose
  *              last offset >= offset (LogSegment.translateOffset);
  *   READ (2):  (base_offset, position, bytes) of that batch: max(extra, its size) bytes from it, fewer
@@ -510,7 +512,7 @@ native_locate(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "locate() takes 10 arguments");
         return NULL;
     }
-    if (int_arg(args, 0, LOCATE_ENTRY, LOCATE_TIME, &kind) || int_arg(args, 2, 0, PY_SSIZE_T_MAX, &n) ||
+    if (int_arg(args, 0, LOCATE_ENTRY, LOCATE_CEILING, &kind) || int_arg(args, 2, 0, PY_SSIZE_T_MAX, &n) ||
         int_arg(args, 3, 0, PY_SSIZE_T_MAX, &warm) || (live = PyObject_IsTrue(args[4])) < 0 ||
         int_arg(args, 5, 0, INT_MAX, &fd) || int_arg(args, 6, 0, LLONG_MAX, &base) ||
         int_arg(args, 7, 0, LLONG_MAX, &offset) || int_arg(args, 8, LLONG_MIN, LLONG_MAX, &extra) ||
@@ -524,14 +526,16 @@ native_locate(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     Py_ssize_t slot;
     int64_t key, value;
-    int usable = index_entry(view.buf, view.len, n, 8, 4, offset - base, warm, 0, log_size, live, &slot, &key, &value);
+    int ceiling = kind == LOCATE_CEILING;
+    int usable = index_entry(view.buf, view.len, n, 8, 4, offset - base, warm, ceiling, log_size, live, &slot, &key,
+                             &value);
     PyBuffer_Release(&view);
-    if (!usable)
+    if (!usable || (ceiling && slot < 0))
         Py_RETURN_NONE;
     int64_t pos = slot >= 0 ? value : 0;
     if (pos < 0)
         Py_RETURN_NONE;
-    if (kind == LOCATE_ENTRY)
+    if (kind == LOCATE_ENTRY || ceiling)
         return Py_BuildValue("(LLL)", base, slot >= 0 ? base + key : base, (long long)pos);
     int by_timestamp = kind == LOCATE_TIME;
     int64_t target = by_timestamp ? extra : offset;

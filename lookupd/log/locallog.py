@@ -19,7 +19,7 @@ import numpy as np
 from ..format.batch import ensure_valid, parse_header, sound_v2_last_offset, whole_frames
 from ..errors import INT64_MAX, CorruptDataError, InvalidArgument, OffsetOutOfRange, Unavailable, check_int64
 from ..format.names import parse_segment_file
-from .segment import LOCATE_BATCH, LOCATE_ENTRY, LOCATE_READ, LogSegment
+from .segment import LOCATE_BATCH, LOCATE_CEILING, LOCATE_ENTRY, LOCATE_READ, LogSegment
 from .txnindex import AbortedTxn
 
 log = logging.getLogger(__name__)
@@ -276,14 +276,17 @@ class LocalLog:
 
     def lookup_offset(self, offset: int, mode: str = "floor") -> IndexPoint | None:
         """Floor or ceiling over the partition's index points: each segment start (position 0)
-        and every offset-index entry. A floor in a segment already open is one native call."""
-        if mode == "floor" and type(offset) is int and 0 <= offset <= INT64_MAX:
+        and every offset-index entry. In a segment already open, one native call (a ceiling past the
+        segment's last entry, in the next segment, is the reference path's)."""
+        if type(offset) is int and 0 <= offset <= INT64_MAX and (mode == "floor" or mode == "ceiling"):
             bases = self._bases
             i = bisect.bisect_right(bases, offset) - 1
             seg = self._segments.get(bases[i]) if i >= 0 else None
             if seg is not None:
+                if mode == "ceiling" and offset <= seg.base_offset:
+                    return IndexPoint(seg.base_offset, seg.base_offset, 0)
                 try:
-                    found = seg.locate(LOCATE_ENTRY, offset)
+                    found = seg.locate(LOCATE_ENTRY if mode == "floor" else LOCATE_CEILING, offset)
                 except FileNotFoundError:  # deleted meanwhile: the reference path lists again
                     found = None
                 if found is not None:

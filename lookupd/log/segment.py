@@ -29,7 +29,7 @@ except ImportError:  # built without a C compiler: every lookup takes the Python
 log = logging.getLogger(__name__)
 
 # What `LogSegment.locate` finds (kinds of `_native.locate`).
-LOCATE_ENTRY, LOCATE_BATCH, LOCATE_READ, LOCATE_TIME = range(4)
+LOCATE_ENTRY, LOCATE_BATCH, LOCATE_READ, LOCATE_TIME, LOCATE_CEILING = range(5)
 
 
 class TimestampAndOffset(NamedTuple):
@@ -157,7 +157,7 @@ class LogSegment:
     def locate(self, kind: int, offset: int, extra: int = 0) -> tuple | None:
         """A lookup in this segment in one native call (`_native.locate`: index entry, header walk, read),
         for an offset in [0, int64 max]: by kind, (base offset, entry offset, position) as
-        `offset_index_lookup`; (base offset, batch base offset, last offset, position, size) as
+        `offset_index_lookup` (LOCATE_CEILING: of the least entry >= offset, as `ceiling_entry`); (base offset, batch base offset, last offset, position, size) as
         `translate_offset`; (base offset, position, bytes) as `read` with min_one_message, `extra`
         being max_size; (base offset, position, batch bytes) of the batch `find_offset_by_timestamp`
         opens first from `offset` for timestamp `extra`. None when the Python path must answer: no
