@@ -1,11 +1,12 @@
 """The one-call native lookups (`LogSegment.locate`, `_native.locate`) answer as the Python path does.
 
-`LocalLog.lookup_offset` (floor and ceiling), `resolve_offset`, `read`, `lookup_timestamp` and `offset_for_timestamp`
-answer from one native call per segment (two or three for timestamps) when they can, and leave the rest to their `*_reference` methods, the answers
-of record. Here both are asked the same questions, on every partition Kafka wrote for the
-reference corpus, on `lookupd demo-data` (every codec) and on damaged copies, and must give the
-same answers or raise the same errors. Each test also checks that the native path did answer
-most questions, so a native path that always declined would fail it.
+`LocalLog.lookup_offset` (floor and ceiling), `resolve_offset`, `read`, `lookup_timestamp` and
+`offset_for_timestamp` answer from one native call per segment (two or three for timestamps) when
+they can, and leave the rest to their `*_reference` methods, the answers of record. Here both are
+asked the same questions, on every partition Kafka wrote for the reference corpus, on `lookupd
+demo-data` (every codec) and on damaged copies, and must give the same answers or raise the same
+errors. Each test also checks that the native path did answer most questions, so a native path that
+always declined would fail it.
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ def compare(llog: LocalLog, offsets: list[int], stamps: list[int]) -> int:
                 ("lookup_offset", o, mode)
         assert outcome(llog.resolve_offset, o) == outcome(llog.resolve_offset_reference, o), ("resolve_offset", o)
         for max_bytes in (0, 1, 5000):
-            assert outcome(llog.read, o, max_bytes) == outcome(llog.read_reference, o, max_bytes), ("read", o, max_bytes)
+            assert outcome(llog.read, o, max_bytes) == outcome(llog.read_reference, o, max_bytes), \
+                ("read", o, max_bytes)
         asked += 6
     for t in stamps:
         assert outcome(llog.offset_for_timestamp, t) == outcome(llog.offset_for_timestamp_reference, t), \
@@ -92,20 +94,26 @@ def warm(llog: LocalLog) -> None:
         seg.log.handle()
 
 
-def test_native_and_python_paths_agree_on_kafka_written_partitions(monkeypatch):
-    R.require()
+def compare_partitions(log_dir: str, monkeypatch, seed: int, randoms: int) -> tuple[int, int]:
+    """Both paths over every partition of `log_dir`, warm: (questions the native path answered, asked)."""
     counted = Counted(monkeypatch)
-    lm = LogManager([R.LOGS])
-    rnd = random.Random(7)
+    lm = LogManager([log_dir])
+    rnd = random.Random(seed)
     asked = 0
     try:
         for llog in lm.logs():
             warm(llog)
-            offsets, stamps = questions(llog, rnd, 200)
+            offsets, stamps = questions(llog, rnd, randoms)
             asked += compare(llog, offsets, stamps)
     finally:
         lm.close()
-    assert counted.answered > asked // 3, (counted.answered, asked)
+    return counted.answered, asked
+
+
+def test_native_and_python_paths_agree_on_kafka_written_partitions(monkeypatch):
+    R.require()
+    answered, asked = compare_partitions(R.LOGS, monkeypatch, 7, 200)
+    assert answered > asked // 3, (answered, asked)
 
 
 @pytest.fixture(scope="module")
@@ -116,18 +124,8 @@ def demo(tmp_path_factory):
 
 
 def test_native_and_python_paths_agree_on_every_codec(demo, monkeypatch):
-    counted = Counted(monkeypatch)
-    lm = LogManager([demo])
-    rnd = random.Random(3)
-    asked = 0
-    try:
-        for llog in lm.logs():
-            warm(llog)
-            offsets, stamps = questions(llog, rnd, 300)
-            asked += compare(llog, offsets, stamps)
-    finally:
-        lm.close()
-    assert counted.answered > asked // 2, (counted.answered, asked)
+    answered, asked = compare_partitions(demo, monkeypatch, 3, 300)
+    assert answered > asked // 2, (answered, asked)
 
 
 @pytest.mark.parametrize("seed", range(12))

@@ -486,7 +486,8 @@ def test_sound_v2_last_offset_accepts_exactly_what_the_full_check_accepts(data):
     CRC check accept, with the same last offset; every other batch goes to the full check."""
     from lookupd.format.batch import sound_v2_last_offset
 
-    recs = [(1000 + i, b"k%d" % i, b"v" * data.draw(st.integers(0, 50)), ()) for i in range(data.draw(st.integers(1, 5)))]
+    recs = [(1000 + i, b"k%d" % i, b"v" * data.draw(st.integers(0, 50)), ())
+            for i in range(data.draw(st.integers(1, 5)))]
     batch = bytearray(build_batch(recs, base_offset=data.draw(st.integers(0, 1 << 40)),
                                   compression=data.draw(st.sampled_from(list(Compression)))))
     for _ in range(data.draw(st.integers(0, 3))):

@@ -260,12 +260,14 @@ def main() -> int:
         data = mutate(rnd, pool)
         got = outcome(data, True)
         if got != outcome(data, False) or lines(data, True) != lines(data, False) or \
-                scans_outcome(data, log_path, True) != scans_outcome(data, log_path, False) or \
-                (why := locate_checks(rnd, data, log_path)) is not None:
+                scans_outcome(data, log_path, True) != scans_outcome(data, log_path, False):
+            why = "the decoders, the renderers or the scans disagree"
+        else:
+            why = locate_checks(rnd, data, log_path)
+        if why is not None:
             path = f"crash-{n}"
             open(path, "wb").write(data)
-            print(f"disagreement on input {n} (seed {args.seed}), written to {path}", file=sys.stderr)
-            print(locate_checks(random.Random(0), data, log_path) or "", file=sys.stderr)
+            print(f"disagreement on input {n} (seed {args.seed}), written to {path}: {why}", file=sys.stderr)
             return 1
         n += 1
         errors += isinstance(got, str)

@@ -156,12 +156,15 @@ class LogSegment:
 
     def locate(self, kind: int, offset: int, extra: int = 0) -> tuple | None:
         """A lookup in this segment in one native call (`_native.locate`: index entry, header walk, read),
-        for an offset in [0, int64 max]: by kind, (base offset, entry offset, position) as
-        `offset_index_lookup` (LOCATE_CEILING: of the least entry >= offset, as `ceiling_entry`); (base offset, batch base offset, last offset, position, size) as
-        `translate_offset`; (base offset, position, bytes) as `read` with min_one_message, `extra`
-        being max_size; (base offset, position, batch bytes) of the batch `find_offset_by_timestamp`
-        opens first from `offset` for timestamp `extra`. None when the Python path must answer: no
-        native code, an index not mapped or in doubt, anything the walk leaves to the reference walk."""
+        for an offset in [0, int64 max]. By kind, as the Python path would answer:
+        LOCATE_ENTRY and LOCATE_CEILING: (base offset, entry offset, position) of the floor entry
+        (`offset_index_lookup`) or of the least entry >= offset (`ceiling_entry`);
+        LOCATE_BATCH: (base offset, batch base offset, last offset, position, size) (`translate_offset`);
+        LOCATE_READ: (base offset, position, bytes) (`read` with min_one_message, max_size `extra`);
+        LOCATE_TIME: (base offset, position, batch bytes) of the batch `find_offset_by_timestamp`
+        opens first from `offset` for timestamp `extra`.
+        None when the Python path must answer: no native code, an index not mapped or in doubt,
+        anything the walk leaves to the reference walk."""
         if _locate is None:
             return None
         st = self.offset_index.native_view()
@@ -179,7 +182,8 @@ class LogSegment:
         if not 0 <= timestamp <= INT64_MAX:
             return None
         try:
-            return self.time_index.lookup_fast(timestamp, self.time_index_limit(self.log.size()) if self.live else None)
+            limit = self.time_index_limit(self.log.size()) if self.live else None
+            return self.time_index.lookup_fast(timestamp, limit)
         except CorruptIndexError:
             return None
 
