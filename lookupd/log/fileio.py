@@ -32,6 +32,7 @@ class _Mode(threading.local):
 
 
 _mode = _Mode()
+mode = _mode  # `mode.on`: whether this thread is in non-blocking mode, a call cheaper than is_nonblocking()
 _NOWAIT = getattr(os, "RWF_NOWAIT", None)
 
 

@@ -9,7 +9,7 @@ the FUSE mount, the Spark reader) goes through it.
 from __future__ import annotations
 
 import struct
-from typing import Iterator, NamedTuple
+from typing import Callable, Iterator, NamedTuple
 
 from ..format.batch import (HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, MAGIC_OFFSET, V2_HEADER_SIZE, BatchHeader,
                             frame_size, last_offset_at, max_timestamp_at, parse_header)
@@ -99,9 +99,8 @@ class FileRecords:
     def __init__(self, path: str, cache=None):
         self.path = path
         self._file = LazyHandle(path, cache)
-
-    def handle(self) -> FileHandle:
-        return self._file.get()
+        # handle(): the open handle, opened on first use (LazyHandle.get itself: a call fewer per lookup)
+        self.handle: Callable[[], FileHandle] = self._file.get
 
     def close(self) -> None:
         self._file.close()

@@ -46,7 +46,7 @@ import numpy as np
 
 from ..errors import INT64_MAX, INT64_MIN, CorruptIndexError
 from .search import Layout, kafka_slot, search_sorted
-from .fileio import WouldBlock, is_nonblocking
+from .fileio import WouldBlock, is_nonblocking, mode as _nonblocking
 
 try:
     from . import _native
@@ -527,7 +527,7 @@ class AbstractIndex:
         if st is None or st.entries < 2 or st.fault is not None or not SIGBUS_GUARD or \
                 (self._verify is not None and st is not self._checked):
             return None
-        if is_nonblocking():
+        if _nonblocking.on:
             self._check_resident(st)  # as _view does: WouldBlock unless the pages are in memory
         if self._cache is not None:
             self._cache.touch(self)

@@ -15,7 +15,7 @@ from typing import NamedTuple
 from ..format.batch import V2_HEADER_SIZE, parse_header
 from ..format.records import find_timestamp, find_timestamp_plain
 from ..errors import INT64_MAX, CorruptIndexError, CorruptRecordError, LookupdError
-from .fileio import WouldBlock, is_nonblocking
+from .fileio import WouldBlock, mode as _nonblocking
 from .filerecords import FileRecords, LogOffsetPosition
 from .index import OffsetIndex, TimeIndex
 from ..format.names import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, segment_file_name
@@ -171,7 +171,7 @@ class LogSegment:
         if st is None:
             return None
         found = _locate(kind, st.mapping.mm, st.entries, self.offset_index.warm_entries, self.live,
-                        self.log.handle().fd, self.base_offset, offset, extra, is_nonblocking())
+                        self.log.handle().fd, self.base_offset, offset, extra, _nonblocking.on)
         if found is False:
             raise WouldBlock()
         return found
