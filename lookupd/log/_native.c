@@ -378,18 +378,6 @@ native_resident(PyObject *self, PyObject *args)
 #define MAX_TIMESTAMP_NEED 61       /* bytes of a header holding a v2 batch's max timestamp */
 
 /*
- * find_batch(buffer, end, target, by_timestamp) -> (stop, found)
- *
- * FileRecords.searchForOffsetWithSize's walk (and searchForTimestamp's, by_timestamp) over the
- * batch headers in `buffer`, which holds the log from where the walk starts; `end` is how many
- * bytes of the log there are from there. Returns (offset in buffer, True) of the first batch
- * whose last offset (max timestamp: v2 field, v1 message timestamp, v0 none) is >= target, else
- * (offset, False) of the first batch it leaves to the caller: one whose header is not all in the
- * buffer, with a size below the minimum, running past `end`, starting fewer than 17 bytes before
- * `end`, or whose last offset is past int64. The caller's reference walk (read_frames) goes on
- * from there and makes the same decisions, errors included. Reads stay inside the buffer.
- */
-/*
  * The walk itself over buf[0, len), `end` bytes of log from buf[0]: sets *stop to the batch it stopped
  * at and returns whether that batch is the one looked for (see find_batch).
  */
@@ -422,6 +410,18 @@ walk_headers(const unsigned char *buf, Py_ssize_t len, Py_ssize_t end, int64_t t
     return found;
 }
 
+/*
+ * find_batch(buffer, end, target, by_timestamp) -> (stop, found)
+ *
+ * FileRecords.searchForOffsetWithSize's walk (and searchForTimestamp's, by_timestamp) over the
+ * batch headers in `buffer`, which holds the log from where the walk starts; `end` is how many
+ * bytes of the log there are from there. Returns (offset in buffer, True) of the first batch
+ * whose last offset (max timestamp: v2 field, v1 message timestamp, v0 none) is >= target, else
+ * (offset, False) of the first batch it leaves to the caller: one whose header is not all in the
+ * buffer, with a size below the minimum, running past `end`, starting fewer than 17 bytes before
+ * `end`, or whose last offset is past int64. The caller's reference walk (read_frames) goes on
+ * from there and makes the same decisions, errors included. Reads stay inside the buffer.
+ */
 static PyObject *
 native_find_batch(PyObject *self, PyObject *args)
 {
@@ -438,8 +438,9 @@ native_find_batch(PyObject *self, PyObject *args)
 
 /* ------------------------------------------------------------------ one call per lookup */
 
+/* The chunks the walk reads, as filerecords.FIRST_SCAN_BYTES and HEADER_SCAN_BYTES (and for the same reasons). */
 #define FIRST_CHUNK (4096 + 64)     /* one index interval (4 KiB by default) and a header more */
-#define NEXT_CHUNK (16 * 1024)      /* filerecords.HEADER_SCAN_BYTES */
+#define NEXT_CHUNK (16 * 1024)
 #define WOULD_BLOCK (-2)
 
 /*
