@@ -87,8 +87,7 @@ def _logging(args) -> None:
 
 
 def mount(args) -> int:
-    from fuse import FUSE
-
+    from .binding import KafkaFUSE
     from .catalog import Catalog
     from .daemon import DaemonLink
     from .ops import MAX_READ, KafkaFS
@@ -114,7 +113,7 @@ def mount(args) -> int:
     catalog = Catalog(DaemonLink(address, token=token, timeout=args.timeout), log_dirs=args.log_dirs,
                       same_host=same_host, ttl=args.ttl)
     try:
-        FUSE(KafkaFS(catalog), mountpoint, raw_fi=True, foreground=args.foreground, ro=True,
+        KafkaFUSE(KafkaFS(catalog), mountpoint, raw_fi=True, foreground=args.foreground, ro=True,
              default_permissions=True, allow_other=args.allow_other, auto_unmount=True, max_read=MAX_READ, max_readahead=READAHEAD,
              fsname="kafka-lookupd", subtype=FS_TYPE)
     except RuntimeError:

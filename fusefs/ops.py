@@ -205,8 +205,14 @@ class KafkaFS(Operations):
                 self._identities.popitem(last=False)
         return rolled and before == identity
 
-    def read(self, path: str, size: int, offset: int, fi) -> bytes:
-        return self._files[fi.fh].content.read(size, offset)
+    def read(self, path: str, buf: memoryview, offset: int, fi) -> int:
+        """Fill `buf` (libfuse's reply buffer: see fusefs.binding) from `offset`; how many bytes went in."""
+        content = self._files[fi.fh].content
+        if isinstance(content, LocalFile):
+            return content.read_into(buf, offset)
+        data = content.read(len(buf), offset)
+        buf[:len(data)] = data
+        return len(data)
 
     def release(self, path: str, fi) -> int:
         opened = self._files.pop(fi.fh, None)

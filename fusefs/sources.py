@@ -78,13 +78,20 @@ class Handles:
 
 
 class LocalFile:
-    """A raw segment file open in the mount: reads are `pread`s on the pinned descriptor."""
+    """A raw segment file open in the mount: reads are `preadv`s on the pinned descriptor."""
 
     def __init__(self, handle: FileHandle):
         self._handle = handle
 
-    def read(self, size: int, offset: int) -> bytes:
-        return self._handle.pread(size, offset)
+    def read_into(self, buf: memoryview, offset: int) -> int:
+        """`buf` filled from `offset` with one `preadv`, no copy on the way; short only at end of file."""
+        got = os.preadv(self._handle.fd, (buf,), offset)
+        while 0 < got < len(buf):
+            more = os.preadv(self._handle.fd, (buf[got:],), offset + got)
+            if not more:
+                break
+            got += more
+        return got
 
     def size(self) -> int:
         return self._handle.size()
