@@ -7,10 +7,10 @@ STAMP   := $(VENV)/.installed
 # The log dir `make run` serves; a sample is generated there when it does not exist.
 LOG_DIR ?= sample-data
 SOCKET  ?= run/lookupd.sock
-# Debian packages the tests and benchmarks drive for real: FUSE (fusepy loads libfuse.so.2),
+# Debian packages the tests and benchmarks drive for real: FUSE (fuse3: fusermount3 and libfuse3, which mfusepy loads),
 # jq and less (run against the mount), redis-server (the benchmark's reference service), util-linux's
 # setpriv, systemd's tools (systemd-analyze, systemd-socket-activate).
-DEB_PACKAGES := fuse3 libfuse2 jq less redis-server util-linux systemd
+DEB_PACKAGES := fuse3 jq less redis-server util-linux systemd
 
 # Spark examples (spark_client/): a daemon over $(LOG_DIR) on its own socket for the job's duration.
 SPARK_SOCKET ?= run/spark-lookupd.sock

@@ -67,9 +67,9 @@ SENTENCES = {
                     "rendering in process.",
     "fuse-bykey": "Finding every record with one key through `by-key/` runs at {fuse by-key scan vs in-process:.2f}x the speed of "
                   "the same scan in process.",
-    "fuse-ls": "`ls -lR` over thousands of segments costs one call into the FUSE process per entry (fusepy on libfuse 2 "
-               "gives the kernel one attribute and entry timeout for the whole mount, so nothing is cached longer "
-               "than `--ttl`); it takes seconds, not minutes.",
+    "fuse-ls": "`ls -lR` over thousands of segments: each directory listing carries its entries' attributes "
+               "(READDIRPLUS, libfuse 3), so the walk costs a few calls into the FUSE process per directory, not one "
+               "per file.",
     "spark-positions": "Resolving positions with columnar requests per task is {spark-positions-speedup:.0f}x faster than one "
                        "request per row, which is what makes `resolve_positions` usable on large DataFrames.",
     "spark-read": "The Spark source decodes into Arrow columns natively; on this 2-core machine, with Spark's own JVM sharing "

@@ -22,8 +22,7 @@ import threading
 import time
 from typing import Any, Callable, Hashable, NamedTuple
 
-from fuse import FuseOSError
-
+from .binding import FuseOSError
 from .daemon import DaemonLink
 
 log = logging.getLogger(__name__)

@@ -19,9 +19,6 @@ from lookupd.rpc.address import default_address, tcp_address
 from lookupd.rpc.client import Client
 from lookupd.errors import LookupdError, Unauthorized, Unavailable
 
-# How far the kernel reads ahead of a sequential reader, in FUSE reads it may have in flight at once: a
-# cold .log is then read from the disk while earlier pieces are being returned.
-READAHEAD = 4 << 20
 FS_TYPE = "fusefs"  # shows as fuse.fusefs in /proc/mounts
 
 
@@ -114,7 +111,7 @@ def mount(args) -> int:
                       same_host=same_host, ttl=args.ttl)
     try:
         KafkaFUSE(KafkaFS(catalog), mountpoint, raw_fi=True, foreground=args.foreground, ro=True,
-             default_permissions=True, allow_other=args.allow_other, auto_unmount=True, max_read=MAX_READ, max_readahead=READAHEAD,
+             default_permissions=True, allow_other=args.allow_other, auto_unmount=True, max_read=MAX_READ,
              fsname="kafka-lookupd", subtype=FS_TYPE)
     except RuntimeError:
         raise UsageError(f"mounting on {mountpoint} failed (libfuse said why just above)") from None

@@ -53,10 +53,10 @@ import re
 from datetime import datetime, timedelta, timezone
 from typing import NamedTuple
 
-from fuse import FuseOSError
-
 from lookupd.errors import INT64_MAX, InvalidArgument
 from lookupd.format.names import segment_file_name, validate_topic
+
+from .binding import FuseOSError
 
 RAW = ("log", "index", "timeindex", "txnindex")
 # Generated views of a segment, and the on-disk file each is made from (and shown beside).

@@ -23,6 +23,9 @@ import subprocess
 import pytest
 
 import reference as R
+from fusefs.catalog import Catalog
+from fusefs.daemon import DaemonLink
+from fusefs.ops import KafkaFS
 from test_fusefs_helpers import mounted
 
 PARTS = R.PARTITIONS
@@ -160,6 +163,29 @@ def test_listing(mnt):
         assert set(os.listdir(pdir(mnt, p))) == want, p
         assert os.listdir(pdir(mnt, p, "at-offset")) == [] and os.listdir(pdir(mnt, p, "at-time")) == []
         assert os.listdir(pdir(mnt, p, "by-key")) == [] and os.listdir(mnt.path(topic, "by-key")) == []
+
+
+@pytest.mark.parametrize("same_host", [True, False], ids=["local-files", "through-the-daemon"])
+def test_listings_carry_what_getattr_answers(mnt, same_host):
+    """A listing hands the kernel every entry's attributes (READDIRPLUS), made from one scan of the
+    partition: they must be exactly what getattr answers for each path, and the names what the mount lists."""
+    sock = mnt.cmd[mnt.cmd.index("--socket") + 1]
+    fs = KafkaFS(Catalog(DaemonLink(sock), log_dirs=[], same_host=same_host))
+    dirs = ["/", *{f"/{split(p)[0]}" for p in PARTS}, *(f"/{'/'.join(split(p))}" for p in PARTS)]
+    checked = 0
+    for path in dirs:
+        fh = fs("opendir", path)
+        entries = fs("readdir", path, fh)
+        assert fs("readdir", path, fh) is entries  # one listing per open, whatever offsets are asked
+        fs("releasedir", path, fh)
+        assert entries[:2] == [(".", None), ("..", None)]
+        if same_host:
+            assert sorted(n for n, _ in entries[2:]) == sorted(os.listdir(mnt.root + path)), path
+        for name, attrs in entries[2:]:
+            assert attrs is not None, (path, name)
+            assert attrs == fs("getattr", path.rstrip("/") + "/" + name, None), (path, name)
+            checked += 1
+    assert checked > 100
 
 
 @pytest.mark.parametrize("p", PARTS)
@@ -477,7 +503,9 @@ HOSTILE = {
     "...": errno.ENOENT,
     "x" * 250: errno.ENOENT,
     "x" * 300: errno.ENOENT,
-    "x" * 2000: errno.ENAMETOOLONG,  # FUSE's own limit on a name
+    # Past FUSE's classic 1,024-byte limit on a name: kernels with the limit refuse it themselves, newer ones
+    # (6.18 here, with libfuse 3) ask the mount, which finds no such name.
+    "x" * 2000: (errno.ENAMETOOLONG, errno.ENOENT),
     "bad\\topic/0": errno.ENOENT,
 }
 
@@ -487,6 +515,6 @@ def test_hostile_names_are_refused_without_harm(mnt):
         for attempt in (os.stat, read):
             with pytest.raises(OSError) as e:
                 attempt(mnt.path(name))
-            assert e.value.errno == want, (name[:60], attempt.__name__)
+            assert e.value.errno in (want if isinstance(want, tuple) else (want,)), (name[:60], attempt.__name__)
     assert sorted(os.listdir(mnt.root)) == sorted({split(p)[0] for p in PARTS})
     assert "Traceback" not in mnt.log

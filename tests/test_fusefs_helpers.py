@@ -22,13 +22,13 @@ FUSERMOUNT = shutil.which("fusermount") or shutil.which("fusermount3")
 
 
 def require_fuse() -> None:
-    """Skip unless this machine can mount FUSE file systems the way fusepy does."""
+    """Skip unless this machine can mount FUSE file systems the way fusefs does (libfuse 3)."""
     if not os.path.exists("/dev/fuse"):
         pytest.skip("no /dev/fuse: FUSE is not available on this machine")
     if FUSERMOUNT is None:
         pytest.skip("fusermount not found: install the fuse3 package")
-    if ctypes.util.find_library("fuse") is None:
-        pytest.skip("libfuse.so.2 not found (fusepy needs it): install the libfuse2 package")
+    if ctypes.util.find_library("fuse3") is None:
+        pytest.skip("libfuse3.so.3 not found (fusefs needs it): install the fuse3 package")
 
 
 def free_port() -> int:

@@ -7,9 +7,9 @@ import random
 import time
 
 import pytest
-from fuse import FuseOSError
 
 from fusefs import tree
+from fusefs.binding import FuseOSError
 from fusefs.catalog import Catalog, TTLCache
 from fusefs.daemon import DaemonLink
 from fusefs.ops import KafkaFS

@@ -20,11 +20,12 @@ import reference as R
 from daemon_helpers import RawPeer, short_dir, start_daemon, stop_daemon  # noqa: F401
 
 SLOW_FILE = "large-0/00000000000000000000.index"
+FUSERMOUNT = shutil.which("fusermount3") or shutil.which("fusermount")
 DELAY_PER_READ = 0.25  # seconds; the 1.6 MB index takes ~13 reads of 128 KiB
 
 FS = textwrap.dedent('''
     import errno, os, sys, time
-    from fuse import FUSE, FuseOSError, Operations
+    from mfusepy import FUSE, FuseOSError, Operations
 
     class SlowPassthrough(Operations):
         def __init__(self, root, slow, delay):
@@ -63,13 +64,13 @@ FS = textwrap.dedent('''
 @pytest.fixture
 def slow_logs(short_dir):
     R.require()
-    pytest.importorskip("fuse", reason="fusepy is not installed (pip install fusepy)")
-    if not os.path.exists("/dev/fuse") or shutil.which("fusermount") is None:
-        pytest.skip("FUSE is unavailable: needs /dev/fuse and fusermount (Debian packages fuse3 libfuse2)")
+    pytest.importorskip("mfusepy", reason="mfusepy is not installed (pip install mfusepy)")
+    if not os.path.exists("/dev/fuse") or FUSERMOUNT is None:
+        pytest.skip("FUSE is unavailable: needs /dev/fuse and fusermount3 (Debian package fuse3)")
     try:
-        import fuse  # noqa: F401 - loads libfuse.so.2
-    except (OSError, EnvironmentError) as err:
-        pytest.skip(f"fusepy cannot load libfuse2 ({err}): apt-get install libfuse2")
+        import mfusepy  # noqa: F401 - loads libfuse
+    except OSError as err:
+        pytest.skip(f"mfusepy cannot load libfuse ({err}): apt-get install fuse3")
     mnt = os.path.join(short_dir, "mnt")
     os.mkdir(mnt)
     script = os.path.join(short_dir, "slowfs.py")
@@ -86,7 +87,7 @@ def slow_logs(short_dir):
     try:
         yield mnt
     finally:
-        subprocess.run(["fusermount", "-u", "-z", mnt], capture_output=True)
+        subprocess.run([FUSERMOUNT, "-u", "-z", mnt], capture_output=True)
         try:
             proc.wait(10)
         except subprocess.TimeoutExpired:
