@@ -8,6 +8,7 @@ the FUSE mount, the Spark reader) goes through it.
 
 from __future__ import annotations
 
+import os
 import struct
 from typing import Callable, Iterator, NamedTuple
 
@@ -109,6 +110,13 @@ class FileRecords:
     def size(self) -> int:
         """Current size of the file in bytes (an fstat: the broker may be appending)."""
         return self._file.get().size()
+
+    def peek_size(self) -> int:
+        """The same, without opening the file when it is not open already (a stat of its path):
+        a listing of 10,000 segments then opens none of their logs, nor churns the IndexCache."""
+        if self._file.is_open:
+            return self._file.get().size()
+        return os.stat(self.path).st_size
 
     def read(self, position: int, size: int) -> bytes:
         """Bytes [position, position + size), fewer at end of file."""

@@ -550,8 +550,8 @@ class AbstractIndex:
         return self._KEY.unpack_from(mm, start)[0], self._VALUE.unpack_from(mm, start + self._KEY.size)[0]
 
     def _peek(self) -> tuple[int, bytes] | None:
-        """(whole entries in the file, the last one's bytes) read without mapping, or None when
-        the index is mapped already, missing, empty, or ends in a preallocated zero tail."""
+        """(whole entries in the file, the last one's bytes, b"" when there are none) read without
+        mapping, or None when the index is mapped already, missing, or ends in a preallocated zero tail."""
         if self._state is not None:
             return None
         if is_nonblocking():
@@ -565,6 +565,8 @@ class AbstractIndex:
             raw = os.pread(fd, self.ENTRY_SIZE, (n - 1) * self.ENTRY_SIZE) if n else b""
         finally:
             os.close(fd)
+        if n == 0:
+            return 0, b""  # empty: no entries, and no last one
         if len(raw) != self.ENTRY_SIZE or raw == self._ZERO:
             return None
         return n, raw
@@ -926,7 +928,7 @@ class TimeIndex(AbstractIndex):
         missing, empty or ends in a preallocated zero tail: use `last_entry` then.
         """
         peeked = self._peek()
-        if peeked is None:
+        if peeked is None or not peeked[0]:
             return None
         ts, rel = self._entry_raw(peeked[1], 0)
         return ts, self.base_offset + rel

@@ -282,7 +282,7 @@ class LogSegment:
         active segment's does not yet, so the batches after its last entry are scanned too
         (LogSegment.readLargestTimestamp).
         """
-        size = self.log.size()
+        size = self.log.peek_size()
         cached = self._cached_max_ts
         if cached is not None and cached[0] == size:
             return cached[1]
@@ -315,7 +315,7 @@ class LogSegment:
 
     def info(self) -> dict:
         """Summary for listings: counts of valid index entries, size, largest timestamp."""
-        size = self.log.size()
+        size = self.log.peek_size()
         # A rolled segment's trimmed indexes are counted from their sizes, without mapping them.
         oi = None if self.live else self.offset_index.peek_entries()
         ti = None if self.live else self.time_index.peek_entries()
