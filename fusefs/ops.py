@@ -38,7 +38,7 @@ from lookupd.errors import LookupdError
 from lookupd.format.names import segment_file_name
 from lookupd.sdnotify import sd_notify
 
-from . import tree
+from . import listing, tree
 from .binding import FuseOSError, Operations
 from .catalog import Catalog, PartitionInfo
 from .sources import Cursor, Handles, LocalFile, LocalSource, RemoteLog, RemoteSource
@@ -84,6 +84,7 @@ class KafkaFS(Operations):
         self.daemon = catalog.daemon
         self.handles = handles or Handles()
         self.renders = renders or RenderCache()
+        self.listings = listing.Listings()
         self.mounted_ns = time.time_ns()
         self._owner = {"st_uid": os.getuid(), "st_gid": os.getgid()}
         self._files: dict[int, OpenFile] = {}
@@ -295,35 +296,11 @@ class KafkaFS(Operations):
 
     def _segment_listing(self, part: PartitionInfo) -> list[tuple[str, dict | None]]:
         """Every segment's files and views, with the attributes `_segment_attrs` gives each, from one
-        scan of the partition directory (one listing call for 10,000 segments, not 60,000 getattrs)."""
-        segments = self.catalog.segments(part)
-        out: list[tuple[str, dict | None]] = []
+        scan of the partition directory (fusefs.listing), not one getattr per file."""
+        segments = self.catalog.segments(part).list
         if part.local_dir is None:
-            for seg in segments.list:
-                mtime_ns = seg.largest_timestamp * 1_000_000
-                out.append((segment_file_name(seg.base_offset, ".log"),
-                            self._file_attrs(seg.size, (seg.size + 511) // 512, mtime_ns)))
-                out.append((segment_file_name(seg.base_offset, ".records.jsonl"), self._file_attrs(0, 0, mtime_ns)))
-            return out
-        on_disk = {e.name: e for e in os.scandir(part.local_dir)}
-        for seg in segments.list:
-            mtime_ns = seg.largest_timestamp * 1_000_000
-            raw = []
-            for suffix in tree.RAW:
-                entry = on_disk.get(segment_file_name(seg.base_offset, "." + suffix))
-                if entry is None:
-                    continue
-                raw.append(suffix)
-                try:
-                    st = entry.stat()
-                    attrs = self._file_attrs(st.st_size, st.st_blocks, mtime_ns)
-                except OSError:  # deleted since the scan: looked up later, and ENOENT then
-                    attrs = None
-                out.append((entry.name, attrs))
-            for view, source in tree.VIEWS.items():
-                if source in raw:
-                    out.append((segment_file_name(seg.base_offset, "." + view), self._file_attrs(0, 0, mtime_ns)))
-        return out
+            return listing.remote_entries(segments, self._file_attrs)
+        return self.listings.entries(part.local_dir, segments, self._file_attrs)
 
     def _file_attrs(self, size: int, blocks: int, mtime_ns: int) -> dict:
         return self._attrs(stat.S_IFREG | 0o444, size=size, blocks=blocks, mtime_ns=mtime_ns)

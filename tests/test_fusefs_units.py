@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import ctypes
 import errno
+import os
 import random
 import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fusefs import tree
-from fusefs.binding import FuseOSError
-from fusefs.catalog import Catalog, TTLCache
+from fusefs import _fill
+from fusefs.binding import FuseOSError, c_stat, fill_dir, fill_stat, set_st_attrs
+from fusefs.catalog import Catalog, SegmentInfo, TTLCache
 from fusefs.daemon import DaemonLink
+from fusefs.listing import RACY_NS, Listings
 from fusefs.ops import KafkaFS
 from fusefs.stream import CHECKPOINT, Stream
 from fusefs.views import render
+from mfusepy import fuse_fill_dir_t
 from lookupd.format.batch import parse_header
 from lookupd.format.builder import build_batch
 
@@ -205,3 +212,106 @@ def test_the_class_refuses_writes_whatever_the_mount_options():
         with pytest.raises(FuseOSError) as e:
             call()
         assert e.value.errno == errno.EROFS
+
+
+ATTRS = st.fixed_dictionaries({}, optional={
+    "st_mode": st.integers(0, 2**32 - 1), "st_nlink": st.integers(0, 2**63 - 1),
+    "st_uid": st.integers(0, 2**32 - 1), "st_gid": st.integers(0, 2**32 - 1),
+    "st_size": st.integers(-2**63, 2**63 - 1), "st_blksize": st.integers(-2**63, 2**63 - 1),
+    "st_blocks": st.integers(-2**63, 2**63 - 1), "st_atime": st.integers(-2**62, 2**62),
+    "st_mtime": st.integers(-2**62, 2**62), "st_ctime": st.integers(-2**62, 2**62)})
+
+
+@given(ATTRS)
+def test_fill_stat_writes_what_set_st_attrs_does(attrs):
+    """The one-pack `struct stat` of listings and getattr, in Python and in C (fusefs._fill), against
+    mfusepy's field-by-field reference."""
+    want = c_stat()
+    set_st_attrs(want, attrs, use_ns=True)
+    for fill in (fill_stat, lambda s, a: _fill.fill_stat(ctypes.addressof(s), a)):
+        got = c_stat()
+        ctypes.memset(ctypes.byref(got), 0xA5, ctypes.sizeof(got))  # every byte not written must come out zero
+        fill(got, attrs)
+        assert bytes(got) == bytes(want)
+
+
+def _recorded_fill(fill, entries: list, start: int, plus: bool, room: int) -> tuple[int, list]:
+    """What `fill` hands a filler whose buffer holds `room` entries: (next index, [(name, stat bytes, off, flags)])."""
+    seen = []
+
+    def filler(buf, name, stp, off, flags):
+        seen.append((name, bytes(stp.contents) if stp else None, off, flags))
+        return int(len(seen) > room)
+
+    cb = fuse_fill_dir_t(filler)
+    if fill is fill_dir:
+        return fill(cb, None, entries, start, plus), seen
+    return fill(ctypes.cast(cb, ctypes.c_void_p).value, 0, entries, start, plus), seen
+
+
+@given(st.lists(st.tuples(st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"),
+                                  min_size=1, max_size=40), st.none() | ATTRS), max_size=30),
+       st.integers(0, 32), st.booleans(), st.integers(0, 40))
+def test_native_fill_dir_hands_libfuse_what_the_python_loop_does(entries, start, plus, room):
+    assert _recorded_fill(_fill.fill_dir, entries, start, plus, room) == _recorded_fill(fill_dir, entries, start, plus,
+                                                                                         room)
+
+
+def test_native_fill_refuses_what_is_not_a_listing():
+    cb = fuse_fill_dir_t(lambda *a: 0)
+    address = ctypes.cast(cb, ctypes.c_void_p).value
+    for entries, error in (([("a",)], TypeError), ([(1, None)], TypeError), ([("a", {"st_size": 2**70})], OverflowError),
+                           ([("a", {"st_size": "big"})], TypeError), ([("a", [])], TypeError)):
+        with pytest.raises(error):
+            _fill.fill_dir(address, 0, entries, 0, True)
+    with pytest.raises(ValueError):
+        _fill.fill_dir(0, 0, [], 0, True)
+
+
+def _segment(base: int, active: bool = False) -> SegmentInfo:
+    return SegmentInfo(base, 100, active, 1_700_000_000_000 + base, 0, 0)
+
+
+def _write(path: str, size: int) -> None:
+    with open(path, "wb") as f:
+        f.write(b"x" * size)
+
+
+def test_listing_snapshots_follow_the_directory(tmp_path):
+    """Rolled segments' entries are reused while the directory is unchanged, made anew when a file is
+    created, replaced (compaction's swap) or deleted in it, and not kept when taken right after a change;
+    the active segment's are always fresh."""
+    d = str(tmp_path)
+    for base in (0, 10, 20):
+        _write(os.path.join(d, f"{base:020d}.log"), 100 + base)
+        _write(os.path.join(d, f"{base:020d}.index"), 8)
+    segments = [_segment(0), _segment(10), _segment(20, active=True)]
+    listings = Listings()
+    attrs = lambda size, blocks, mtime: {"st_size": size, "st_mtime": mtime}  # noqa: E731
+
+    def sizes() -> dict[str, int]:
+        return {n: a["st_size"] for n, a in listings.entries(d, segments, attrs) if a is not None}
+
+    def age() -> None:  # the directory's last change well in the past: a snapshot is kept
+        os.utime(d, ns=(time.time_ns() - 10 * RACY_NS, time.time_ns() - 10 * RACY_NS))
+
+    first = sizes()
+    assert first[f"{0:020d}.log"] == 100 and first[f"{20:020d}.log"] == 120 and f"{0:020d}.records.jsonl" in first
+    # taken within RACY_NS of the files' creation: not kept, so an in-place change shows
+    _write(os.path.join(d, f"{0:020d}.log"), 5)
+    assert sizes()[f"{0:020d}.log"] == 5
+    age()
+    assert sizes()[f"{0:020d}.log"] == 5  # kept from here on
+    _write(os.path.join(d, f"{0:020d}.log"), 7)  # in place, which Kafka never does to a rolled segment
+    _write(os.path.join(d, f"{20:020d}.log"), 150)  # the active segment grows
+    assert sizes()[f"{0:020d}.log"] == 5 and sizes()[f"{20:020d}.log"] == 150
+    # compaction's swap: a new file renamed over the old name changes the directory
+    _write(os.path.join(d, "swap.tmp"), 42)
+    os.rename(os.path.join(d, "swap.tmp"), os.path.join(d, f"{10:020d}.log"))
+    assert sizes()[f"{10:020d}.log"] == 42
+    age()
+    os.unlink(os.path.join(d, f"{10:020d}.index"))  # retention
+    assert f"{10:020d}.index" not in sizes() and f"{10:020d}.index.txt" not in sizes()
+    age()
+    segments = segments[1:]  # the daemon no longer lists segment 0
+    assert f"{0:020d}.log" not in sizes()
