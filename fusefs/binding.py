@@ -7,10 +7,12 @@
   on import with what to install.
 * **Every call through `KafkaFS.__call__`.** mfusepy calls the file system's methods
   directly; fusefs maps its errors (the daemon's codes, corrupt data) to errno in one place.
-* **Reads into libfuse's own buffer.** mfusepy asks for a `bytes` and copies it. A 128 KiB
-  `bytes` per read is fresh memory every time (malloc hands out blocks that size by mmap),
-  and faulting its pages in cost more than the copy: a cold raw read through the mount
-  spent half its CPU there. `KafkaFS.read` gets the buffer as a writable memoryview.
+* **Raw reads by libfuse itself.** mfusepy's `read` asks for a `bytes` and copies it into
+  libfuse's buffer; a 128 KiB `bytes` per read, and the copies, were most of the mount's CPU
+  on a cold raw read. Here `read_buf` answers with the pinned descriptor of a raw local file
+  and a position, and libfuse splices the bytes from the page cache to the kernel
+  (FUSE_CAP_SPLICE_WRITE; it reads them into its own buffer where splicing is not offered).
+  Generated files are made into a malloc'd buffer that libfuse frees, through `KafkaFS.read`.
 * **Listings by offset, with attributes.** `KafkaFS.readdir` hands over the entries of a
   directory handle once (names and, where known, attributes); each READDIRPLUS asks for
   the next piece from an offset, as libfuse only passes attributes on in that mode. The
@@ -21,6 +23,7 @@
 from __future__ import annotations
 
 import ctypes
+import errno
 import functools
 import os
 import struct
@@ -28,7 +31,7 @@ import struct
 os.environ.setdefault("FUSE_LIBRARY_NAME", "fuse3")
 
 import mfusepy  # noqa: E402 - after choosing the library
-from mfusepy import FUSE, FuseOSError, Operations, c_stat, set_st_attrs  # noqa: E402,F401
+from mfusepy import FUSE, FuseOSError, Operations, c_off_t, c_stat, fuse_bufvec_p, set_st_attrs  # noqa: E402,F401
 
 try:
     from . import _fill  # the same as fill_stat and fill_dir below, in C
@@ -100,6 +103,23 @@ def fill_dir(filler, buf, entries: list, start: int, plus: bool) -> int:
     return len(entries)
 
 
+class _Buf(ctypes.Structure):  # struct fuse_buf
+    _fields_ = [("size", ctypes.c_size_t), ("flags", ctypes.c_int), ("mem", ctypes.c_void_p), ("fd", ctypes.c_int),
+                ("pos", c_off_t)]
+
+
+class _BufVec(ctypes.Structure):  # struct fuse_bufvec holding one buffer (its last member is buf[1])
+    _fields_ = [("count", ctypes.c_size_t), ("idx", ctypes.c_size_t), ("off", ctypes.c_size_t), ("buf", _Buf)]
+
+
+_BUF_IS_FD = 1 << 1  # enum fuse_buf_flags: the bytes are in a file
+_BUF_FD_SEEK = 1 << 2  # ... at buf.pos (a pread)
+_CAP_SPLICE_WRITE = 1 << 7  # FUSE_CAP_SPLICE_WRITE: replies may be spliced from a file to the kernel
+_libc = ctypes.CDLL(None)
+_libc.malloc.restype = ctypes.c_void_p  # libfuse frees what read_buf hands it with free()
+_libc.malloc.argtypes = [ctypes.c_size_t]
+_libc.free.argtypes = [ctypes.c_void_p]
+
 _READDIR_PLUS = 1 << 0  # enum fuse_readdir_flags: the kernel asked for READDIRPLUS
 _FILL_DIR_PLUS = 1 << 1  # enum fuse_fill_dir_flags: this entry's attributes are complete
 
@@ -133,11 +153,32 @@ class KafkaFUSE(FUSE):
     def init_fuse_3(self, conn, config):
         self._served = True
         conn.contents.max_read = self._max_read  # libfuse 3 refuses to mount unless init asks what the option did
+        conn.contents.want |= conn.contents.capable & _CAP_SPLICE_WRITE
         return super().init_fuse_3(conn, config)
 
-    def read(self, path, buf, size, offset, fip):
-        target = (ctypes.c_char * size).from_address(ctypes.addressof(buf.contents))
-        return self.operations.read(self._path(path), memoryview(target).cast("B"), offset, fip.contents)
+    def read_buf(self, path, bufpp, size, offset, fip):
+        fi = fip.contents
+        fd = self.operations.read_buf(self._path(path), fi)
+        vec = _libc.malloc(ctypes.sizeof(_BufVec))
+        mem = None if fd is not None else _libc.malloc(max(size, 1))
+        if not vec or fd is None and not mem:
+            _libc.free(vec)
+            _libc.free(mem)
+            return -errno.ENOMEM
+        if fd is not None:
+            buf = _Buf(size, _BUF_IS_FD | _BUF_FD_SEEK, None, fd, offset)
+        else:
+            try:
+                got = self.operations.read(self._path(path), memoryview((ctypes.c_char * size).from_address(mem)).cast("B"),
+                                           offset, fi)
+            except BaseException:
+                _libc.free(vec)
+                _libc.free(mem)
+                raise
+            buf = _Buf(got, 0, mem, -1, 0)
+        ctypes.memmove(vec, ctypes.byref(_BufVec(1, 0, 0, buf)), ctypes.sizeof(_BufVec))
+        bufpp[0] = ctypes.cast(vec, fuse_bufvec_p)
+        return 0
 
     def fgetattr(self, path, buf, fip):
         fh = fip.contents if fip else None

@@ -111,7 +111,7 @@ class KafkaFS(Operations):
         except LookupdError as err:  # the daemon unreachable, corrupt data
             self._warn(op, args, err)
         except FileNotFoundError:
-            raise FuseOSError(errno.EIO if op == "read" else errno.ENOENT) from None
+            raise FuseOSError(errno.EIO if op in ("read", "read_buf") else errno.ENOENT) from None
         except OSError as err:
             self._warn(op, args, err)
             raise FuseOSError(err.errno or errno.EIO) from None
@@ -211,12 +211,16 @@ class KafkaFS(Operations):
                 self._identities.popitem(last=False)
         return rolled and before == identity
 
-    def read(self, path: str, buf: memoryview, offset: int, fi) -> int:
-        """Fill `buf` (libfuse's reply buffer: see fusefs.binding) from `offset`; how many bytes went in."""
+    def read_buf(self, path: str, fi) -> int | None:
+        """The descriptor a read of the file open as `fi` takes its bytes from, libfuse reading them itself
+        (a raw local file: see fusefs.binding); None when `read` makes them."""
         content = self._files[fi.fh].content
-        if isinstance(content, LocalFile):
-            return content.read_into(buf, offset)
-        data = content.read(len(buf), offset)
+        return content.fd if isinstance(content, LocalFile) else None
+
+    def read(self, path: str, buf: memoryview, offset: int, fi) -> int:
+        """Fill `buf` (a buffer libfuse sends on) from `offset` of a generated file or a `.log` read through
+        the daemon; how many bytes went in."""
+        data = self._files[fi.fh].content.read(len(buf), offset)
         buf[:len(data)] = data
         return len(data)
 

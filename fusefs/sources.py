@@ -78,20 +78,15 @@ class Handles:
 
 
 class LocalFile:
-    """A raw segment file open in the mount: reads are `preadv`s on the pinned descriptor."""
+    """A raw segment file open in the mount: libfuse reads it from the pinned descriptor (fusefs.binding)."""
 
     def __init__(self, handle: FileHandle):
         self._handle = handle
 
-    def read_into(self, buf: memoryview, offset: int) -> int:
-        """`buf` filled from `offset` with one `preadv`, no copy on the way; short only at end of file."""
-        got = os.preadv(self._handle.fd, (buf,), offset)
-        while 0 < got < len(buf):
-            more = os.preadv(self._handle.fd, (buf[got:],), offset + got)
-            if not more:
-                break
-            got += more
-        return got
+    @property
+    def fd(self) -> int:
+        """The pinned descriptor: open while this file is."""
+        return self._handle.fd
 
     def size(self) -> int:
         return self._handle.size()
