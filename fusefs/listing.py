@@ -24,7 +24,7 @@ from . import tree
 from .catalog import SegmentInfo
 
 RACY_NS = 100_000_000  # 100 ms: far above any file system's timestamp granularity (ext4's is a jiffy)
-MAX_KEPT = 200_000  # entries kept over all partitions (about 80 MB); the least recently listed go first
+MAX_KEPT = 200_000  # entries kept over all partitions (about 350 bytes each: 70 MB); least recently listed go first
 
 Entry = tuple[str, "dict | None"]  # name, attributes (None: left to a lookup)
 FileAttrs = Callable[[int, int, int], dict]  # (size, blocks, mtime ns) -> getattr's answer
