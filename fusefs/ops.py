@@ -13,8 +13,7 @@ open to the next while they are the same file (see `_cache_kept`); the active se
 are read through the mount at every open, as it grows. Other files and directories carry the time of the mount.
 
 Errors: unknown paths ENOENT; offsets outside the partition ENOENT; writes of any kind
-EROFS (the mount is read-only, and fusepy's Operations refuses what is not defined
-here); the daemon unreachable or corrupt data: EIO, with the reason in the log (the same
+EROFS (the mount is read-only: the kernel refuses them before they reach here); the daemon unreachable or corrupt data: EIO, with the reason in the log (the same
 reason at most every 10 s). A segment deleted by retention is ENOENT from then on, but
 files opened before keep reading: raw files and generated views hold the descriptors of
 what they read (see fusefs.sources), index views read their entries at open.
@@ -35,7 +34,6 @@ from typing import NamedTuple
 
 from lookupd.rpc.client import RemoteError
 from lookupd.errors import LookupdError
-from lookupd.format.names import segment_file_name
 from lookupd.sdnotify import sd_notify
 
 from . import listing, tree

@@ -54,7 +54,7 @@ from datetime import datetime, timedelta, timezone
 from typing import NamedTuple
 
 from lookupd.errors import INT64_MAX, InvalidArgument
-from lookupd.format.names import segment_file_name, validate_topic
+from lookupd.format.names import validate_topic
 
 from .binding import FuseOSError
 
@@ -272,13 +272,6 @@ def parse(path: str) -> Node:
     if len(parts) == 4 and name in NAV_DIRS:
         return _nav(topic, partition, name, parts[3])
     raise _missing()
-
-
-def segment_names(base_offset: int, on_disk: set[str]) -> list[str]:
-    """What a partition directory lists for one segment: its files on disk and their views."""
-    names = [segment_file_name(base_offset, "." + s) for s in RAW if s in on_disk]
-    names += [segment_file_name(base_offset, "." + v) for v, s in VIEWS.items() if s in on_disk]
-    return names
 
 
 PARTITION_EXTRAS = [PARTITION_JSON, *NAV_DIRS]

@@ -17,7 +17,7 @@ from fusefs import _fill
 from fusefs.binding import FuseOSError, c_stat, fill_dir, fill_stat, set_st_attrs
 from fusefs.catalog import Catalog, SegmentInfo, TTLCache
 from fusefs.daemon import DaemonLink
-from fusefs.listing import RACY_NS, Listings
+from fusefs.listing import RACY_NS, Listings, local_entries
 from fusefs.ops import KafkaFS
 from fusefs.stream import CHECKPOINT, Stream
 from fusefs.views import render
@@ -78,9 +78,14 @@ def test_names_that_cannot_be(path, code):
 
 
 def test_listing_names():
-    assert tree.segment_names(7, {"log", "timeindex"}) == [
-        "00000000000000000007.log", "00000000000000000007.timeindex",
-        "00000000000000000007.records.jsonl", "00000000000000000007.timeindex.txt"]
+    """A segment lists its files on disk, then the views made from them."""
+    on_disk = {"00000000000000000007.log": 3, "00000000000000000007.timeindex": 12}
+    entries = local_entries([SegmentInfo(7, 3, False, 5, 0, 1)],
+                            lambda name: os.stat_result((0,) * 6 + (on_disk[name],) + (0,) * 3) if name in on_disk else None,
+                            lambda size, blocks, mtime_ns: (size, mtime_ns))
+    assert entries == [("00000000000000000007.log", (3, 5_000_000)), ("00000000000000000007.timeindex", (12, 5_000_000)),
+                       ("00000000000000000007.records.jsonl", (0, 5_000_000)),
+                       ("00000000000000000007.timeindex.txt", (0, 5_000_000))]
 
 
 def numbered(cursor: int):
