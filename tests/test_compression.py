@@ -166,6 +166,52 @@ def test_zstd_one_frame_through_zstandard_as_cramjam(monkeypatch, content_size):
     assert state["used"] >= 4
 
 
+def test_gzip_through_isal_as_zlib(monkeypatch):
+    """gzip goes to ISA-L: the same bytes, or the same error, as zlib alone (the reference, taken when isal
+    is switched off), for whole, multi-member, trailing-junk and damaged streams."""
+    from lookupd.format import compression
+
+    isal = compression.isal_zlib
+    assert isal is not None  # installed with the package: the fast path must be the one tested
+    state = {"on": True, "used": 0}
+
+    class Switch:
+        error = isal.error
+
+        @staticmethod
+        def decompressobj(*args):
+            if not state["on"]:
+                raise isal.error("switched off: the zlib path answers")
+            state["used"] += 1
+            return isal.decompressobj(*args)
+
+    monkeypatch.setattr(compression, "isal_zlib", Switch)
+
+    def both(stream: bytes) -> list:
+        out = []
+        for on in (True, False):
+            state["on"] = on
+            try:
+                out.append(("ok", decompress(Compression.GZIP, stream, position=POSITION)))
+            except CorruptRecordError as err:
+                out.append(("error", str(err)))
+        return out
+
+    rnd = random.Random(5)
+    for size in (0, 1, 1000, 200_000):
+        data = bytes(rnd.randrange(4) for _ in range(size))
+        for stream in (gzip.compress(data), gzip.compress(data) + gzip.compress(b"more"), gzip.compress(data) + b"junk"):
+            assert both(stream)[0] == both(stream)[1] and both(stream)[0][0] == "ok"
+            for _ in range(20):
+                damaged = bytearray(stream)
+                damaged[rnd.randrange(len(damaged))] ^= 1 << rnd.randrange(8)
+                fast, reference = both(bytes(damaged))
+                assert fast == reference
+            cut = stream[:rnd.randrange(len(stream))]
+            assert both(cut)[0] == both(cut)[1]
+    assert state["used"] >= 12
+
+
 def test_gzip_members_and_trailing_bytes():
     assert decompress(Compression.GZIP, gzip.compress(b"a") + gzip.compress(b"b")) == b"ab"
     assert decompress(Compression.GZIP, gzip.compress(b"abc") + b"\x00junk") == b"abc"  # Java ignores it too
