@@ -124,6 +124,18 @@ def test_zstd_streaming_and_multi_frame():
     assert decompress(Compression.ZSTD, two) == b"one two"
 
 
+def _fast_then_reference(codec: Compression, data: bytes, state: dict) -> list:
+    """`decompress` with the fast library switched on, then off (state["on"]): ("ok", bytes) or ("error", message)."""
+    out = []
+    for on in (True, False):
+        state["on"] = on
+        try:
+            out.append(("ok", decompress(codec, data, position=POSITION)))
+        except CorruptRecordError as err:
+            out.append(("error", str(err)))
+    return out
+
+
 @pytest.mark.parametrize("content_size", [True, False])
 def test_zstd_one_frame_through_zstandard_as_cramjam(monkeypatch, content_size):
     """One frame (what Kafka's producer writes) goes to zstandard's per-thread context: the same bytes, or
@@ -144,14 +156,7 @@ def test_zstd_one_frame_through_zstandard_as_cramjam(monkeypatch, content_size):
     monkeypatch.setattr(compression._zstd_context, "decompressor", Switch())
 
     def both(frame: bytes) -> list:
-        out = []
-        for on in (True, False):
-            state["on"] = on
-            try:
-                out.append(("ok", decompress(Compression.ZSTD, frame, position=POSITION)))
-            except CorruptRecordError as err:
-                out.append(("error", str(err)))
-        return out
+        return _fast_then_reference(Compression.ZSTD, frame, state)
 
     rnd = random.Random(4)
     for size in (0, 1, 1000, 200_000):
@@ -188,14 +193,7 @@ def test_gzip_through_isal_as_zlib(monkeypatch):
     monkeypatch.setattr(compression, "isal_zlib", Switch)
 
     def both(stream: bytes) -> list:
-        out = []
-        for on in (True, False):
-            state["on"] = on
-            try:
-                out.append(("ok", decompress(Compression.GZIP, stream, position=POSITION)))
-            except CorruptRecordError as err:
-                out.append(("error", str(err)))
-        return out
+        return _fast_then_reference(Compression.GZIP, stream, state)
 
     rnd = random.Random(5)
     for size in (0, 1, 1000, 200_000):
