@@ -275,14 +275,15 @@ class LogSegment:
         self._cached_next_offset = (size, nxt)
         return nxt
 
-    def max_timestamp_so_far(self) -> tuple[int, int]:
-        """(max timestamp, offset) of the segment, (-1, base offset) when it has no timestamps.
+    def max_timestamp_so_far(self, size: int | None = None) -> tuple[int, int]:
+        """(max timestamp, offset) of the segment, (-1, base offset) when it has no timestamps;
+        `size`: the `.log`'s size if the caller has just taken it.
 
         A rolled segment's time index ends with exactly this entry (added when it rolled); the
         active segment's does not yet, so the batches after its last entry are scanned too
         (LogSegment.readLargestTimestamp).
         """
-        size = self.log.peek_size()
+        size = self.log.peek_size() if size is None else size
         cached = self._cached_max_ts
         if cached is not None and cached[0] == size:
             return cached[1]
@@ -303,9 +304,10 @@ class LogSegment:
         self._cached_max_ts = (size, entry)
         return entry
 
-    def largest_timestamp(self) -> int:
-        """LogSegment.largestTimestamp: max timestamp, or the `.log` mtime (ms) when there is none."""
-        ts = self.max_timestamp_so_far()[0]
+    def largest_timestamp(self, size: int | None = None) -> int:
+        """LogSegment.largestTimestamp: max timestamp, or the `.log` mtime (ms) when there is none
+        (`size`: as for max_timestamp_so_far)."""
+        ts = self.max_timestamp_so_far(size)[0]
         if ts >= 0:
             return ts
         return int(os.stat(self.log.path).st_mtime * 1000)
@@ -328,7 +330,7 @@ class LogSegment:
         except LookupdError:
             ti = -1
         try:
-            largest = self.largest_timestamp()
+            largest = self.largest_timestamp(size)
         except LookupdError:
             largest = -1
         return {"base_offset": self.base_offset, "size": size, "active": self.live,
