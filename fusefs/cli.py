@@ -111,8 +111,8 @@ def mount(args) -> int:
                       same_host=same_host, ttl=args.ttl)
     try:
         KafkaFUSE(KafkaFS(catalog), mountpoint, raw_fi=True, foreground=args.foreground, ro=True,
-             default_permissions=True, allow_other=args.allow_other, auto_unmount=True, max_read=MAX_READ,
-             fsname="kafka-lookupd", subtype=FS_TYPE)
+                  default_permissions=True, allow_other=args.allow_other, auto_unmount=True, max_read=MAX_READ,
+                  fsname="kafka-lookupd", subtype=FS_TYPE)
     except RuntimeError:
         raise UsageError(f"mounting on {mountpoint} failed (libfuse said why just above)") from None
     return 0

@@ -46,7 +46,7 @@ from .views import RenderCache, key_lines, index_lines, partition_json, read_ind
 log = logging.getLogger(__name__)
 
 WARN_EVERY_S = 10.0
-MAX_READ = 128 << 10  # the most one FUSE read may ask for (the kernel's cap without max_pages)
+MAX_READ = 128 << 10  # the most one FUSE read may ask for (libfuse 2's cap, kept: libfuse 3 would allow 1 MiB)
 # The I/O size stat reports (st_blksize): readers that size their buffers from it (Python's open, stdio, cat)
 # then ask for one whole FUSE read at a time, not 4 KiB; a generated file's every read is a call into Python.
 IO_SIZE = MAX_READ
