@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lookupd.format.batch import Compression
+import reference as R
+from lookupd.format.batch import V2_HEADER_SIZE, Compression
 from lookupd.format.compression import (LZ4_BLOCK_SIZE, SNAPPY_BLOCK_SIZE, SNAPPY_MAGIC, _lz4_header_checksum, compress,
                                  decompress)
 from lookupd.errors import CorruptRecordError
@@ -124,6 +125,18 @@ def test_zstd_streaming_and_multi_frame():
     assert decompress(Compression.ZSTD, two) == b"one two"
 
 
+def _kafka_written(codec: str) -> list[bytes]:
+    """The compressed record sections of every reference batch of `codec` ("gzip", "zstd"), as Kafka wrote them."""
+    out = []
+    for p in R.PARTITIONS:
+        for b in R.batches(p):
+            if b["compression"] == codec:
+                with open(R.log_dir(p) / f"{b['segment']:020d}.log", "rb") as f:
+                    f.seek(b["position"])
+                    out.append(f.read(b["size_in_bytes"])[V2_HEADER_SIZE:])
+    return out
+
+
 def _fast_then_reference(codec: Compression, data: bytes, state: dict) -> list:
     """`decompress` with the fast library switched on, then off (state["on"]): ("ok", bytes) or ("error", message)."""
     out = []
@@ -159,6 +172,13 @@ def test_zstd_one_frame_through_zstandard_as_cramjam(monkeypatch, content_size):
         return _fast_then_reference(Compression.ZSTD, frame, state)
 
     rnd = random.Random(4)
+    for frame in _kafka_written("zstd"):
+        fast, reference = both(frame)
+        assert fast == reference and fast[0] == "ok"
+        damaged = bytearray(frame)
+        damaged[rnd.randrange(len(damaged))] ^= 1 << rnd.randrange(8)
+        fast, reference = both(bytes(damaged))
+        assert fast == reference
     for size in (0, 1, 1000, 200_000):
         data = bytes(rnd.randrange(4) for _ in range(size))
         frame = zstandard.ZstdCompressor(write_content_size=content_size).compress(data)
@@ -173,7 +193,7 @@ def test_zstd_one_frame_through_zstandard_as_cramjam(monkeypatch, content_size):
 
 def test_gzip_through_isal_as_zlib(monkeypatch):
     """gzip goes to ISA-L: the same bytes, or the same error, as zlib alone (the reference, taken when isal
-    is switched off), for whole, multi-member, trailing-junk and damaged streams."""
+    is switched off), for Kafka-written batches and whole, multi-member, trailing-junk, damaged and cut streams."""
     from lookupd.format import compression
 
     isal = compression.isal_zlib
@@ -196,6 +216,16 @@ def test_gzip_through_isal_as_zlib(monkeypatch):
         return _fast_then_reference(Compression.GZIP, stream, state)
 
     rnd = random.Random(5)
+    kafka = _kafka_written("gzip")
+    assert len(kafka) >= 100  # compressed-0, txn-0 and logappend-0 hold Kafka-written gzip batches
+    for stream in kafka:
+        fast, reference = both(stream)
+        assert fast == reference and fast[0] == "ok"
+        damaged = bytearray(stream)
+        damaged[rnd.randrange(len(damaged))] ^= 1 << rnd.randrange(8)
+        fast, reference = both(bytes(damaged))
+        assert fast == reference
+    assert state["used"] >= len(kafka)  # Java's plain member header: ISA-L took every one of them
     for size in (0, 1, 1000, 200_000):
         data = bytes(rnd.randrange(4) for _ in range(size))
         for stream in (gzip.compress(data), gzip.compress(data) + gzip.compress(b"more"), gzip.compress(data) + b"junk"):

@@ -364,9 +364,10 @@ _zstd_context = _ZstdContext()
 def _unzstd(mv: memoryview, max_size: int) -> bytes:
     bound, frames = _zstd_bound(mv)
     _check_size(bound, max_size, "zstd")
-    if frames == 1 and _U32LE.unpack_from(mv, 0)[0] == _ZSTD_MAGIC:
+    # zstandard answers a frame declaring no content (size 0) with b"" unread, even a corrupt one: cramjam judges it.
+    if frames == 1 and bound > 0 and _U32LE.unpack_from(mv, 0)[0] == _ZSTD_MAGIC:
         try:
-            return _zstd_context.decompressor.decompress(mv, max_output_size=max(bound, 1))
+            return _zstd_context.decompressor.decompress(mv, max_output_size=bound)
         except zstandard.ZstdError:
             pass  # cramjam's error below names what is wrong, as the reference always has
     return bytes(cramjam.zstd.decompress(mv))
