@@ -20,6 +20,10 @@ from lookupd.rpc.client import Client
 from lookupd.errors import LookupdError, Unauthorized, Unavailable
 
 FS_TYPE = "fusefs"  # shows as fuse.fusefs in /proc/mounts
+# libfuse 3's own limit on the threads serving requests, said again as the most kept idle: libfuse
+# 3.14 takes an unset idle limit for an invalid value and prints "Ignoring invalid max threads
+# value" at every mount. With at most this many threads, no idle one is ever stopped: as unset.
+MAX_THREADS = 10
 
 
 class UsageError(Exception):
@@ -112,7 +116,7 @@ def mount(args) -> int:
     try:
         KafkaFUSE(KafkaFS(catalog), mountpoint, raw_fi=True, foreground=args.foreground, ro=True,
                   default_permissions=True, allow_other=args.allow_other, auto_unmount=True, max_read=MAX_READ,
-                  fsname="kafka-lookupd", subtype=FS_TYPE)
+                  max_idle_threads=MAX_THREADS, fsname="kafka-lookupd", subtype=FS_TYPE)
     except RuntimeError:
         raise UsageError(f"mounting on {mountpoint} failed (libfuse said why just above)") from None
     return 0

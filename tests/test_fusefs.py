@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import struct
 import subprocess
@@ -518,3 +519,11 @@ def test_hostile_names_are_refused_without_harm(mnt):
             assert e.value.errno in (want if isinstance(want, tuple) else (want,)), (name[:60], attempt.__name__)
     assert sorted(os.listdir(mnt.root)) == sorted({split(p)[0] for p in PARTS})
     assert "Traceback" not in mnt.log
+
+
+def test_the_mount_logs_only_its_own_lines(mnt):
+    """Everything on the mount's stderr is fusefs's log, each line dated: nothing from libfuse (3.14 used
+    to print "Ignoring invalid max threads value" at every mount, see fusefs.cli.MAX_THREADS)."""
+    lines = [line for line in mnt.log.splitlines() if line.strip()]
+    assert lines, "the mount logged nothing, not even that it mounted"
+    assert [line for line in lines if not re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ ", line)] == []
