@@ -82,6 +82,20 @@ def test_lz4_frame_is_what_kafka_reads():
     assert True in raw_flags and False in raw_flags
 
 
+def test_lz4_results_stay_theirs_after_later_frames():
+    """Frames are decompressed through one reused buffer per thread: every result is a copy of its own,
+    unchanged by the frames decompressed after it (big, small, in other threads)."""
+    import threading
+
+    datas = [_data(n) for n in (3 * LZ4_BLOCK_SIZE, 100, LZ4_BLOCK_SIZE + 7, 1)]
+    got = [decompress(Compression.LZ4, compress(Compression.LZ4, d)) for d in datas]
+    other = threading.Thread(target=lambda: decompress(Compression.LZ4, compress(Compression.LZ4, _data(5000))))
+    other.start()
+    other.join()
+    decompress(Compression.LZ4, compress(Compression.LZ4, os.urandom(2 * LZ4_BLOCK_SIZE)))
+    assert got == datas and all(type(g) is bytes for g in got)
+
+
 def test_lz4_broken_header_checksum_of_old_kafka():
     data = _data(1000)
     broken = compress(Compression.LZ4, data, magic=0)

@@ -231,6 +231,27 @@ def _lz4_header_checksum(header: bytes, broken: bool) -> int:
     return (_xxh32(header if broken else header[4:]) >> 8) & 0xFF
 
 
+class _Lz4Scratch(threading.local):
+    """A thread's buffer that lz4 blocks are decompressed into before the result is copied out: a new
+    bytearray per frame is zeroed first, 64 KiB for a one-block batch, which took longer than the block's
+    decompression. Frames bounded above SCRATCH_KEPT get a buffer of their own, not kept."""
+
+    SCRATCH_KEPT = 1 << 20
+
+    def __init__(self):
+        self._buf = bytearray()
+
+    def buffer(self, size: int) -> bytearray:
+        if size > self.SCRATCH_KEPT:
+            return bytearray(size)
+        if len(self._buf) < size:
+            self._buf = bytearray(max(size, 64 << 10))
+        return self._buf
+
+
+_lz4_scratch = _Lz4Scratch()
+
+
 def _unlz4(mv: memoryview, max_size: int) -> bytes:
     end = len(mv)
     if end < 7:
@@ -271,8 +292,7 @@ def _unlz4(mv: memoryview, max_size: int) -> bytes:
         bound += size if raw else max_block
         pos += size + block_checksum
     _check_size(bound, max_size, "lz4")
-    out = bytearray(bound)
-    ov = memoryview(out)
+    ov = memoryview(_lz4_scratch.buffer(bound))
     n = 0
     for start, size, raw in blocks:
         if raw:
