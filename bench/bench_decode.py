@@ -61,8 +61,9 @@ def ours(batches) -> int:
 
 
 def decompression_only(batches) -> int:
-    """The decompression every decoder of these batches must do, and nothing else: the call the columnar decoder
-    makes for a compressed batch (`_v2_records`) over each compressed batch; the batches' record count."""
+    """The decompression every decoder of these batches must do, and nothing else: `_v2_records` (the codecs in
+    C where the libraries are found, as the columnar decoder calls them) over each compressed batch, from a
+    Python loop; the batches' record count."""
     n = 0
     for pos, data in batches:
         header = parse_header(data, 0, pos)
@@ -180,8 +181,8 @@ def ratios(figures: list[Figure]) -> list[dict | None]:
             for p in parts]
     out.append(ratio("decompression alone vs aiokafka, compressed-0", [f for f in figures if f.group == "decode-records"],
                      "decode compressed-0, decompression alone, records", "decode compressed-0, aiokafka, records",
-                     "records/s of decompressing the batches alone (the codec libraries called from Python as the "
-                     "columnar decoder calls them; no decoding, no CRC) over aiokafka's full decode"))
+                     "records/s of decompressing the batches alone (each batch's codec call, in C where the "
+                     "libraries are found, from a Python loop; no decoding, no CRC) over aiokafka's full decode"))
     return out
 
 

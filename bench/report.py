@@ -38,7 +38,8 @@ SENTENCES = {
                       "the same batches: {columnar decode vs aiokafka, plain-0:.1f}x on plain-0, "
                       "{columnar decode vs aiokafka, large-0:.1f}x on large-0 (one-record batches), "
                       "{columnar decode vs aiokafka, compressed-0:.1f}x on mixed codecs, where decompression dominates both: "
-                      "decompressing those batches alone, through the same codec libraries called from Python and with no decoding, runs at "
+                      "the columnar decoder calls the codec libraries from C; decompressing those batches alone, one codec call "
+                      "per batch from a Python loop and no decoding, runs at "
                       "{decompression alone vs aiokafka, compressed-0:.1f}x aiokafka's records/s.",
     "coldstart": "A log dir of many segments opens in a fraction of a second and a small amount of memory, because nothing is "
                  "mapped until it is looked up; the first lookup on a segment whose files are not cached costs a few milliseconds of disk reads.",

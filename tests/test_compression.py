@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import io
 import os
 import random
 import struct
@@ -15,8 +16,8 @@ from hypothesis import strategies as st
 
 import reference as R
 from lookupd.format.batch import V2_HEADER_SIZE, Compression
-from lookupd.format.compression import (LZ4_BLOCK_SIZE, SNAPPY_BLOCK_SIZE, SNAPPY_MAGIC, _lz4_header_checksum, compress,
-                                 decompress)
+from lookupd.format.compression import (LZ4_BLOCK_SIZE, MAX_DECOMPRESSED_SIZE, SNAPPY_BLOCK_SIZE, SNAPPY_MAGIC,
+                                        _lz4_header_checksum, compress, decompress)
 from lookupd.errors import CorruptRecordError
 
 CODECS = list(Compression)
@@ -166,12 +167,13 @@ def _agree_on_kafka_written(codec: Compression, name: str, state: dict, rnd: ran
 
 
 def _fast_then_reference(codec: Compression, data: bytes, state: dict) -> list:
-    """`decompress` with the fast library switched on, then off (state["on"]): ("ok", bytes) or ("error", message)."""
+    """Python's `decompress` (`native=False`) with the fast library switched on, then off (state["on"]):
+    ("ok", bytes) or ("error", message)."""
     out = []
     for on in (True, False):
         state["on"] = on
         try:
-            out.append(("ok", decompress(codec, data, position=POSITION)))
+            out.append(("ok", decompress(codec, data, position=POSITION, native=False)))
         except CorruptRecordError as err:
             out.append(("error", str(err)))
     return out
@@ -311,10 +313,102 @@ def test_mangled_payloads_never_escape_as_other_errors(codec, data, flips, cut):
         packed[where % len(packed)] ^= xor
     if cut % 3 == 0:
         del packed[cut % (len(packed) + 1):]
-    try:
-        decompress(codec, bytes(packed), position=POSITION)
-    except CorruptRecordError as e:
-        assert str(POSITION) in str(e)
+    outcomes = []
+    for native in (True, False):
+        try:
+            outcomes.append(decompress(codec, bytes(packed), position=POSITION, native=native))
+        except CorruptRecordError as e:
+            assert str(POSITION) in str(e)
+            outcomes.append(str(e))
+    assert outcomes[0] == outcomes[1]  # the C codecs give the reference's bytes or leave the input to it
+
+
+# The codecs called from C (lookupd/format/_codecs.c): a fast path that must give the reference's answer.
+
+
+def _outcomes(codec: Compression, data: bytes, **kwargs) -> list:
+    """`decompress` natively first, then by the reference alone: ("ok", bytes) or ("error", message) each."""
+    out = []
+    for native in (True, False):
+        try:
+            out.append(("ok", decompress(codec, data, position=POSITION, native=native, **kwargs)))
+        except CorruptRecordError as err:
+            out.append(("error", str(err)))
+    return out
+
+
+def test_the_codec_libraries_are_found():
+    """make test installs libdeflate, libsnappy and liblz4: the C path is the one these tests exercise."""
+    from lookupd.format import _decode
+
+    assert _decode.codecs() == {"gzip": True, "snappy": True, "lz4": True, "zstd": True}
+
+
+@pytest.mark.parametrize("codec", COMPRESSED, ids=lambda c: c.label)
+def test_native_codecs_take_kafka_written_batches_and_agree(codec):
+    """Every Kafka-written batch of the codec in the corpus is decompressed in C to the reference's bytes;
+    a damaged copy of each gets the reference's answer too (C declines it, or gives the same bytes)."""
+    from lookupd.format import _decode
+
+    batches = _kafka_written(codec.label)
+    assert len(batches) >= 30
+    rnd = random.Random(int(codec))
+    for data in batches:
+        reference = decompress(codec, data, native=False)
+        assert _decode.decompress(codec, data, MAX_DECOMPRESSED_SIZE) == reference
+        for _ in range(3):
+            damaged = bytearray(data)
+            damaged[rnd.randrange(len(damaged))] ^= 1 << rnd.randrange(8)
+            fast, ref = _outcomes(codec, bytes(damaged))
+            assert fast == ref
+
+
+def _generated(codec: Compression, rnd: random.Random) -> list[bytes]:
+    """Streams of every form the reference reads, from Kafka's writer and others."""
+    out = []
+    for size in (0, 1, 1000, SNAPPY_BLOCK_SIZE + 1, 5 * LZ4_BLOCK_SIZE + 17):
+        data = _data(size) if size % 2 else bytes(rnd.randrange(4) for _ in range(size))
+        packed = compress(codec, data)
+        out += [packed, packed + compress(codec, b"more")]
+        if codec in (Compression.GZIP, Compression.LZ4):  # bytes after the end are ignored, as Java does
+            out.append(packed + b"trailing")
+    if codec is Compression.GZIP:
+        named = io.BytesIO()  # a member header with a file name: zlib's, not the C path's
+        with gzip.GzipFile("named.txt", "wb", fileobj=named, mtime=0) as f:
+            f.write(_data(3000))
+        out.append(named.getvalue())
+    if codec is Compression.SNAPPY:
+        out += [bytes(cramjam.snappy.compress_raw(_data(5000))), b"\x00"]
+    if codec is Compression.LZ4:
+        c = cramjam.lz4.Compressor(block_linked=False, content_checksum=True)
+        c.compress(_data(200000))
+        out += [bytes(c.finish()), compress(codec, _data(3000), magic=0)]
+    if codec is Compression.ZSTD:
+        c = cramjam.zstd.Compressor()
+        c.compress(_data(300000))
+        out += [bytes(c.finish()), struct.pack("<II", 0x184D2A50, 3) + b"abc" + compress(codec, b"x")]
+    return out
+
+
+@pytest.mark.parametrize("codec", COMPRESSED, ids=lambda c: c.label)
+def test_native_codecs_agree_on_generated_damaged_and_cut_streams(codec):
+    rnd = random.Random(7 + int(codec))
+    refused = [bytes(cramjam.lz4.compress(_data(2000)))] if codec is Compression.LZ4 else []  # linked blocks
+    for stream in _generated(codec, rnd) + refused:
+        whole = _outcomes(codec, stream)
+        assert whole[0] == whole[1] and (whole[0][0] == "ok") == (stream not in refused)
+        for _ in range(15):
+            damaged = bytearray(stream)
+            for _ in range(rnd.randrange(1, 3)):
+                damaged[rnd.randrange(len(damaged))] ^= 1 << rnd.randrange(8)
+            fast, ref = _outcomes(codec, bytes(damaged))
+            assert fast == ref
+        for cut in (rnd.randrange(len(stream)), len(stream) - 1):
+            fast, ref = _outcomes(codec, stream[:cut])
+            assert fast == ref
+        if whole[0][0] == "ok":  # over the caller's limit: the reference's error, from either path
+            fast, ref = _outcomes(codec, stream, max_size=len(whole[0][1]) // 2)
+            assert fast == ref
 
 
 def test_gzip_is_real_gzip():

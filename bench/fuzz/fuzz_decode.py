@@ -41,7 +41,7 @@ sys.path.insert(0, REPO)
 import crc32c  # noqa: E402
 
 from lookupd.errors import CorruptRecordError  # noqa: E402
-from lookupd.format import columnar, records, render  # noqa: E402
+from lookupd.format import columnar, compression, records, render  # noqa: E402
 from lookupd.log import filerecords  # noqa: E402
 from lookupd.format.batch import Compression, parse_header  # noqa: E402
 from lookupd.format.builder import build_batch  # noqa: E402
@@ -57,7 +57,7 @@ def load_extension(name: str, path: str):
 def load_instrumented(decode_so: str | None, native_so: str | None) -> None:
     if decode_so:
         module = load_extension("lookupd.format._decode", decode_so)
-        columnar._decode = render._decode = records._decode = module
+        columnar._decode = render._decode = records._decode = compression._decode = module
         columnar.NATIVE = True
     if native_so:
         filerecords._native = load_extension("lookupd.log._native", native_so)
@@ -65,15 +65,15 @@ def load_instrumented(decode_so: str | None, native_so: str | None) -> None:
 
 def swapped(native: bool, fn, *args):
     """fn(*args) with the C paths of records and filerecords on (native) or off; errors as strings."""
-    saved = records._decode, filerecords._native
+    saved = records._decode, filerecords._native, compression._decode
     if not native:
-        records._decode = filerecords._native = None
+        records._decode = filerecords._native = compression._decode = None
     try:
         return fn(*args)
     except CorruptRecordError as err:
         return str(err)
     finally:
-        records._decode, filerecords._native = saved
+        records._decode, filerecords._native, compression._decode = saved
 
 
 def scans(data: bytes, log_path: str) -> list:
@@ -259,7 +259,7 @@ def main() -> int:
     while time.monotonic() < end:
         data = mutate(rnd, pool)
         got = outcome(data, True)
-        if got != outcome(data, False) or lines(data, True) != lines(data, False) or \
+        if got != swapped(False, outcome, data, False) or lines(data, True) != swapped(False, lines, data, False) or \
                 scans_outcome(data, log_path, True) != scans_outcome(data, log_path, False):
             why = "the decoders, the renderers or the scans disagree"
         else:

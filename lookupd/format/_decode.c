@@ -18,6 +18,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "_codecs.h"
+
 #include <stdint.h>
 #include <string.h>
 
@@ -89,11 +91,12 @@ read_varlong(const uint8_t **pp, const uint8_t *end, int64_t *out)
 #define MIN_RECORD 7
 #define MIN_HEADER 2
 
-static int
-reserve(Out *o, Py_ssize_t bytes, int with_headers)
+/* Column room for the records of `bytes` bytes of record data: upper bounds from the smallest record. */
+static void
+room(Py_ssize_t bytes, int with_headers, Py_ssize_t add[N_COLUMNS])
 {
     Py_ssize_t records = bytes / MIN_RECORD + 1, headers = with_headers ? bytes / MIN_HEADER + 1 : 0;
-    Py_ssize_t add[N_COLUMNS] = {
+    Py_ssize_t a[N_COLUMNS] = {
         [C_OFFSET] = records * 8, [C_TIMESTAMP] = records * 8,
         [C_KEY_VALID] = records, [C_KEY_END] = records * 4, [C_KEY_DATA] = bytes,
         [C_VALUE_VALID] = records, [C_VALUE_END] = records * 4, [C_VALUE_DATA] = bytes,
@@ -101,17 +104,44 @@ reserve(Out *o, Py_ssize_t bytes, int with_headers)
         [C_HKEY_END] = headers * 4, [C_HKEY_DATA] = with_headers ? bytes : 0,
         [C_HVAL_VALID] = headers, [C_HVAL_END] = headers * 4, [C_HVAL_DATA] = with_headers ? bytes : 0,
     };
+    memcpy(add, a, sizeof a);
+}
+
+/* Make room past what is written for the records of `bytes` more bytes of record data. */
+static int
+grow(Out *o, Py_ssize_t bytes, int with_headers)
+{
+    Py_ssize_t add[N_COLUMNS];
+    room(bytes, with_headers, add);
     for (int i = 0; i < N_COLUMNS; i++) {
-        o->used[i] = PyByteArray_GET_SIZE(o->ba[i]);
-        o->cap[i] = o->used[i] + add[i];
-        if (PyByteArray_Resize(o->ba[i], o->cap[i]) < 0) {
-            for (int j = 0; j <= i; j++)
-                PyByteArray_Resize(o->ba[j], o->used[j]);
+        if (o->used[i] + add[i] <= o->cap[i])
+            continue;
+        /* half as much again: decompressed batches grow the columns one after another, and every
+         * resize may copy the column */
+        Py_ssize_t cap = o->used[i] + add[i];
+        cap += cap / 2;
+        if (PyByteArray_Resize(o->ba[i], cap) < 0)
             return -1;
-        }
-    }
-    for (int i = 0; i < N_COLUMNS; i++)
+        o->cap[i] = cap;
         o->at[i] = PyByteArray_AS_STRING(o->ba[i]);
+    }
+    return 0;
+}
+
+static void finish(Out *o);
+
+/* Start writing after the columns' bytes, with room for the records of `bytes` bytes of record data. */
+static int
+reserve(Out *o, Py_ssize_t bytes, int with_headers)
+{
+    for (int i = 0; i < N_COLUMNS; i++) {
+        o->used[i] = o->cap[i] = PyByteArray_GET_SIZE(o->ba[i]);
+        o->at[i] = PyByteArray_AS_STRING(o->ba[i]);
+    }
+    if (grow(o, bytes, with_headers) < 0) {
+        finish(o);
+        return -1;
+    }
     return 0;
 }
 
@@ -405,6 +435,8 @@ static inline uint32_t be32(const uint8_t *p) { return (uint32_t)p[0] << 24 | (u
 static inline uint16_t be16(const uint8_t *p) { return (uint16_t)(p[0] << 8 | p[1]); }
 static inline uint64_t be64(const uint8_t *p) { return (uint64_t)be32(p) << 32 | be32(p + 4); }
 
+/* compression.MAX_DECOMPRESSED_SIZE: Kafka counts a batch's uncompressed bytes in an int. */
+#define MAX_DECOMPRESSED ((size_t)INT32_MAX)
 #define V2_HEADER 61
 #define LOG_OVERHEAD 12
 #define CRC_START 21
@@ -416,12 +448,13 @@ enum { F_POSITION, F_BASE_OFFSET, F_LAST_OFFSET, F_PRODUCER_ID, F_FLAGS, F_COUNT
  * decode_frames(buffer, start, end, file_position, headers, facts, *14 bytearrays) -> stop
  *
  * Walks the record batches in buffer[start:end] (buffer[0] is at `file_position` in the file):
- * for each whole, uncompressed v2 batch whose CRC32C matches and whose records decode, appends
- * its records to the columns and (position, base offset, last offset, producer id, flags,
- * record count) as six int64 to `facts`; control batches are checked and passed over. Stops at
- * the first batch it does not take (not whole in the buffer, legacy, compressed, a wrong CRC,
- * records it cannot decode) and returns where that batch starts (`end` when all were taken):
- * the caller handles that one batch in Python and calls again after it.
+ * for each whole v2 batch whose CRC32C matches and whose records decode (after decompression
+ * by _codecs.c), appends its records to the columns and (position, base offset, last offset,
+ * producer id, flags, record count) as six int64 to `facts`; control batches are checked and
+ * passed over. Stops at the first batch it does not take (not whole in the buffer, legacy, a
+ * wrong CRC, a codec or form _codecs.c leaves to Python, records it cannot decode) and returns
+ * where that batch starts (`end` when all were taken): the caller handles that one batch in
+ * Python and calls again after it.
  */
 static PyObject *
 decode_frames(PyObject *self, PyObject *args)
@@ -465,8 +498,6 @@ decode_frames(PyObject *self, PyObject *args)
         if (length < V2_HEADER - LOG_OVERHEAD || size > stop - pos || b[16] != 2)
             break;
         uint16_t attrs = be16(b + 21);
-        if (attrs & 0x07)           /* compressed: decompressed by the caller */
-            break;
         if (CRC32C(b + CRC_START, (size_t)(size - CRC_START)) != be32(b + 17))
             break;                  /* the caller raises the exact error */
         int64_t base_offset = (int64_t)be64(b);
@@ -479,8 +510,22 @@ decode_frames(PyObject *self, PyObject *args)
         if (!(attrs & 0x20) && count > 0) {   /* a control batch holds no data records */
             int64_t base_ts = (int64_t)be64(b + 27), max_ts = (int64_t)be64(b + 35);
             int fixed = (attrs & 0x08) != 0;
-            if (!decode_records(&o, b + V2_HEADER, size - V2_HEADER, (Py_ssize_t)count, base_offset, base_ts,
-                                max_ts, fixed, with_headers))
+            const uint8_t *records = b + V2_HEADER;
+            Py_ssize_t records_len = size - V2_HEADER;
+            if (attrs & 0x07) {     /* compressed: decompressed here when _codecs.c takes it, else by the caller */
+                uint8_t *out;
+                records_len = codecs_decompress(attrs & 0x07, records, (size_t)records_len, MAX_DECOMPRESSED, &out);
+                if (records_len < 0)
+                    break;
+                /* room for these records and, as reserved at the start, for all after this batch */
+                if (grow(&o, records_len + (stop - pos - size), with_headers) < 0) {
+                    err = 1;
+                    break;
+                }
+                records = out;
+            }
+            if (!decode_records(&o, records, records_len, (Py_ssize_t)count, base_offset, base_ts, max_ts, fixed,
+                                with_headers))
                 break;
             int64_t f[N_FACTS] = {file_position + pos, base_offset, last_offset,
                                   (int64_t)be64(b + 43), ((attrs & 0x10) ? FLAG_TRANSACTIONAL : 0) |
@@ -884,7 +929,39 @@ find_timestamp(PyObject *self, PyObject *args)
     return Py_BuildValue("(LL)", (long long)found_ts, (long long)found_offset);
 }
 
+/*
+ * decompress(codec, data, max_size) -> bytes, or None when lookupd.format.compression must take it
+ * (see _codecs.c).
+ */
+static PyObject *
+py_decompress(PyObject *self, PyObject *args)
+{
+    int codec;
+    Py_buffer view;
+    Py_ssize_t max_size;
+    if (!PyArg_ParseTuple(args, "iy*n", &codec, &view, &max_size))
+        return NULL;
+    uint8_t *out;
+    Py_ssize_t n = max_size < 0 ? -1 : codecs_decompress(codec, view.buf, (size_t)view.len, (size_t)max_size, &out);
+    PyBuffer_Release(&view);
+    if (n < 0)
+        Py_RETURN_NONE;
+    return PyBytes_FromStringAndSize((const char *)out, n);
+}
+
+static PyObject *
+py_codecs(PyObject *self, PyObject *unused)
+{
+    return Py_BuildValue("{s:O,s:O,s:O,s:O}", "gzip", codecs_available(CODEC_GZIP) ? Py_True : Py_False,
+                         "snappy", codecs_available(CODEC_SNAPPY) ? Py_True : Py_False,
+                         "lz4", codecs_available(CODEC_LZ4) ? Py_True : Py_False,
+                         "zstd", codecs_available(CODEC_ZSTD) ? Py_True : Py_False);
+}
+
 static PyMethodDef methods[] = {
+    {"decompress", py_decompress, METH_VARARGS,
+     "decompress(codec, data, max_size) -> the batch records' bytes, or None when the Python codecs must take them."},
+    {"codecs", py_codecs, METH_NOARGS, "codecs() -> {codec name: whether its library was found}."},
     {"decode_frames", decode_frames, METH_VARARGS,
      "decode_frames(buffer, start, end, file_position, headers, facts, *columns) -> where it stopped "
      "(see the comment in _decode.c)."},

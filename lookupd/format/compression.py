@@ -24,6 +24,11 @@ Each codec reads what Kafka's Java client reads and writes what it would accept:
   makes a new one per call, which costs 10 us, more than decompressing a small batch.
   Anything else, and any error, goes to cramjam, whose answer and message are the reference.
 
+Native first: where the C extension is built and finds the codec libraries (libdeflate,
+libsnappy, liblz4; zstd through `zstandard`, as here; `lookupd/format/_codecs.c`), the
+common forms above are decompressed there, with no Python around each batch; everything else, and any fault, comes here,
+whose answer and message are the reference (`native=False` takes this path alone).
+
 Decompression bombs: the decompressed size is bounded before any output is allocated
 (a snappy block declares its size, an lz4 block holds at most the frame's block size,
 a zstd block at most 128 KiB unless the frame declares its size; gzip is inflated with
@@ -49,6 +54,11 @@ except ImportError:  # no wheel for this platform: zlib inflates everything
 
 from .batch import Compression
 from ..errors import CorruptRecordError
+
+try:
+    from . import _decode  # the codec libraries called from C: the fast path, tried first
+except ImportError:  # built without a C compiler
+    _decode = None
 
 MAX_DECOMPRESSED_SIZE = (1 << 31) - 1
 
@@ -78,20 +88,25 @@ class _Bad(Exception):
 
 
 def decompress(codec: Compression, data, *, path=None, position: int | None = None,
-               max_size: int = MAX_DECOMPRESSED_SIZE) -> bytes:
+               max_size: int = MAX_DECOMPRESSED_SIZE, native: bool = True) -> bytes:
     """Decompress a batch's records (v2) or a legacy wrapper's value.
 
     `path` and `position` (the batch's byte position in its file) only go into the
     CorruptRecordError raised for any undecodable input or output over `max_size`.
+    `native=False` skips the C fast path: the reference alone.
     """
     if type(codec) is not Compression:  # a member already skips the enum's lookup (half a microsecond)
         try:
             codec = Compression(codec)
         except ValueError:
             raise CorruptRecordError(path, position, f"unknown compression codec id {codec}") from None
+    if codec is Compression.NONE:
+        return bytes(data)
+    if native and _decode is not None:
+        out = _decode.decompress(codec, data, max_size)
+        if out is not None:
+            return out
     try:
-        if codec is Compression.NONE:
-            return bytes(data)
         if codec is Compression.GZIP:
             return _gunzip(data, max_size)
         if codec is Compression.SNAPPY:
@@ -381,13 +396,19 @@ class _ZstdContext(threading.local):
 _zstd_context = _ZstdContext()
 
 
+def _zstd_frame(mv, bound: int) -> bytes:
+    """One zstd frame of at most `bound` bytes decompressed by this thread's context (also called from C,
+    `_codecs.c`, so both paths use this one library)."""
+    return _zstd_context.decompressor.decompress(mv, max_output_size=bound)
+
+
 def _unzstd(mv: memoryview, max_size: int) -> bytes:
     bound, frames = _zstd_bound(mv)
     _check_size(bound, max_size, "zstd")
     # zstandard answers a frame declaring no content (size 0) with b"" unread, even a corrupt one: cramjam judges it.
     if frames == 1 and bound > 0 and _U32LE.unpack_from(mv, 0)[0] == _ZSTD_MAGIC:
         try:
-            return _zstd_context.decompressor.decompress(mv, max_output_size=bound)
+            return _zstd_frame(mv, bound)
         except zstandard.ZstdError:
             pass  # cramjam's error below names what is wrong, as the reference always has
     return bytes(cramjam.zstd.decompress(mv))
