@@ -116,10 +116,7 @@ grow(Out *o, Py_ssize_t bytes, int with_headers)
     for (int i = 0; i < N_COLUMNS; i++) {
         if (o->used[i] + add[i] <= o->cap[i])
             continue;
-        /* half as much again: decompressed batches grow the columns one after another, and every
-         * resize may copy the column */
         Py_ssize_t cap = o->used[i] + add[i];
-        cap += cap / 2;
         if (PyByteArray_Resize(o->ba[i], cap) < 0)
             return -1;
         o->cap[i] = cap;
@@ -517,8 +514,11 @@ decode_frames(PyObject *self, PyObject *args)
                 records_len = codecs_decompress(attrs & 0x07, records, (size_t)records_len, MAX_DECOMPRESSED, &out);
                 if (records_len < 0)
                     break;
-                /* room for these records and, as reserved at the start, for all after this batch */
-                if (grow(&o, records_len + (stop - pos - size), with_headers) < 0) {
+                /* room for these records and, as reserved at the start, for all after this batch; half
+                 * as much again, as the batches after it may grow the columns too, and every resize
+                 * may copy them */
+                Py_ssize_t need = records_len + (stop - pos - size);
+                if (grow(&o, need + need / 2, with_headers) < 0) {
                     err = 1;
                     break;
                 }
