@@ -7,7 +7,8 @@ recomputed half the time so the damage reaches the record decoder. Every input i
 the C walker and by the reference decoder through the same columns (lookupd.format.columnar);
 they must give the same columns or the same CorruptRecordError. Each batch in it is also
 rendered as JSON lines by both paths of lookupd.format.render (all records, and those of one
-key), and scanned for a timestamp by both paths of records.find_timestamp; and the whole input,
+key), and scanned for a timestamp by both paths of records.find_timestamp (and by
+find_timestamp_fast, whose every answer must be find_timestamp's); and the whole input,
 written as a .log, is walked for an offset and a timestamp by both paths of
 FileRecords.find_batch (lookupd/log/_native.c), and looked up through an offset index of its
 batches (damaged at times) by `_native.locate`, whose every answer must be the reference walk's
@@ -86,7 +87,11 @@ def scans(data: bytes, log_path: str) -> list:
             break
         batch = data[pos:pos + h.size]
         for target in (h.base_timestamp, h.max_timestamp, 0):
-            out.append(records.find_timestamp(h, batch, target, h.base_offset + 1, path="fuzz.log"))
+            fast = records.find_timestamp_fast(batch, target, h.base_offset + 1)  # one C call, or None
+            found = records.find_timestamp(h, batch, target, h.base_offset + 1, path="fuzz.log")
+            if fast is not None and fast != (*found, h.partition_leader_epoch_or_none):
+                out.append(("find_timestamp_fast disagrees", fast))
+            out.append(found)
         pos += max(h.size, 1)
     with open(log_path, "wb") as f:
         f.write(data)

@@ -878,6 +878,42 @@ done:
  * a fault). False on anything that scan rejects (or offsets and timestamps past int64): the caller
  * then runs the Python scan, which raises the exact error.
  */
+/* The scan of find_timestamp over data[0:n]: 1 when it is done (*found says whether a record matched),
+ * 0 when the Python scan must take the batch. */
+static int
+scan_timestamps(const uint8_t *p, Py_ssize_t n, Py_ssize_t count, int64_t base_offset, int64_t base_ts,
+                int64_t fixed_ts, int has_fixed, int64_t target, int64_t start_offset, int *found, int64_t *found_ts,
+                int64_t *found_offset)
+{
+    const uint8_t *end = p + n;
+    *found = 0;
+    if (count < 0)
+        return 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t size, ts, od, offset, timestamp;
+        if (read_varint(&p, end, &size) < 0 || size < 0 || size > end - p)
+            return 0;
+        const uint8_t *rec_end = p + size;
+        if (end - p < 2)                /* the attributes byte, then the timestamp delta */
+            return 0;
+        p += 1;
+        if (read_varlong(&p, end, &ts) < 0 || read_varint(&p, end, &od) < 0 || p > rec_end ||
+            __builtin_add_overflow(base_offset, od, &offset))
+            return 0;
+        if (has_fixed)
+            timestamp = fixed_ts;
+        else if (__builtin_add_overflow(base_ts, ts, &timestamp))
+            return 0;
+        if (!*found && timestamp >= target && offset >= start_offset) {
+            *found = 1;
+            *found_ts = timestamp;
+            *found_offset = offset;
+        }
+        p = rec_end;
+    }
+    return 1;
+}
+
 static PyObject *
 find_timestamp(PyObject *self, PyObject *args)
 {
@@ -888,45 +924,58 @@ find_timestamp(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "y*nLLLpLL", &view, &count, &base_offset, &base_ts, &fixed_ts, &has_fixed, &target,
                           &start_offset))
         return NULL;
-    const uint8_t *p = view.buf, *end = p + view.len;
-    int found = 0, ok = count >= 0;
+    int found;
     int64_t found_ts = 0, found_offset = 0;
-    for (Py_ssize_t i = 0; ok && i < count; i++) {
-        int64_t size, ts, od, offset, timestamp;
-        if (read_varint(&p, end, &size) < 0 || size < 0 || size > end - p) {
-            ok = 0;
-            break;
-        }
-        const uint8_t *rec_end = p + size;
-        if (end - p < 2) {              /* the attributes byte, then the timestamp delta */
-            ok = 0;
-            break;
-        }
-        p += 1;
-        if (read_varlong(&p, end, &ts) < 0 || read_varint(&p, end, &od) < 0 || p > rec_end ||
-            __builtin_add_overflow(base_offset, od, &offset)) {
-            ok = 0;
-            break;
-        }
-        if (has_fixed)
-            timestamp = fixed_ts;
-        else if (__builtin_add_overflow(base_ts, ts, &timestamp)) {
-            ok = 0;
-            break;
-        }
-        if (!found && timestamp >= target && offset >= start_offset) {
-            found = 1;
-            found_ts = timestamp;
-            found_offset = offset;
-        }
-        p = rec_end;
-    }
+    int ok = scan_timestamps(view.buf, view.len, count, base_offset, base_ts, fixed_ts, has_fixed, target, start_offset,
+                             &found, &found_ts, &found_offset);
     PyBuffer_Release(&view);
     if (!ok)
         Py_RETURN_FALSE;
     if (!found)
         Py_RETURN_NONE;
     return Py_BuildValue("(LL)", (long long)found_ts, (long long)found_offset);
+}
+
+/*
+ * find_timestamp_batch(batch, target, start_offset) -> (timestamp, offset, partition leader epoch or None) | None
+ *
+ * find_timestamp over one whole v2 batch (its bytes from its first, nothing after), its header read
+ * here and its records decompressed by _codecs.c when compressed: the matching record, or None when
+ * the caller's full path must answer (no match, another magic, a codec form left to Python, any fault).
+ */
+static PyObject *
+find_timestamp_batch(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    long long target, start_offset;
+    if (!PyArg_ParseTuple(args, "y*LL", &view, &target, &start_offset))
+        return NULL;
+    const uint8_t *b = view.buf;
+    int found = 0;
+    int64_t found_ts = 0, found_offset = 0, epoch = -1;
+    if (view.len >= V2_HEADER && b[16] == 2 && (int64_t)(int32_t)be32(b + 8) + LOG_OVERHEAD == view.len) {
+        uint16_t attrs = be16(b + 21);
+        int64_t count = (int32_t)be32(b + 57);
+        const uint8_t *records = b + V2_HEADER;
+        Py_ssize_t n = view.len - V2_HEADER;
+        uint8_t *out;
+        if (attrs & 0x07) {
+            n = codecs_decompress(attrs & 0x07, records, (size_t)n, MAX_DECOMPRESSED, &out);
+            records = out;
+        }
+        epoch = (int32_t)be32(b + 12);
+        if (count > 0 && n >= 0 &&
+            !scan_timestamps(records, n, (Py_ssize_t)count, (int64_t)be64(b), (int64_t)be64(b + 27),
+                             (int64_t)be64(b + 35), (attrs & 0x08) != 0, target, start_offset, &found, &found_ts,
+                             &found_offset))
+            found = 0;
+    }
+    PyBuffer_Release(&view);
+    if (!found)
+        Py_RETURN_NONE;
+    if (epoch == -1)
+        return Py_BuildValue("(LLO)", (long long)found_ts, (long long)found_offset, Py_None);
+    return Py_BuildValue("(LLL)", (long long)found_ts, (long long)found_offset, (long long)epoch);
 }
 
 /*
@@ -971,6 +1020,9 @@ static PyMethodDef methods[] = {
     {"find_timestamp", find_timestamp, METH_VARARGS,
      "find_timestamp(records, count, base_offset, base_timestamp, fixed_timestamp, has_fixed, target, start_offset) "
      "-> (timestamp, offset), None, or False when the Python scan must take the batch (see _decode.c)."},
+    {"find_timestamp_batch", find_timestamp_batch, METH_VARARGS,
+     "find_timestamp_batch(batch, target, start_offset) -> (timestamp, offset, leader epoch or None), or None when "
+     "the Python path must answer (see _decode.c)."},
     {"crc32c", py_crc32c, METH_O, "crc32c(data) -> the CRC32C (Castagnoli) of the bytes."},
     {"decode_v2", decode_v2, METH_VARARGS,
      "decode_v2(records, count, base_offset, base_timestamp, fixed_timestamp, has_fixed, headers, *columns) -> "

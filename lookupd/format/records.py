@@ -71,9 +71,6 @@ _I16_I32 = struct.Struct(">hi")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _OFFSET_SIZE = struct.Struct(">qi")  # the log overhead in front of every legacy message
-# The v2 header fields a timestamp scan needs: base offset, length, partition leader epoch, magic,
-# attributes, base timestamp, max timestamp, record count (the rest skipped).
-_SCAN_FIELDS = struct.Struct(">qiib4xh4xqq14xi")
 
 
 class _Malformed(Exception):
@@ -374,22 +371,14 @@ def find_timestamp(header: BatchHeader, batch, target_timestamp: int, starting_o
     return None
 
 
-def find_timestamp_plain(batch, target_timestamp: int, starting_offset: int) -> tuple[int, int, int | None] | None:
-    """`find_timestamp` over one whole uncompressed v2 batch (its bytes from its first), without building
-    its header: (timestamp, offset, partition leader epoch or None) when the C scan finds the record;
-    None when the caller's full path must answer (any other batch, no match, or a fault to name)."""
-    if _decode is None or len(batch) < V2_HEADER_SIZE or batch[16] != 2:
+def find_timestamp_fast(batch, target_timestamp: int, starting_offset: int) -> tuple[int, int, int | None] | None:
+    """`find_timestamp` over one whole v2 batch (its bytes from its first), compressed or not, in one C call
+    and without building its header: (timestamp, offset, partition leader epoch or None) when the C scan
+    finds the record; None when the caller's full path must answer (no C extension, no match, any other
+    batch, a codec form left to Python, or a fault to name)."""
+    if _decode is None or not (INT64_MIN <= target_timestamp <= INT64_MAX and INT64_MIN <= starting_offset <= INT64_MAX):
         return None
-    base, length, epoch, _, attrs, base_ts, max_ts, count = _SCAN_FIELDS.unpack_from(batch)
-    if attrs & COMPRESSION_MASK or count <= 0 or length + LOG_OVERHEAD != len(batch) or \
-            not (INT64_MIN <= target_timestamp <= INT64_MAX and INT64_MIN <= starting_offset <= INT64_MAX):
-        return None
-    fixed = attrs & TIMESTAMP_TYPE_MASK
-    found = _decode.find_timestamp(memoryview(batch)[V2_HEADER_SIZE:], count, base, base_ts, max_ts if fixed else 0,
-                                   bool(fixed), target_timestamp, starting_offset)
-    if not found:
-        return None
-    return found[0], found[1], None if epoch == -1 else epoch
+    return _decode.find_timestamp_batch(batch, target_timestamp, starting_offset)
 
 
 def offset_of_max_timestamp(header: BatchHeader, batch, *, path=None) -> int | None:

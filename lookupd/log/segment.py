@@ -13,7 +13,7 @@ import os
 from typing import NamedTuple
 
 from ..format.batch import V2_HEADER_SIZE, parse_header
-from ..format.records import find_timestamp, find_timestamp_plain
+from ..format.records import find_timestamp, find_timestamp_fast
 from ..errors import INT64_MAX, CorruptIndexError, CorruptRecordError, LookupdError
 from .fileio import WouldBlock, mode as _nonblocking
 from .filerecords import FileRecords, LogOffsetPosition
@@ -208,7 +208,7 @@ class LogSegment:
         if found is None:
             return None
         _, position, data = found
-        hit = find_timestamp_plain(data, timestamp, starting_offset)
+        hit = find_timestamp_fast(data, timestamp, starting_offset)
         if hit is not None:
             return hit[1], hit[0], self.base_offset, position, hit[2]
         header = parse_header(data, 0, position, self.log.path)
