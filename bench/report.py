@@ -10,6 +10,7 @@ checks that they still match it).
 
 from __future__ import annotations
 
+import argparse
 import glob
 import json
 import os
@@ -141,14 +142,19 @@ def section(path: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    path = argv[0] if argv else newest()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("results", nargs="?", help="a results file (default: the newest in bench/results/)")
+    path = ap.parse_args(argv).results or newest()
     with open(README) as f:
         text = f.read()
     if BEGIN not in text or END not in text:
         raise SystemExit(f"{README} has no {BEGIN} ... {END} block to fill")
     start, end = text.index(BEGIN), text.index(END) + len(END)
-    with open(README, "w") as f:
-        f.write(text[:start] + section(path) + text[end:])
+    new = text[:start] + section(path) + text[end:]  # made in full first: a bad results file leaves README as it was
+    tmp = README + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(new)
+    os.replace(tmp, README)
     print(f"README.md Performance section written from {os.path.relpath(path)}")
     return 0
 
