@@ -10,7 +10,8 @@ rendered as JSON lines by both paths of lookupd.format.render (all records, and 
 key), and scanned for a timestamp by both paths of records.find_timestamp (and by
 find_timestamp_fast, whose every answer must be find_timestamp's); and the whole input,
 written as a .log, is walked for an offset and a timestamp by both paths of
-FileRecords.find_batch (lookupd/log/_native.c), and looked up through an offset index of its
+FileRecords.find_batch (lookupd/log/_native.c), walked as `read` walks what it hands out
+(`_decode.sound_batches` against the Python walk), and looked up through an offset index of its
 batches (damaged at times) by `_native.locate`, whose every answer must be the reference walk's
 (it may decline). Each pair must agree, answer or error. The C code must not crash,
 hang or (in the ASan + UBSan build) touch memory outside its buffers.
@@ -44,7 +45,7 @@ import crc32c  # noqa: E402
 from lookupd.errors import CorruptRecordError  # noqa: E402
 from lookupd.format import columnar, compression, records, render  # noqa: E402
 from lookupd.log import filerecords  # noqa: E402
-from lookupd.format.batch import Compression, parse_header  # noqa: E402
+from lookupd.format.batch import Compression, parse_header, sound_v2_last_offset, whole_frames  # noqa: E402
 from lookupd.format.builder import build_batch  # noqa: E402
 
 
@@ -102,6 +103,24 @@ def scans(data: bytes, log_path: str) -> list:
             out.append(None if found is None else found[2:])
     fr.close()
     return out
+
+
+def walk_check(data: bytes) -> str | None:
+    """`_decode.sound_batches` (read's batch walk) against the Python walk of whole frames: where C answers,
+    every whole batch must be sound and the bytes and last offset the same. None if so, else what differed."""
+    got = columnar._decode.sound_batches(data)
+    if got is None:
+        return None
+    whole, last = 0, -1
+    try:
+        for off, size in whole_frames(data):
+            found = sound_v2_last_offset(data, off, size)
+            if found is None:
+                return f"sound_batches took an unsound batch at {off}"
+            whole, last = off + size, found
+    except CorruptRecordError as err:
+        return f"sound_batches took what the walk rejects: {err}"
+    return None if (whole, last) == got else f"sound_batches gave {got}, the walk {(whole, last)}"
 
 
 LOCATED = [0]  # answers of _native.locate checked against the reference walk
@@ -268,7 +287,7 @@ def main() -> int:
                 scans_outcome(data, log_path, True) != scans_outcome(data, log_path, False):
             why = "the decoders, the renderers or the scans disagree"
         else:
-            why = locate_checks(rnd, data, log_path)
+            why = walk_check(data) or locate_checks(rnd, data, log_path)
         if why is not None:
             path = f"crash-{n}"
             open(path, "wb").write(data)

@@ -979,6 +979,49 @@ find_timestamp_batch(PyObject *self, PyObject *args)
 }
 
 /*
+ * sound_batches(buffer) -> (bytes of the whole batches at its front, last offset of the last of them) | None
+ *
+ * The walk of `read`'s answer (lookupd.log.locallog._whole_batches) over batches it can pass in a
+ * few operations: each whole batch at the front (FileLogInputStream's framing: fewer than 17 bytes
+ * left, or a batch running past the end, ends the walk) a v2 batch whose size holds its header, whose
+ * record count is not negative and whose CRC32C matches. The last offset is -1 when no batch is
+ * whole. None when any whole batch is another kind: the Python walk then checks it and names a fault.
+ */
+static PyObject *
+sound_batches(PyObject *self, PyObject *arg)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const uint8_t *buf = view.buf;
+    Py_ssize_t end = view.len, pos = 0;
+    int64_t last = -1;
+    int sound = 1;
+    while (pos < end - 17) {
+        int64_t size = (int32_t)be32(buf + pos + 8);
+        if (size < 14 || size + LOG_OVERHEAD < V2_HEADER) {  /* below a v0 message, or no v2 header: Python */
+            sound = 0;
+            break;
+        }
+        if (pos > end - LOG_OVERHEAD - size)
+            break;                      /* not whole: the walk ends here */
+        const uint8_t *b = buf + pos;
+        size += LOG_OVERHEAD;
+        if (b[16] != 2 || (int32_t)be32(b + 57) < 0 ||
+            CRC32C(b + CRC_START, (size_t)(size - CRC_START)) != be32(b + 17) ||
+            __builtin_add_overflow((int64_t)be64(b), (int64_t)(int32_t)be32(b + 23), &last)) {
+            sound = 0;
+            break;
+        }
+        pos += size;
+    }
+    PyBuffer_Release(&view);
+    if (!sound)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(nL)", pos, (long long)last);
+}
+
+/*
  * decompress(codec, data, max_size) -> bytes, or None when lookupd.format.compression must take it
  * (see _codecs.c).
  */
@@ -1023,6 +1066,8 @@ static PyMethodDef methods[] = {
     {"find_timestamp_batch", find_timestamp_batch, METH_VARARGS,
      "find_timestamp_batch(batch, target, start_offset) -> (timestamp, offset, leader epoch or None), or None when "
      "the Python path must answer (see _decode.c)."},
+    {"sound_batches", sound_batches, METH_O,
+     "sound_batches(buffer) -> (bytes of its whole sound v2 batches, last offset), or None (see _decode.c)."},
     {"crc32c", py_crc32c, METH_O, "crc32c(data) -> the CRC32C (Castagnoli) of the bytes."},
     {"decode_v2", decode_v2, METH_VARARGS,
      "decode_v2(records, count, base_offset, base_timestamp, fixed_timestamp, has_fixed, headers, *columns) -> "
