@@ -410,12 +410,15 @@ class LocalLog:
         [log start, log end). None leaves the call, its checks and errors, to the reference path.
         An offset below the active segment's base offset is below the log end offset, so only an
         offset in the active segment needs the log end, which is cached by the `.log`'s size."""
-        v = SegmentList(self, self._bases)
-        if type(offset) is not int or not v.bases or not v.log_start_offset <= offset <= INT64_MAX:
+        bases = self._bases  # one snapshot of the listing (SegmentList's rule), read without making one
+        if type(offset) is not int or not bases or not bases[0] <= offset <= INT64_MAX:
             return None
-        i = v.floor_slot(offset)
-        seg = self._segments.get(v.bases[i])
-        if seg is None or (i == len(v.bases) - 1 and offset >= seg.read_next_offset()):
+        cp = self.checkpointed_log_start  # the log start offset is the higher of the two
+        if cp is not None and offset < cp:
+            return None
+        i = bisect.bisect_right(bases, offset) - 1
+        seg = self._segments.get(bases[i])
+        if seg is None or (i == len(bases) - 1 and offset >= seg.read_next_offset()):
             return None
         return seg
 
