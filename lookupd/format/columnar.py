@@ -186,11 +186,12 @@ class ColumnBuilder:
             return pa.Array.from_buffers(typ, len(c[ends]) // 4 - 1, [bitmap, pa.py_buffer(c[ends]), pa.py_buffer(c[data])],
                                          null_count=nulls)
 
+        # per record from its batch's flags; pa.array would first ask whether this is a pandas Series
+        timestamp_type = np.repeat(((facts["flags"] & FLAG_LOG_APPEND_TIME) != 0).astype(np.int32), facts["records"])
         out = {
             "offset": pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(c[OFFSET])]),
             "timestamp": pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(c[TIMESTAMP])]),
-            "timestamp_type": pa.array(np.repeat(((facts["flags"] & FLAG_LOG_APPEND_TIME) != 0).astype(np.int32),
-                                                 facts["records"]), pa.int32()),
+            "timestamp_type": pa.Array.from_buffers(pa.int32(), len(timestamp_type), [None, pa.py_buffer(timestamp_type)]),
             "key": binary(KEY_VALID, KEY_END, KEY_DATA, pa.binary()),
             "value": binary(VALUE_VALID, VALUE_END, VALUE_DATA, pa.binary()),
         }
@@ -199,7 +200,7 @@ class ColumnBuilder:
             keys = pa.Array.from_buffers(item.field("key").type, len(c[HKEY_END]) // 4 - 1,
                                          [None, pa.py_buffer(c[HKEY_END]), pa.py_buffer(c[HKEY_DATA])])
             values = binary(HVAL_VALID, HVAL_END, HVAL_DATA, item.field("value").type)
-            entries = pa.StructArray.from_arrays([keys, values], fields=list(item))
+            entries = pa.Array.from_buffers(item, len(keys), [None], children=[keys, values])
             ends = np.frombuffer(c[HDR_END], np.int32)
             has = np.diff(ends) > 0
             nulls = n - int(np.count_nonzero(has))
