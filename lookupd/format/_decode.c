@@ -436,6 +436,8 @@ static inline uint64_t be64(const uint8_t *p) { return (uint64_t)be32(p) << 32 |
 #define MAX_DECOMPRESSED ((size_t)INT32_MAX)
 #define V2_HEADER 61
 #define LOG_OVERHEAD 12
+#define HEADER_UP_TO_MAGIC 17       /* batch.HEADER_SIZE_UP_TO_MAGIC: fewer bytes left end a walk */
+#define RECORD_OVERHEAD_V0 14       /* batch.RECORD_OVERHEAD_V0: the smallest legal size field */
 #define CRC_START 21
 enum { F_POSITION, F_BASE_OFFSET, F_LAST_OFFSET, F_PRODUCER_ID, F_FLAGS, F_COUNT, N_FACTS };
 #define FLAG_TRANSACTIONAL 1
@@ -867,17 +869,6 @@ done:
 
 /* ------------------------------------------------------------------ the timestamp scan of one batch */
 
-/*
- * find_timestamp(records, count, base_offset, base_timestamp, fixed_timestamp, has_fixed, target, start_offset)
- *   -> (timestamp, offset) | None | False
- *
- * FileRecords.searchForTimestamp's inner loop over one v2 batch's record section (decompressed):
- * the first record, in batch order, whose timestamp >= target and offset >= start_offset, None if
- * none is. As lookupd.format.records._stamps_v2 does, every record's length, timestamp delta and
- * offset delta are read, the rest skipped, over the whole batch (so a fault after the match is still
- * a fault). False on anything that scan rejects (or offsets and timestamps past int64): the caller
- * then runs the Python scan, which raises the exact error.
- */
 /* The scan of find_timestamp over data[0:n]: 1 when it is done (*found says whether a record matched),
  * 0 when the Python scan must take the batch. */
 static int
@@ -914,6 +905,17 @@ scan_timestamps(const uint8_t *p, Py_ssize_t n, Py_ssize_t count, int64_t base_o
     return 1;
 }
 
+/*
+ * find_timestamp(records, count, base_offset, base_timestamp, fixed_timestamp, has_fixed, target, start_offset)
+ *   -> (timestamp, offset) | None | False
+ *
+ * FileRecords.searchForTimestamp's inner loop over one v2 batch's record section (decompressed):
+ * the first record, in batch order, whose timestamp >= target and offset >= start_offset, None if
+ * none is. As lookupd.format.records._stamps_v2 does, every record's length, timestamp delta and
+ * offset delta are read, the rest skipped, over the whole batch (so a fault after the match is still
+ * a fault). False on anything that scan rejects (or offsets and timestamps past int64): the caller
+ * then runs the Python scan, which raises the exact error.
+ */
 static PyObject *
 find_timestamp(PyObject *self, PyObject *args)
 {
@@ -997,9 +999,9 @@ sound_batches(PyObject *self, PyObject *arg)
     Py_ssize_t end = view.len, pos = 0;
     int64_t last = -1;
     int sound = 1;
-    while (pos < end - 17) {
+    while (pos < end - HEADER_UP_TO_MAGIC) {
         int64_t size = (int32_t)be32(buf + pos + 8);
-        if (size < 14 || size + LOG_OVERHEAD < V2_HEADER) {  /* below a v0 message, or no v2 header: Python */
+        if (size < RECORD_OVERHEAD_V0 || size + LOG_OVERHEAD < V2_HEADER) {  /* corrupt, or no v2 header: Python */
             sound = 0;
             break;
         }

@@ -26,8 +26,9 @@ Each codec reads what Kafka's Java client reads and writes what it would accept:
 
 Native first: where the C extension is built and finds the codec libraries (libdeflate,
 libsnappy, liblz4; zstd through `zstandard`, as here; `lookupd/format/_codecs.c`), the
-common forms above are decompressed there, with no Python around each batch; everything else, and any fault, comes here,
-whose answer and message are the reference (`native=False` takes this path alone).
+common forms above are decompressed there, with no Python around each batch. Everything
+else, and any fault, comes here, whose answer and message are the reference
+(`native=False` takes this path alone).
 
 Decompression bombs: the decompressed size is bounded before any output is allocated
 (a snappy block declares its size, an lz4 block holds at most the frame's block size,
