@@ -426,6 +426,22 @@ def test_command_line_tools(mnt, tmp_path):
     assert at == [str(o) for o in range(100, 110)]
 
 
+def test_extended_attributes_are_not_supported(mnt, tmp_path):
+    # ENOTSUP, not ENODATA, for the ACL names too: GNU ls -l then stops asking for the rest of the mount
+    # (one getxattr per file was half of `ls -lR`'s system calls), and cp -a copies without ACLs.
+    f = pdir(mnt, "plain-0", stem(0) + ".log")
+    for path in (f, pdir(mnt, "plain-0"), pdir(mnt, "plain-0", stem(0) + ".records.jsonl")):
+        for name in ("system.posix_acl_access", "system.posix_acl_default", "security.selinux", "user.note"):
+            with pytest.raises(OSError) as e:
+                os.getxattr(path, name)
+            assert e.value.errno == errno.ENOTSUP, (path, name)
+        with pytest.raises(OSError) as e:
+            os.listxattr(path)
+        assert e.value.errno == errno.ENOTSUP, path
+    assert run("cp", "-a", f, str(tmp_path / "copy")) == b""
+    assert read(str(tmp_path / "copy")) == read(f)
+
+
 # ------------------------------------------------------------------ refusals
 
 
