@@ -107,6 +107,30 @@ def test_generated_batches_decode_alike(batches):
         reference_rows(buf)
 
 
+def test_columns_grow_for_batches_that_decompress_to_many_times_their_size():
+    # Batches that decompress to 20-200 times their size outgrow the room reserved for the bytes
+    # given, in the middle of a call: the columns grow then (keeping what is written), again and
+    # again, also after earlier calls filled them. Both paths must give the same columns.
+    buf, offset, cuts = b"", 0, []
+    for i, codec in enumerate([Compression.NONE, Compression.GZIP, Compression.ZSTD, Compression.NONE,
+                               Compression.LZ4, Compression.SNAPPY, Compression.GZIP] * 2):
+        recs = [(5000 + offset + r, b"k%d" % r if r % 3 else None, bytes([65 + i]) * (200 + 1000 * (r % 4)),
+                 (("h", b"v" * 300),) if r % 2 else ()) for r in range(150)]
+        buf += build_batch(recs, base_offset=offset, compression=codec)
+        offset += len(recs)
+        cuts.append(len(buf))
+    builders = {native: ColumnBuilder(True, native=native) for native in (True, False)}
+    for native, b in builders.items():
+        start = 0
+        for end in cuts[::3] + [len(buf)]:  # several calls, each adding to the columns of the last
+            assert b.add_frames(buf, 0, "t.log", start, end) == end
+            start = end
+    got = {native: {k: v.to_pylist() for k, v in b.arrays(HEADERS).items()} for native, b in builders.items()}
+    assert got[True] == got[False]
+    assert len(got[True]["offset"]) == offset
+    assert columns(buf, True) == columns(buf, False)
+
+
 def _sample_batch() -> bytes:
     recs = [(1000 + i, b"key-%d" % i, b"value-%d" % i, (("h", b"x"),)) for i in range(8)]
     return build_batch(recs, base_offset=100)

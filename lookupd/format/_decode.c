@@ -107,16 +107,22 @@ room(Py_ssize_t bytes, int with_headers, Py_ssize_t add[N_COLUMNS])
     memcpy(add, a, sizeof a);
 }
 
-/* Make room past what is written for the records of `bytes` more bytes of record data. */
+/* Make room past what is written for the records of `bytes` more bytes of record data; a column
+ * short of it gets room for `bytes + slack` (each resize may copy the column). */
 static int
-grow(Out *o, Py_ssize_t bytes, int with_headers)
+grow(Out *o, Py_ssize_t bytes, Py_ssize_t slack, int with_headers)
 {
-    Py_ssize_t add[N_COLUMNS];
+    Py_ssize_t add[N_COLUMNS], more[N_COLUMNS];
     room(bytes, with_headers, add);
+    room(bytes + slack, with_headers, more);
     for (int i = 0; i < N_COLUMNS; i++) {
         if (o->used[i] + add[i] <= o->cap[i])
             continue;
-        Py_ssize_t cap = o->used[i] + add[i];
+        Py_ssize_t cap = o->used[i] + more[i];
+        /* Down to what is written first (in place), so that a move copies only that, not
+         * the room reserved past it, which is mostly unwritten. */
+        if (o->cap[i] > o->used[i] && PyByteArray_Resize(o->ba[i], o->used[i]) < 0)
+            PyErr_Clear();          /* not shrunk: the resize below copies more, that is all */
         if (PyByteArray_Resize(o->ba[i], cap) < 0)
             return -1;
         o->cap[i] = cap;
@@ -135,7 +141,7 @@ reserve(Out *o, Py_ssize_t bytes, int with_headers)
         o->used[i] = o->cap[i] = PyByteArray_GET_SIZE(o->ba[i]);
         o->at[i] = PyByteArray_AS_STRING(o->ba[i]);
     }
-    if (grow(o, bytes, with_headers) < 0) {
+    if (grow(o, bytes, 0, with_headers) < 0) {
         finish(o);
         return -1;
     }
@@ -516,11 +522,11 @@ decode_frames(PyObject *self, PyObject *args)
                 records_len = codecs_decompress(attrs & 0x07, records, (size_t)records_len, MAX_DECOMPRESSED, &out);
                 if (records_len < 0)
                     break;
-                /* room for these records and, as reserved at the start, for all after this batch; half
-                 * as much again, as the batches after it may grow the columns too, and every resize
-                 * may copy them */
+                /* room for these records and, as reserved at the start, for all after this batch; a
+                 * column short of that gets half as much again, as the batches after it may grow
+                 * the columns too, and every resize may copy them */
                 Py_ssize_t need = records_len + (stop - pos - size);
-                if (grow(&o, need + need / 2, with_headers) < 0) {
+                if (grow(&o, need, need / 2, with_headers) < 0) {
                     err = 1;
                     break;
                 }
