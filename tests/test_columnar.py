@@ -227,3 +227,43 @@ def test_aborted_records_are_masked_out():
     b.add_frames(buf, 0)
     keep = b.aborted_mask({7: [(0, 2)]})
     assert keep.tolist() == [False, True, True, True]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 255), max_size=70), st.lists(st.integers(-3, 3), max_size=70),
+       st.lists(st.tuples(st.integers(0, 7), st.integers(0, 40)), max_size=12))
+def test_bitmaps_and_flags_in_c_equal_their_numpy_references(flags, steps, batches):
+    """The Arrow validity bitmaps and the per-record timestamp type come from C where the extension is
+    built; the numpy versions (no compiler) must give the same bytes and counts."""
+    from lookupd.format import _decode
+
+    flags = bytes(flags)
+    assert _decode.validity_bitmap(flags) == columnar.validity_bitmap_reference(flags)
+    assert _decode.validity_bitmap(bytearray(flags)) == columnar.validity_bitmap_reference(flags)
+    ends = [0]
+    for step in steps:  # list offsets; a step back (never written by the decoder) is an empty list too
+        ends.append(ends[-1] + step)
+    ends = struct.pack(f"={len(ends)}i", *ends)
+    assert _decode.nonempty_bitmap(ends) == columnar.nonempty_bitmap_reference(ends)
+    facts = b"".join(struct.pack("=6q", 100 * i, i, i, -1, flag, count) for i, (flag, count) in enumerate(batches))
+    for flag in (columnar.FLAG_LOG_APPEND_TIME, columnar.FLAG_TRANSACTIONAL):
+        assert _decode.spread_flag(facts, flag) == columnar.spread_flag_reference(facts, flag)
+        assert _decode.spread_flag(bytearray(facts), flag) == columnar.spread_flag_reference(facts, flag)
+
+
+def test_bitmap_and_flag_helpers_refuse_malformed_input():
+    from lookupd.format import _decode
+
+    for bad in (b"", b"\0\0\0", b"\0" * 9):
+        with pytest.raises(ValueError, match="int32 offset"):
+            _decode.nonempty_bitmap(bad)
+    with pytest.raises(ValueError, match="six int64"):
+        _decode.spread_flag(b"\0" * 47, 2)
+    with pytest.raises(ValueError, match="record count out of range"):
+        _decode.spread_flag(struct.pack("=6q", 0, 0, 0, 0, 2, -1), 2)
+    with pytest.raises(ValueError, match="record count out of range"):
+        _decode.spread_flag(struct.pack("=6q", 0, 0, 0, 0, 2, 1 << 62) * 2, 2)
+    with pytest.raises(TypeError):
+        _decode.validity_bitmap("text")
+    wraps = struct.pack("=3i", 2**31 - 1, -2**31, 5)  # int32 differences would wrap: the second list is empty
+    assert _decode.nonempty_bitmap(wraps) == columnar.nonempty_bitmap_reference(wraps) == (b"\x02", 1)

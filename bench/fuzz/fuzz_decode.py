@@ -13,7 +13,7 @@ written as a .log, is walked for an offset and a timestamp by both paths of
 FileRecords.find_batch (lookupd/log/_native.c), walked as `read` walks what it hands out
 (`_decode.sound_batches` against the Python walk), and looked up through an offset index of its
 batches (damaged at times) by `_native.locate`, whose every answer must be the reference walk's
-(it may decline). Each pair must agree, answer or error. The C code must not crash,
+(it may decline); and taken as columns by arrays()' bitmap and flag helpers. Each pair must agree, answer or error. The C code must not crash,
 hang or (in the ASan + UBSan build) touch memory outside its buffers.
 
     make -C bench/fuzz asan
@@ -61,6 +61,8 @@ def load_instrumented(decode_so: str | None, native_so: str | None) -> None:
         module = load_extension("lookupd.format._decode", decode_so)
         columnar._decode = render._decode = records._decode = compression._decode = module
         columnar.NATIVE = True
+        columnar.validity_bitmap, columnar.nonempty_bitmap, columnar.spread_flag = \
+            module.validity_bitmap, module.nonempty_bitmap, module.spread_flag
     if native_so:
         filerecords._native = load_extension("lookupd.log._native", native_so)
 
@@ -178,6 +180,23 @@ def locate_checks(rnd: random.Random, data: bytes, log_path: str) -> str | None:
     return None
 
 
+def helpers_check(data: bytes) -> str | None:
+    """The Arrow bitmap and per-record flag helpers of arrays() on the input taken as their columns (whole
+    int32 and six-int64 entries of it; record counts beyond a few thousand refused alike): C against numpy."""
+    if columnar.validity_bitmap(data) != columnar.validity_bitmap_reference(data):
+        return "validity_bitmap disagrees"
+    ends = data[:len(data) // 4 * 4] or bytes(4)
+    if columnar.nonempty_bitmap(ends) != columnar.nonempty_bitmap_reference(ends):
+        return "nonempty_bitmap disagrees"
+    facts = bytearray(data[:len(data) // 48 * 48])
+    for i in range(len(facts) // 48):  # keep the counts small: the reference would allocate what they say
+        facts[40 + 48 * i:48 + 48 * i] = struct.pack("=q", struct.unpack_from("=q", facts, 40 + 48 * i)[0] % 4096)
+    if columnar.spread_flag(facts, columnar.FLAG_LOG_APPEND_TIME) != \
+            columnar.spread_flag_reference(facts, columnar.FLAG_LOG_APPEND_TIME):
+        return "spread_flag disagrees"
+    return None
+
+
 def scans_outcome(data: bytes, log_path: str, native: bool):
     return swapped(native, scans, data, log_path)
 
@@ -287,7 +306,7 @@ def main() -> int:
                 scans_outcome(data, log_path, True) != scans_outcome(data, log_path, False):
             why = "the decoders, the renderers or the scans disagree"
         else:
-            why = walk_check(data) or locate_checks(rnd, data, log_path)
+            why = walk_check(data) or locate_checks(rnd, data, log_path) or helpers_check(data)
         if why is not None:
             path = f"crash-{n}"
             open(path, "wb").write(data)

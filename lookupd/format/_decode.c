@@ -1033,6 +1033,133 @@ sound_batches(PyObject *self, PyObject *arg)
  * decompress(codec, data, max_size) -> bytes, or None when lookupd.format.compression must take it
  * (see _codecs.c).
  */
+/* ------------------------------------------------------------------ Arrow validity bitmaps */
+
+/* (bitmap, null count) -> the tuple columnar.py wants: (bytes, n), or (None, 0) when nothing is null
+ * (Arrow then needs no bitmap); steals `bits`. */
+static PyObject *
+bitmap_result(PyObject *bits, Py_ssize_t nulls)
+{
+    if (bits == NULL)
+        return NULL;
+    return Py_BuildValue("(Nn)", bits, nulls);
+}
+
+static inline int32_t ld_i32(const uint8_t *p) { int32_t v; memcpy(&v, p, 4); return v; }
+
+/*
+ * validity_bitmap(flags) -> (bitmap or None, null count)
+ *
+ * `flags` holds one byte per item, 0 for null: Arrow's validity bitmap of them (bit i of byte i/8,
+ * least significant first, the last byte's spare bits zero: numpy.packbits(bitorder="little")).
+ */
+static PyObject *
+validity_bitmap(PyObject *self, PyObject *arg)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const uint8_t *f = (const uint8_t *)view.buf;
+    Py_ssize_t n = view.len, nulls = 0;
+    for (Py_ssize_t i = 0; i < n; i++)     /* most columns have no nulls, and need no bitmap */
+        nulls += f[i] == 0;
+    PyObject *bits = nulls ? PyBytes_FromStringAndSize(NULL, (n + 7) / 8) : Py_NewRef(Py_None);
+    if (bits != NULL && nulls) {
+        uint8_t *b = (uint8_t *)PyBytes_AS_STRING(bits);
+        for (Py_ssize_t j = 0; j < (n + 7) / 8; j++) {
+            uint8_t byte = 0;
+            for (Py_ssize_t k = 0; k < 8 && 8 * j + k < n; k++)
+                byte |= (uint8_t)((f[8 * j + k] != 0) << k);
+            b[j] = byte;
+        }
+    }
+    PyBuffer_Release(&view);
+    return bitmap_result(bits, nulls);
+}
+
+/*
+ * nonempty_bitmap(ends) -> (bitmap or None, count of empty lists)
+ *
+ * `ends` holds n + 1 native int32 list offsets (Arrow's layout): the validity bitmap marking the
+ * lists that hold at least one item (a record without headers is null, as in Spark).
+ */
+static PyObject *
+nonempty_bitmap(PyObject *self, PyObject *arg)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (view.len < 4 || view.len % 4 != 0) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "ends must hold at least one int32 offset");
+        return NULL;
+    }
+    const uint8_t *e = (const uint8_t *)view.buf;
+    Py_ssize_t n = view.len / 4 - 1, nulls = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        nulls += ld_i32(e + 4 * (i + 1)) <= ld_i32(e + 4 * i);
+    PyObject *bits = nulls ? PyBytes_FromStringAndSize(NULL, (n + 7) / 8) : Py_NewRef(Py_None);
+    if (bits != NULL && nulls) {
+        uint8_t *b = (uint8_t *)PyBytes_AS_STRING(bits);
+        for (Py_ssize_t j = 0; j < (n + 7) / 8; j++) {
+            uint8_t byte = 0;
+            for (Py_ssize_t k = 0; k < 8 && 8 * j + k < n; k++)
+                byte |= (uint8_t)((ld_i32(e + 4 * (8 * j + k + 1)) > ld_i32(e + 4 * (8 * j + k))) << k);
+            b[j] = byte;
+        }
+    }
+    PyBuffer_Release(&view);
+    return bitmap_result(bits, nulls);
+}
+
+/*
+ * spread_flag(facts, flag) -> bytes
+ *
+ * `facts` holds decode_frames' six int64 per batch: per record of every batch, in order, the int32
+ * 1 when the batch's flags have `flag`, else 0 (numpy.repeat of the batches' flags over their
+ * record counts).
+ */
+static PyObject *
+spread_flag(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    long long flag;
+    if (!PyArg_ParseTuple(args, "y*L", &view, &flag))
+        return NULL;
+    const Py_ssize_t entry = N_FACTS * 8;
+    if (view.len % entry != 0) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "facts must hold whole entries of six int64");
+        return NULL;
+    }
+    const uint8_t *f = (const uint8_t *)view.buf;
+    Py_ssize_t batches = view.len / entry, total = 0;
+    for (Py_ssize_t i = 0; i < batches; i++) {
+        int64_t count;
+        memcpy(&count, f + i * entry + F_COUNT * 8, 8);
+        if (count < 0 || count > PY_SSIZE_T_MAX / 4 - total) {
+            PyBuffer_Release(&view);
+            PyErr_SetString(PyExc_ValueError, "facts hold a record count out of range");
+            return NULL;
+        }
+        total += (Py_ssize_t)count;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total * 4);
+    if (out != NULL) {
+        int32_t *o = (int32_t *)PyBytes_AS_STRING(out);
+        for (Py_ssize_t i = 0; i < batches; i++) {
+            int64_t count, flags;
+            memcpy(&count, f + i * entry + F_COUNT * 8, 8);
+            memcpy(&flags, f + i * entry + F_FLAGS * 8, 8);
+            int32_t v = (flags & flag) != 0;
+            for (int64_t k = 0; k < count; k++)
+                *o++ = v;
+        }
+    }
+    PyBuffer_Release(&view);
+    return out;
+}
+
 static PyObject *
 py_decompress(PyObject *self, PyObject *args)
 {
@@ -1076,6 +1203,12 @@ static PyMethodDef methods[] = {
      "the Python path must answer (see _decode.c)."},
     {"sound_batches", sound_batches, METH_O,
      "sound_batches(buffer) -> (bytes of its whole sound v2 batches, last offset), or None (see _decode.c)."},
+    {"validity_bitmap", validity_bitmap, METH_O,
+     "validity_bitmap(flags) -> (Arrow validity bitmap or None, null count) of one byte per item, 0 for null."},
+    {"nonempty_bitmap", nonempty_bitmap, METH_O,
+     "nonempty_bitmap(ends) -> (Arrow validity bitmap or None, empty count): the lists of int32 offsets that hold items."},
+    {"spread_flag", spread_flag, METH_VARARGS,
+     "spread_flag(facts, flag) -> int32 per record: 1 where its batch's flags have `flag` (see _decode.c)."},
     {"crc32c", py_crc32c, METH_O, "crc32c(data) -> the CRC32C (Castagnoli) of the bytes."},
     {"decode_v2", decode_v2, METH_VARARGS,
      "decode_v2(records, count, base_offset, base_timestamp, fixed_timestamp, has_fixed, headers, *columns) -> "

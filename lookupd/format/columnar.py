@@ -171,27 +171,21 @@ class ColumnBuilder:
         """The columns as pyarrow arrays (offset, timestamp in ms, timestamp_type, key, value, and headers
         with `headers_type`, a list<struct<key: string, value: binary>> type, when headers were kept;
         a record without headers has null there, as in Spark). The builder starts empty again."""
-        import numpy as np
         import pyarrow as pa
 
-        c, n, facts = self._cols, self.count, self.facts()
-
-        def validity(col: int) -> tuple[Any, int]:
-            valid = np.frombuffer(c[col], np.uint8)
-            nulls = len(valid) - int(np.count_nonzero(valid))
-            return (pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None), nulls
+        c, n = self._cols, self.count
 
         def binary(valid_col: int, ends: int, data: int, typ) -> Any:
-            bitmap, nulls = validity(valid_col)
-            return pa.Array.from_buffers(typ, len(c[ends]) // 4 - 1, [bitmap, pa.py_buffer(c[ends]), pa.py_buffer(c[data])],
-                                         null_count=nulls)
+            bitmap, nulls = validity_bitmap(c[valid_col])
+            return pa.Array.from_buffers(typ, len(c[ends]) // 4 - 1, [_buffer(pa, bitmap), pa.py_buffer(c[ends]),
+                                                                       pa.py_buffer(c[data])], null_count=nulls)
 
         # per record from its batch's flags; pa.array would first ask whether this is a pandas Series
-        timestamp_type = np.repeat(((facts["flags"] & FLAG_LOG_APPEND_TIME) != 0).astype(np.int32), facts["records"])
+        timestamp_type = spread_flag(self._facts, FLAG_LOG_APPEND_TIME)
         out = {
             "offset": pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(c[OFFSET])]),
             "timestamp": pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(c[TIMESTAMP])]),
-            "timestamp_type": pa.Array.from_buffers(pa.int32(), len(timestamp_type), [None, pa.py_buffer(timestamp_type)]),
+            "timestamp_type": pa.Array.from_buffers(pa.int32(), len(timestamp_type) // 4, [None, pa.py_buffer(timestamp_type)]),
             "key": binary(KEY_VALID, KEY_END, KEY_DATA, pa.binary()),
             "value": binary(VALUE_VALID, VALUE_END, VALUE_DATA, pa.binary()),
         }
@@ -201,11 +195,50 @@ class ColumnBuilder:
                                          [None, pa.py_buffer(c[HKEY_END]), pa.py_buffer(c[HKEY_DATA])])
             values = binary(HVAL_VALID, HVAL_END, HVAL_DATA, item.field("value").type)
             entries = pa.Array.from_buffers(item, len(keys), [None], children=[keys, values])
-            ends = np.frombuffer(c[HDR_END], np.int32)
-            has = np.diff(ends) > 0
-            nulls = n - int(np.count_nonzero(has))
-            bitmap = pa.py_buffer(np.packbits(has, bitorder="little")) if nulls else None
-            out["headers"] = pa.Array.from_buffers(headers_type, n, [bitmap, pa.py_buffer(c[HDR_END])],
+            bitmap, nulls = nonempty_bitmap(c[HDR_END])
+            out["headers"] = pa.Array.from_buffers(headers_type, n, [_buffer(pa, bitmap), pa.py_buffer(c[HDR_END])],
                                                    null_count=nulls, children=[entries])
         self._reset()
         return out
+
+
+def _buffer(pa, data) -> Any:
+    return None if data is None else pa.py_buffer(data)
+
+
+# ------------------------------------------------------------------ Arrow validity, per record flags
+# In C (one pass over the bytes) where the extension is built; the numpy versions are the reference.
+
+
+def validity_bitmap_reference(flags) -> tuple[Any, int]:
+    """(Arrow validity bitmap, null count) of one byte per item, 0 for null; (None, 0) without nulls."""
+    import numpy as np
+
+    valid = np.frombuffer(flags, np.uint8)
+    nulls = len(valid) - int(np.count_nonzero(valid))
+    return (np.packbits(valid, bitorder="little").tobytes() if nulls else None), nulls
+
+
+def nonempty_bitmap_reference(ends) -> tuple[Any, int]:
+    """(Arrow validity bitmap of the lists holding items, count of empty ones) from n + 1 int32 offsets."""
+    import numpy as np
+
+    has = np.diff(np.frombuffer(ends, np.int32).astype(np.int64)) > 0  # int32 differences could wrap
+    nulls = len(has) - int(np.count_nonzero(has))
+    return (np.packbits(has, bitorder="little").tobytes() if nulls else None), nulls
+
+
+def spread_flag_reference(facts, flag: int) -> bytes:
+    """Per record of the batches in `facts` (six int64 each, as decode_frames writes them), in order: the
+    int32 1 where its batch's flags have `flag`, else 0."""
+    import numpy as np
+
+    a = np.frombuffer(facts, np.int64).reshape(-1, 6)
+    return np.repeat(((a[:, 4] & flag) != 0).astype(np.int32), a[:, 5]).tobytes()
+
+
+if NATIVE:
+    validity_bitmap, nonempty_bitmap, spread_flag = _decode.validity_bitmap, _decode.nonempty_bitmap, _decode.spread_flag
+else:
+    validity_bitmap, nonempty_bitmap, spread_flag = \
+        validity_bitmap_reference, nonempty_bitmap_reference, spread_flag_reference
