@@ -1035,81 +1035,66 @@ sound_batches(PyObject *self, PyObject *arg)
  */
 /* ------------------------------------------------------------------ Arrow validity bitmaps */
 
-/* (bitmap, null count) -> the tuple columnar.py wants: (bytes, n), or (None, 0) when nothing is null
- * (Arrow then needs no bitmap); steals `bits`. */
-static PyObject *
-bitmap_result(PyObject *bits, Py_ssize_t nulls)
+static inline int32_t ld_i32(const uint8_t *p) { int32_t v; memcpy(&v, p, 4); return v; }
+
+/* Whether item i is valid: a flag byte not 0, or (`ends`, int32 list offsets) a list holding items. */
+static inline int
+item_valid(const uint8_t *p, Py_ssize_t i, int ends)
 {
+    return ends ? ld_i32(p + 4 * (i + 1)) > ld_i32(p + 4 * i) : p[i] != 0;
+}
+
+/* (Arrow validity bitmap of n items, null count): bit i of byte i/8, least significant first, the last
+ * byte's spare bits zero (numpy.packbits(bitorder="little")); (None, 0) when nothing is null (Arrow
+ * then needs no bitmap). */
+static PyObject *
+validity_of(const uint8_t *p, Py_ssize_t n, int ends)
+{
+    Py_ssize_t nulls = 0;
+    for (Py_ssize_t i = 0; i < n; i++)     /* most columns have no nulls, and need no bitmap */
+        nulls += !item_valid(p, i, ends);
+    if (nulls == 0)
+        return Py_BuildValue("(On)", Py_None, (Py_ssize_t)0);
+    PyObject *bits = PyBytes_FromStringAndSize(NULL, (n + 7) / 8);
     if (bits == NULL)
         return NULL;
+    uint8_t *b = (uint8_t *)PyBytes_AS_STRING(bits);
+    for (Py_ssize_t j = 0; j < (n + 7) / 8; j++) {
+        uint8_t byte = 0;
+        for (Py_ssize_t k = 0; k < 8 && 8 * j + k < n; k++)
+            byte |= (uint8_t)(item_valid(p, 8 * j + k, ends) << k);
+        b[j] = byte;
+    }
     return Py_BuildValue("(Nn)", bits, nulls);
 }
 
-static inline int32_t ld_i32(const uint8_t *p) { int32_t v; memcpy(&v, p, 4); return v; }
-
-/*
- * validity_bitmap(flags) -> (bitmap or None, null count)
- *
- * `flags` holds one byte per item, 0 for null: Arrow's validity bitmap of them (bit i of byte i/8,
- * least significant first, the last byte's spare bits zero: numpy.packbits(bitorder="little")).
- */
+/* validity_bitmap(flags) -> (bitmap or None, null count), of one byte per item, 0 for null. */
 static PyObject *
 validity_bitmap(PyObject *self, PyObject *arg)
 {
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
         return NULL;
-    const uint8_t *f = (const uint8_t *)view.buf;
-    Py_ssize_t n = view.len, nulls = 0;
-    for (Py_ssize_t i = 0; i < n; i++)     /* most columns have no nulls, and need no bitmap */
-        nulls += f[i] == 0;
-    PyObject *bits = nulls ? PyBytes_FromStringAndSize(NULL, (n + 7) / 8) : Py_NewRef(Py_None);
-    if (bits != NULL && nulls) {
-        uint8_t *b = (uint8_t *)PyBytes_AS_STRING(bits);
-        for (Py_ssize_t j = 0; j < (n + 7) / 8; j++) {
-            uint8_t byte = 0;
-            for (Py_ssize_t k = 0; k < 8 && 8 * j + k < n; k++)
-                byte |= (uint8_t)((f[8 * j + k] != 0) << k);
-            b[j] = byte;
-        }
-    }
+    PyObject *out = validity_of((const uint8_t *)view.buf, view.len, 0);
     PyBuffer_Release(&view);
-    return bitmap_result(bits, nulls);
+    return out;
 }
 
-/*
- * nonempty_bitmap(ends) -> (bitmap or None, count of empty lists)
- *
- * `ends` holds n + 1 native int32 list offsets (Arrow's layout): the validity bitmap marking the
- * lists that hold at least one item (a record without headers is null, as in Spark).
- */
+/* nonempty_bitmap(ends) -> (bitmap or None, count of empty lists), from n + 1 native int32 list offsets
+ * (Arrow's layout): a record without headers is null there, as in Spark. */
 static PyObject *
 nonempty_bitmap(PyObject *self, PyObject *arg)
 {
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
         return NULL;
-    if (view.len < 4 || view.len % 4 != 0) {
-        PyBuffer_Release(&view);
+    PyObject *out = NULL;
+    if (view.len < 4 || view.len % 4 != 0)
         PyErr_SetString(PyExc_ValueError, "ends must hold at least one int32 offset");
-        return NULL;
-    }
-    const uint8_t *e = (const uint8_t *)view.buf;
-    Py_ssize_t n = view.len / 4 - 1, nulls = 0;
-    for (Py_ssize_t i = 0; i < n; i++)
-        nulls += ld_i32(e + 4 * (i + 1)) <= ld_i32(e + 4 * i);
-    PyObject *bits = nulls ? PyBytes_FromStringAndSize(NULL, (n + 7) / 8) : Py_NewRef(Py_None);
-    if (bits != NULL && nulls) {
-        uint8_t *b = (uint8_t *)PyBytes_AS_STRING(bits);
-        for (Py_ssize_t j = 0; j < (n + 7) / 8; j++) {
-            uint8_t byte = 0;
-            for (Py_ssize_t k = 0; k < 8 && 8 * j + k < n; k++)
-                byte |= (uint8_t)((ld_i32(e + 4 * (8 * j + k + 1)) > ld_i32(e + 4 * (8 * j + k))) << k);
-            b[j] = byte;
-        }
-    }
+    else
+        out = validity_of((const uint8_t *)view.buf, view.len / 4 - 1, 1);
     PyBuffer_Release(&view);
-    return bitmap_result(bits, nulls);
+    return out;
 }
 
 /*
