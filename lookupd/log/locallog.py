@@ -129,9 +129,7 @@ class SegmentList:
     @property
     def log_start_offset(self) -> int:
         """First segment's base offset, or the broker's checkpointed log start if higher."""
-        first = self.bases[0] if self.bases else 0
-        cp = self.log.checkpointed_log_start
-        return max(first, cp) if cp is not None else first
+        return _log_start(self.bases, self.log.checkpointed_log_start)
 
     @property
     def log_end_offset(self) -> int:
@@ -411,10 +409,8 @@ class LocalLog:
         An offset below the active segment's base offset is below the log end offset, so only an
         offset in the active segment needs the log end, which is cached by the `.log`'s size."""
         bases = self._bases  # one snapshot of the listing (SegmentList's rule), read without making one
-        if type(offset) is not int or not bases or not bases[0] <= offset <= INT64_MAX:
-            return None
-        cp = self.checkpointed_log_start  # the log start offset is the higher of the two
-        if cp is not None and offset < cp:
+        if type(offset) is not int or not bases or \
+                not _log_start(bases, self.checkpointed_log_start) <= offset <= INT64_MAX:
             return None
         i = bisect.bisect_right(bases, offset) - 1
         seg = self._segments.get(bases[i])
@@ -744,6 +740,13 @@ def int64_array(values, what: str) -> np.ndarray:
         why = f"found {', '.join(sorted(kinds))}" if kinds else "a value is outside the int64 range"
         raise InvalidArgument(f"{what} must be a flat array of int64 integers: {why}")
     return arr.astype(np.int64, copy=False)
+
+
+def _log_start(bases: list[int], checkpointed: int | None) -> int:
+    """The log start offset of a listing: its first base offset, or the broker's checkpointed log start
+    if higher (0 for an empty listing)."""
+    first = bases[0] if bases else 0
+    return max(first, checkpointed) if checkpointed is not None else first
 
 
 def _whole_batches(data: bytes, position: int, seg: LogSegment) -> tuple[int, int]:
