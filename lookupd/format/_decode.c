@@ -1029,10 +1029,6 @@ sound_batches(PyObject *self, PyObject *arg)
     return Py_BuildValue("(nL)", pos, (long long)last);
 }
 
-/*
- * decompress(codec, data, max_size) -> bytes, or None when lookupd.format.compression must take it
- * (see _codecs.c).
- */
 /* ------------------------------------------------------------------ Arrow validity bitmaps */
 
 static inline int32_t ld_i32(const uint8_t *p) { int32_t v; memcpy(&v, p, 4); return v; }
@@ -1145,6 +1141,10 @@ spread_flag(PyObject *self, PyObject *args)
     return out;
 }
 
+/*
+ * decompress(codec, data, max_size) -> bytes, or None when lookupd.format.compression must take it
+ * (see _codecs.c).
+ */
 static PyObject *
 py_decompress(PyObject *self, PyObject *args)
 {

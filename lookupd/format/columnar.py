@@ -116,10 +116,7 @@ class ColumnBuilder:
 
     def facts(self) -> dict[str, Any]:
         """Per batch taken: position, base_offset, last_offset, producer_id, flags, records (numpy arrays)."""
-        import numpy as np
-
-        a = np.frombuffer(self._facts, np.int64).reshape(-1, 6)
-        return dict(zip(("position", "base_offset", "last_offset", "producer_id", "flags", "records"), a.T))
+        return _facts_of(self._facts)
 
     def aborted_mask(self, aborted: dict[int, list[tuple[int, int]]]) -> Any:
         """Per record, whether it is kept under read_committed: a transactional batch of producer P is
@@ -202,6 +199,14 @@ class ColumnBuilder:
         return out
 
 
+def _facts_of(facts) -> dict[str, Any]:
+    """The six int64 per batch of a facts buffer (as decode_frames writes them), as named numpy columns."""
+    import numpy as np
+
+    a = np.frombuffer(facts, np.int64).reshape(-1, 6)
+    return dict(zip(("position", "base_offset", "last_offset", "producer_id", "flags", "records"), a.T))
+
+
 def _buffer(pa, data) -> Any:
     return None if data is None else pa.py_buffer(data)
 
@@ -233,8 +238,8 @@ def spread_flag_reference(facts, flag: int) -> bytes:
     int32 1 where its batch's flags have `flag`, else 0."""
     import numpy as np
 
-    a = np.frombuffer(facts, np.int64).reshape(-1, 6)
-    return np.repeat(((a[:, 4] & flag) != 0).astype(np.int32), a[:, 5]).tobytes()
+    f = _facts_of(facts)
+    return np.repeat(((f["flags"] & flag) != 0).astype(np.int32), f["records"]).tobytes()
 
 
 if NATIVE:
