@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import msgpack
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from lookupd.rpc import protocol as rpc
 
@@ -175,3 +176,51 @@ def test_a_request_msgpack_cannot_carry_is_an_invalid_argument():
         conn.send_request("resolve_offset", ["t", 0, 2 ** 70])
     msgid, data = conn.send_request("ping", [])  # the connection is still usable
     assert msgpack.unpackb(data) == [0, msgid, "ping", []]
+
+
+class _IncrementalOnly(rpc.Connection):
+    """The reference framing: every received byte through the incremental unpacker, never the
+    one-call unpacking of a receive that starts between messages."""
+
+    def receive_data(self, data: bytes) -> None:
+        if not data:
+            self._eof = True
+        else:
+            self._receive(data)
+
+
+def _events(conn: rpc.Connection, chunks: list[bytes], eof: bool) -> list:
+    out = []
+    for chunk in chunks:
+        conn.receive_data(chunk)
+        out += drain(conn)
+        if out and isinstance(out[-1], rpc.ProtocolError) and out[-1].fatal:
+            return out
+    if eof:
+        conn.receive_data(b"")
+        out += drain(conn)
+        out.append(conn.next_event())
+    return out
+
+
+_VALUES = st.one_of(
+    st.builds(lambda i, m, p: [0, i, m, p], st.integers(0, rpc.MAX_MSGID), st.sampled_from(["ping", "read", "x"]),
+              st.lists(st.one_of(st.integers(-2 ** 63, 2 ** 64 - 1), st.text(max_size=5), st.none()), max_size=4)),
+    st.builds(lambda m, p: [2, m, p], st.text(max_size=4), st.lists(st.integers(-9, 9), max_size=2)),
+    st.recursive(st.one_of(st.integers(0, 9), st.text(max_size=3), st.none()),
+                 lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=2), inner, max_size=2),
+                 max_leaves=30),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(_VALUES, max_size=8), tail=st.sampled_from([b"", b"\xc1", b"\x94\x00", b"\xdd\xff\xff\xff\xff"]),
+       cuts=st.lists(st.integers(0, 400), max_size=6), eof=st.booleans(), frame=st.sampled_from([24, 64, 1 << 20]))
+def test_any_chunking_frames_as_the_incremental_unpacker_does(values, tail, cuts, eof, frame):
+    """A receive between messages is unpacked in one call when it can be; events, errors included,
+    must be those of the incremental unpacker alone, however the stream is cut."""
+    data = pack(*values) + tail
+    bounds = sorted({0, len(data), *(c for c in cuts if c < len(data))})
+    chunks = [data[a:b] for a, b in zip(bounds, bounds[1:])]
+    want = _events(_IncrementalOnly(max_frame_bytes=frame), [data[i:i + 1] for i in range(len(data))], eof)
+    assert _events(rpc.Connection(max_frame_bytes=frame), chunks, eof) == want

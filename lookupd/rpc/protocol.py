@@ -84,6 +84,7 @@ class _Closed:
         return "CLOSED"
 
 
+_NO_VALUE = object()  # _whole_message found no whole message
 NEED_DATA = _NeedData()  # feed more bytes with receive_data
 CLOSED = _Closed()  # the peer ended the stream cleanly, between messages
 
@@ -113,6 +114,7 @@ class Connection:
         self._frame_start = 0  # stream position where the current message starts
         self._eof = False
         self._broken: ProtocolError | None = None
+        self._whole: bytes | None = None  # received between messages, not yet unpacked (see _whole_message)
         self._msgids = itertools.count()
 
     # ------------------------------------------------------------------ receiving
@@ -124,6 +126,17 @@ class Connection:
             return
         if self._eof:
             raise RuntimeError("data received after end of stream")
+        if self._whole is not None:  # two receives before next_event: both go the incremental way
+            self._receive(self._whole)
+            self._whole = None
+        elif self._unpacker is None and not self._pending and self._broken is None and \
+                len(data) <= self.max_frame_bytes:
+            self._whole = data  # between messages: next_event tries it as whole messages first
+            return
+        self._receive(data)
+
+    def _receive(self, data: bytes) -> None:
+        """Hand received bytes to the incremental unpacker (or keep them pending)."""
         if self._pending or self._broken is not None:
             self._pending += data
             return
@@ -138,10 +151,29 @@ class Connection:
         else:
             self._pending += data
 
+    def _whole_message(self) -> Any:
+        """The first message of bytes received between messages, unpacked in one call (a receive is
+        usually exactly one request); what follows it goes the incremental way. _NO_VALUE when the
+        bytes do not start with a whole message: then they all go the incremental way, which waits
+        for the rest or says what is wrong."""
+        data, self._whole = self._whole, None
+        try:
+            return msgpack.unpackb(data, raw=False, unicode_errors="surrogateescape")
+        except msgpack.ExtraData as more:
+            self._receive(more.extra)
+            return more.unpacked
+        except Exception:  # noqa: BLE001 - incomplete or malformed: the incremental unpacker tells which
+            self._receive(data)
+            return _NO_VALUE
+
     def next_event(self) -> Event:
         """The next complete event, NEED_DATA, or CLOSED; a fatal ProtocolError repeats forever."""
         if self._broken is not None:
             return self._broken
+        if self._whole is not None:
+            value = self._whole_message()
+            if value is not _NO_VALUE:
+                return self._event(value)
         while True:
             if self._unpacker is None:
                 if not self._pending:
@@ -178,17 +210,21 @@ class Connection:
                 return self._fail("INVALID_ARGUMENT", f"malformed msgpack ({type(err).__name__}: {err})"
                                   if str(err) else f"malformed msgpack ({type(err).__name__})")
             self._frame_start = self._unpacker.tell() - self._tell_base
-            if self.role == "server" and type(value) is list and len(value) == 4 and type(value[0]) is int \
-                    and value[0] == REQUEST \
-                    and type(value[1]) is int and 0 <= value[1] <= MAX_MSGID and type(value[2]) is str \
-                    and type(value[3]) is list and _CONTAINERS.isdisjoint(map(type, value[3])):
-                return Request(value[1], value[2], value[3])  # the common case, checked in one go
-            if not _within_depth(value, MAX_DEPTH):
-                msgid = value[1] if type(value) is list and len(value) > 1 and value[0] == REQUEST \
-                    and _is_msgid(value[1]) and self.role == "server" else None
-                return ProtocolError("INVALID_ARGUMENT", f"a message may be nested at most {MAX_DEPTH} levels deep",
-                                     False, msgid)
-            return self._classify(value)
+            return self._event(value)
+
+    def _event(self, value: Any) -> Event:
+        """The event one unpacked message makes."""
+        if self.role == "server" and type(value) is list and len(value) == 4 and type(value[0]) is int \
+                and value[0] == REQUEST \
+                and type(value[1]) is int and 0 <= value[1] <= MAX_MSGID and type(value[2]) is str \
+                and type(value[3]) is list and _CONTAINERS.isdisjoint(map(type, value[3])):
+            return Request(value[1], value[2], value[3])  # the common case, checked in one go
+        if not _within_depth(value, MAX_DEPTH):
+            msgid = value[1] if type(value) is list and len(value) > 1 and value[0] == REQUEST \
+                and _is_msgid(value[1]) and self.role == "server" else None
+            return ProtocolError("INVALID_ARGUMENT", f"a message may be nested at most {MAX_DEPTH} levels deep",
+                                 False, msgid)
+        return self._classify(value)
 
     def _feed(self) -> bool:
         """Hand pending bytes to the unpacker, never more than the current frame may still take."""
