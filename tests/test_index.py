@@ -462,3 +462,20 @@ def test_ceiling_entry_past_the_log_is_corrupt_on_both_paths(tmp_path, native):
         idx._entry_fast = lambda *args: None
     with pytest.raises(CorruptIndexError, match=r"entry 1 \(offset 2\) points to position 5000, past the end of the log"):
         idx.ceiling_entry(2, limit=4000)
+
+
+def test_cache_evicts_the_least_recently_used(tmp_path):
+    """A search stamps its index; an open past the bound unmaps the indexes searched longest ago."""
+    cache = IndexCache(max_open=3)
+    idxs = []
+    for i in range(4):
+        path = tmp_path / f"{i}.index"
+        write_offset_index(path, [(1, 1), (2, 2)])
+        idxs.append(OffsetIndex(path, 0, cache))
+    for idx in idxs[:3]:
+        idx.lookup(5)
+    idxs[0].lookup(5)
+    idxs[1].lookup(5)  # by use, oldest first: 2, 0, 1 (opened 0, 1, 2)
+    idxs[3].lookup(5)  # the fourth open: the cache keeps max_open - max_open // 16 = 2 of the others
+    assert [idx.is_open for idx in idxs] == [False, True, False, True]
+    assert cache.evictions == 2 and cache.open_count == 2

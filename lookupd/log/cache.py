@@ -3,8 +3,9 @@
 Opening a log dir maps nothing; each index maps itself on first use and reports here. With
 100,000 segments only the indexes actually being searched hold descriptors and address space.
 
-A lookup only stamps its index with a tick (one dict store, no lock: this is on every
-lookup's path); the ordering work happens when an open pushes the cache over its bounds.
+A lookup only stamps its index with a tick (`index.last_used = tick()`: one C call and an
+attribute store, no lock, no Python call: this is on every lookup's path); the ordering work
+happens when an open pushes the cache over its bounds.
 """
 
 from __future__ import annotations
@@ -15,7 +16,13 @@ import threading
 from typing import Protocol
 
 
+# The ticks of use, shared by every cache (they are only compared): larger is more recent.
+tick = itertools.count(1).__next__
+
+
 class Mappable(Protocol):
+    last_used: int  # tick() of its last use, stamped by the index itself
+
     @property
     def mapped_bytes(self) -> int: ...
 
@@ -39,10 +46,8 @@ class IndexCache:
             raise ValueError("max_open must be at least 1")
         self.max_open = max_open
         self.max_mapped_bytes = max_mapped_bytes
-        self._last_used: dict[Mappable, int] = {}
-        self._sizes: dict[Mappable, int] = {}  # mapped bytes of each, as of its open
+        self._open: dict[Mappable, int] = {}  # open index -> its mapped bytes as of its open
         self._total = 0
-        self._ticks = itertools.count()
         self._lock = threading.Lock()
         self.lazy_loads = 0
         self.evictions = 0
@@ -56,46 +61,43 @@ class IndexCache:
         victims = []
         with self._lock:
             self.lazy_loads += 1
-            self._last_used[index] = next(self._ticks)
+            index.last_used = tick()
             size = index.mapped_bytes
-            self._total += size - self._sizes.get(index, 0)
-            self._sizes[index] = size
-            if len(self._last_used) > self.max_open or self._total > self.max_mapped_bytes:
-                entries = sorted(self._last_used.items(), key=lambda e: e[1])
+            self._total += size - self._open.get(index, 0)
+            self._open[index] = size
+            if len(self._open) > self.max_open or self._total > self.max_mapped_bytes:
+                by_use = sorted(self._open, key=_last_used)
                 # Evict a little more than needed so the next opens do not sort again at once.
                 keep = max(1, self.max_open - max(1, self.max_open // 16))
-                for victim, _ in entries[:-1]:
-                    if len(self._last_used) <= keep and self._total <= self.max_mapped_bytes:
+                for victim in by_use[:-1]:
+                    if len(self._open) <= keep and self._total <= self.max_mapped_bytes:
                         break
-                    del self._last_used[victim]
-                    self._total -= self._sizes.pop(victim, 0)
+                    self._total -= self._open.pop(victim)
                     victims.append(victim)
             self.evictions += len(victims)
         for victim in victims:
             victim.unmap()
 
-    def touch(self, index: Mappable) -> None:
-        if index in self._last_used:
-            self._last_used[index] = next(self._ticks)
-
     def forget(self, index: Mappable) -> None:
         with self._lock:
-            self._last_used.pop(index, None)
-            self._total -= self._sizes.pop(index, 0)
+            self._total -= self._open.pop(index, 0)
 
     def clear(self) -> None:
         with self._lock:
-            victims = list(self._last_used)
-            self._last_used.clear()
-            self._sizes.clear()
+            victims = list(self._open)
+            self._open.clear()
             self._total = 0
         for victim in victims:
             victim.unmap()
 
     @property
     def open_count(self) -> int:
-        return len(self._last_used)
+        return len(self._open)
 
     @property
     def mapped_bytes(self) -> int:
-        return sum(i.mapped_bytes for i in list(self._last_used))
+        return sum(i.mapped_bytes for i in list(self._open))
+
+
+def _last_used(index: Mappable) -> int:
+    return index.last_used

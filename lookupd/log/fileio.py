@@ -18,6 +18,8 @@ import os
 import threading
 import weakref
 
+from .cache import tick
+
 
 class WouldBlock(BaseException):
     """Raised in non-blocking mode where a read would wait for the disk. A BaseException so that no
@@ -117,6 +119,7 @@ class LazyHandle:
         self.path = path
         self._cache = cache
         self._handle: FileHandle | None = None
+        self.last_used = 0  # tick() of the last use (lookupd.log.cache)
 
     mapped_bytes = 0
 
@@ -128,8 +131,8 @@ class LazyHandle:
             self._handle = h
             if self._cache is not None:
                 self._cache.opened(self)
-        elif self._cache is not None:
-            self._cache.touch(self)
+        else:
+            self.last_used = tick()  # for the IndexCache's least-recently-used order
         return h
 
     @property

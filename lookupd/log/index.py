@@ -46,6 +46,7 @@ import numpy as np
 
 from ..errors import INT64_MAX, INT64_MIN, CorruptIndexError
 from .search import Layout, kafka_slot, search_sorted
+from .cache import tick
 from .fileio import WouldBlock, is_nonblocking, mode as _nonblocking
 
 try:
@@ -178,6 +179,7 @@ class AbstractIndex:
         self.path = os.fspath(path)
         self.base_offset = base_offset
         self._cache = cache
+        self.last_used = 0  # tick() of the last search (lookupd.log.cache)
         self._lock = threading.RLock()  # serialises (re)mapping; searches never take it
         self._state: _State | None = None
         self._live = False
@@ -393,8 +395,8 @@ class AbstractIndex:
             self._check_resident(st)
         if st is None:
             st = self._ensure_open()
-        elif self._cache is not None:
-            self._cache.touch(self)
+        else:
+            self.last_used = tick()  # for the IndexCache's least-recently-used order
         if st.mapping.mm is None:
             st = self._reload_if_changed(st)
         elif not self._intact(st.mapping, st.entries):
@@ -527,10 +529,12 @@ class AbstractIndex:
         if st is None or st.entries < 2 or st.fault is not None or not SIGBUS_GUARD or \
                 (self._verify is not None and st is not self._checked):
             return None
-        if _nonblocking.on:
-            self._check_resident(st)  # as _view does: WouldBlock unless the pages are in memory
-        if self._cache is not None:
-            self._cache.touch(self)
+        if _nonblocking.on:  # as _view does: WouldBlock unless the pages are in memory
+            checked = self._resident_checked  # (the first test of _check_resident, without its call)
+            if checked is None or checked[0] is not st.mapping or \
+                    time.monotonic() - checked[1] >= RESIDENCY_RECHECK_S:
+                self._check_resident(st)
+        self.last_used = tick()  # for the IndexCache's least-recently-used order
         return st
 
     def _entry_fast(self, target: int, ceiling: bool, value_limit: int) -> tuple[int, int, int] | None:
@@ -898,7 +902,7 @@ class TimeIndex(AbstractIndex):
 
     def lookup_fast(self, target_timestamp: int, limit: int | None = None) -> tuple[int, int] | None:
         """`lookup(target_timestamp, limit=limit)` in one native call, None when `lookup` must answer."""
-        found = self._entry_fast(target_timestamp, False, self._value_limit(limit))
+        found = self._entry_fast(target_timestamp, False, INT64_MAX if limit is None else self._value_limit(limit))
         if found is None:
             return None
         return (found[1], self.base_offset + found[2]) if found[0] >= 0 else (-1, self.base_offset)
