@@ -433,8 +433,9 @@ class LocalLog:
         and the scan of that batch."""
         if type(timestamp) is int and 0 <= timestamp <= INT64_MAX:
             try:
-                found = self._fast_time_segment(timestamp)
-                found = found.find_by_timestamp_fast(timestamp, self.log_start_offset) if found is not None else None
+                seg = self._fast_time_segment(timestamp)
+                start = _log_start(self._bases, self.checkpointed_log_start)  # log_start_offset's rule, inline
+                found = seg.find_by_timestamp_fast(timestamp, start) if seg is not None else None
             except FileNotFoundError:  # deleted meanwhile: the reference path lists again
                 found = None
             if found is not None:
