@@ -364,6 +364,11 @@ class LocalLog:
     def _fast_time_segment(self, timestamp: int) -> LogSegment | None:
         """The open segment ListOffsets would search for `timestamp` (an int in [0, int64 max]), None
         when there is none or it is not open."""
+        listing, running = self._largest
+        if running and listing is self._bases and running[-1] >= timestamp:
+            # _timestamp_segment's answer without its call: the running maximum computed so far
+            # already reaches the target, so its bisection is the answer.
+            return self._segments.get(listing[bisect.bisect_left(running, timestamp)])
         v = SegmentList(self, self._bases)
         i = self._timestamp_segment(v, timestamp)
         return self._segments.get(v.bases[i]) if i >= 0 else None
