@@ -39,7 +39,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from ..errors import InvalidArgument, LookupdError, TooLarge, Unauthorized, Unavailable
-from ..log.fileio import WouldBlock, nonblocking
+from ..log.fileio import CAN_READ_NOWAIT, WouldBlock, mode as nonblocking_mode
 from ..log.locallog import int64_array
 from ..log.logmanager import LogManager
 
@@ -140,15 +140,17 @@ class Service:
         m = METHODS.get(name)
         if m is None or m.where == INLINE:
             return self.call(name, params, session)
-        if m.where == THREAD or not self.inline_hot_lookups:
+        if m.where == THREAD or not self.inline_hot_lookups or not CAN_READ_NOWAIT:
             return NEEDS_THREAD
         if not session.trusted:  # a trusted session may call anything: no call to authorize
             self.authorize(session, name)
+        nonblocking_mode.on = True  # what `with nonblocking()` does, without its three Python calls
         try:
-            with nonblocking():
-                return self._run(m, name, params, session)
+            return self._run(m, name, params, session)
         except WouldBlock:
             return NEEDS_THREAD
+        finally:
+            nonblocking_mode.on = False
 
     def call(self, name: str, params: list, session: Session) -> Any:
         """Run one method (in a worker thread: it may block); raises LookupdError for caller mistakes."""

@@ -5,11 +5,12 @@ still reading through it; closing the descriptor then could hand its number to a
 file mid-read. So nothing closes a descriptor explicitly: the handle's finalizer does,
 once no reader holds it.
 
-Non-blocking mode (`nonblocking()`, per thread): the daemon runs a lookup on its event loop
-inside it. Reads then use `preadv(..., RWF_NOWAIT)`, which returns at once with EAGAIN when
-the data is not in the page cache (about a microsecond on ext4), and indexes that are not
-mapped or not resident raise `WouldBlock` instead of touching the disk; the daemon then runs
-the lookup again in a worker thread. Lookups only read, so starting one over is harmless.
+Non-blocking mode (`mode.on`, per thread; only where RWF_NOWAIT exists, CAN_READ_NOWAIT): the
+daemon runs a lookup on its event loop with it set. Reads then use `preadv(..., RWF_NOWAIT)`,
+which returns at once with EAGAIN when the data is not in the page cache (about a microsecond
+on ext4), and indexes that are not mapped or not resident raise `WouldBlock` instead of
+touching the disk; the daemon then runs the lookup again in a worker thread. Lookups only
+read, so starting one over is harmless.
 """
 
 from __future__ import annotations
@@ -27,42 +28,20 @@ class WouldBlock(BaseException):
 
 
 class _Mode(threading.local):
-    """Per thread: whether reads must not wait. A class default, so a thread that never set it reads
-    False without the AttributeError a getattr default costs (a third of a microsecond)."""
+    """Per thread: whether reads must not wait (set it around a call and clear it in a `finally`).
+    A class default, so a thread that never set it reads False without the AttributeError a
+    getattr default costs (a third of a microsecond)."""
 
     on = False
 
 
-_mode = _Mode()
-mode = _mode  # `mode.on`: whether this thread is in non-blocking mode, a call cheaper than is_nonblocking()
+mode = _Mode()  # `mode.on`: whether this thread is in non-blocking mode
 _NOWAIT = getattr(os, "RWF_NOWAIT", None)
+CAN_READ_NOWAIT = _NOWAIT is not None  # without it (not Linux) every read may block: nothing runs inline
 
 
 def is_nonblocking() -> bool:
-    return _mode.on
-
-
-class _NonBlocking:
-    """Within this block (this thread only), reads that would wait for the disk raise WouldBlock.
-    A class, not a generator context manager: it wraps every inline lookup, and costs a third."""
-
-    __slots__ = ()
-
-    def __enter__(self) -> None:
-        if _NOWAIT is None:  # no RWF_NOWAIT (not Linux): every read may block, so nothing runs inline
-            raise WouldBlock()
-        _mode.on = True
-
-    def __exit__(self, *exc) -> None:
-        _mode.on = False
-
-
-_NONBLOCKING = _NonBlocking()
-
-
-def nonblocking() -> _NonBlocking:
-    """`with nonblocking():` reads that would wait for the disk raise WouldBlock (this thread only)."""
-    return _NONBLOCKING
+    return mode.on
 
 
 class FileHandle:
@@ -82,7 +61,7 @@ class FileHandle:
 
     def pread(self, size: int, position: int) -> bytes:
         """Up to `size` bytes at `position`; shorter only at end of file."""
-        if _mode.on:
+        if mode.on:
             return self._pread_nowait(size, position)
         data = os.pread(self.fd, size, position)
         if len(data) == size or not data:
