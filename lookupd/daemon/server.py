@@ -511,22 +511,27 @@ class Daemon:
             return
         if not data:
             return
-        async with st.send_lock:
-            with trio.move_on_after(self.cfg.idle_timeout_s) as timeout:
-                try:
-                    await st.stream.send_all(data)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    log.info("%s: went away before reading its responses", st.peer)
+        st.queued_writes += 1
+        try:
+            async with st.send_lock:
+                with trio.move_on_after(self.cfg.idle_timeout_s) as timeout:
+                    try:
+                        await st.stream.send_all(data)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        log.info("%s: went away before reading its responses", st.peer)
+                        st.nursery.cancel_scope.cancel()
+                if timeout.cancelled_caught:
+                    log.info("%s: has not read its responses for %.0f s; closing", st.peer, self.cfg.idle_timeout_s)
                     st.nursery.cancel_scope.cancel()
-            if timeout.cancelled_caught:
-                log.info("%s: has not read its responses for %.0f s; closing", st.peer, self.cfg.idle_timeout_s)
-                st.nursery.cancel_scope.cancel()
+        finally:
+            st.queued_writes -= 1
 
 
 def _write_at_once(st: "_ConnState", data: bytes) -> bytes:
-    """Write what the socket takes now, with one system call and no waiting (nothing while another
-    write holds `send_lock`: answers must not interleave); returns the rest. OSError: the peer is gone."""
-    if st.send_lock.locked():
+    """Write what the socket takes now, with one system call and no waiting (nothing while other
+    writes hold or wait for `send_lock`: answers must not interleave); returns the rest. OSError:
+    the peer is gone."""
+    if st.queued_writes:
         return data
     try:
         return data[os.write(st.fd, data):]
@@ -538,7 +543,8 @@ class _ConnState:
     """One connection's state. The reader task writes its own answers; `send_lock` is taken only
     when a write cannot finish at once or a threaded answer is being written (see `_send`)."""
 
-    __slots__ = ("stream", "fd", "conn", "peer", "slots", "send_lock", "nursery", "last_active", "waiting")
+    __slots__ = ("stream", "fd", "conn", "peer", "slots", "send_lock", "queued_writes", "nursery", "last_active",
+                 "waiting")
 
     def __init__(self, stream: trio.SocketStream, conn: rpc.Connection, peer: str, slots: trio.Semaphore):
         self.stream = stream
@@ -547,6 +553,7 @@ class _ConnState:
         self.peer = peer
         self.slots = slots
         self.send_lock = trio.Lock()
+        self.queued_writes = 0  # writes holding or waiting for send_lock (an attribute read, not locked()'s call)
         self.nursery: trio.Nursery | None = None
         self.last_active = _now()  # when the peer last sent something (_now's clock)
         self.waiting = False  # the reader waits for the peer (the idle sweep may close it)
