@@ -192,11 +192,6 @@ class Service:
         return int64_array(values, what)
 
 
-def _row(t) -> dict | None:
-    """A NamedTuple answer as a map (what `_asdict` makes, without its extra Python call)."""
-    return None if t is None else dict(zip(t._fields, t))
-
-
 def _columns(cols: dict[str, np.ndarray], keys: tuple[str, ...]) -> dict[str, list]:
     """numpy columns -> plain int lists (`tolist` is the fastest way into msgpack: see bench); the
     `error` column (a message or nil per row) when corrupt data failed some rows."""
@@ -236,15 +231,18 @@ def _segments(s: Service, p: list) -> list:
 
 
 def _lookup_offset(s: Service, p: list) -> dict | None:
-    return _row(s.manager.get(p[0], p[1]).lookup_offset(p[2], p[3]))
+    r = s.manager.get(p[0], p[1]).lookup_offset(p[2], p[3])
+    return None if r is None else dict(zip(r._fields, r))  # as a map; written out, no helper frame
 
 
 def _lookup_timestamp(s: Service, p: list) -> dict | None:
-    return _row(s.manager.get(p[0], p[1]).lookup_timestamp(p[2], p[3]))
+    r = s.manager.get(p[0], p[1]).lookup_timestamp(p[2], p[3])
+    return None if r is None else dict(zip(r._fields, r))  # as a map; written out, no helper frame
 
 
 def _resolve_offset(s: Service, p: list) -> dict | None:
-    return _row(s.manager.get(p[0], p[1]).resolve_offset(p[2]))
+    r = s.manager.get(p[0], p[1]).resolve_offset(p[2])
+    return None if r is None else dict(zip(r._fields, r))  # as a map; written out, no helper frame
 
 
 def _offset_for_timestamp(s: Service, p: list) -> dict | None:
@@ -262,7 +260,8 @@ def _read(s: Service, p: list) -> dict:
     if isinstance(max_bytes, int) and not isinstance(max_bytes, bool) and max_bytes > s.limits.max_read_bytes:
         raise TooLarge(f"max_bytes {max_bytes} is above the daemon's limit of {s.limits.max_read_bytes} "
                        f"(max_read_bytes): read in smaller pieces")
-    return s.manager.get(p[0], p[1]).read(p[2], max_bytes)._asdict()
+    r = s.manager.get(p[0], p[1]).read(p[2], max_bytes)
+    return dict(zip(r._fields, r))  # as a map; written out, no helper frame
 
 
 def _lookup_offsets(s: Service, p: list) -> dict:

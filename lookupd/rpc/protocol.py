@@ -48,6 +48,9 @@ MAX_DEPTH = 16
 _CONTAINERS = frozenset((list, dict))
 
 
+_tuple = tuple.__new__  # builds a NamedTuple without its Python-level __new__ (a frame per request)
+
+
 class Request(NamedTuple):
     msgid: int
     method: str
@@ -218,7 +221,7 @@ class Connection:
                 and value[0] == REQUEST \
                 and type(value[1]) is int and 0 <= value[1] <= MAX_MSGID and type(value[2]) is str \
                 and type(value[3]) is list and _CONTAINERS.isdisjoint(map(type, value[3])):
-            return Request(value[1], value[2], value[3])  # the common case, checked in one go
+            return _tuple(Request, (value[1], value[2], value[3]))  # the common case, checked in one go
         if not _within_depth(value, MAX_DEPTH):
             msgid = value[1] if type(value) is list and len(value) > 1 and value[0] == REQUEST \
                 and _is_msgid(value[1]) and self.role == "server" else None
