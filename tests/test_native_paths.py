@@ -35,18 +35,26 @@ def outcome(fn, *args):
 
 
 class Counted:
-    """Counts calls of `_native.locate` that answered (not None)."""
+    """Counts calls of `_native.locate` and `_native.locate_time` that answered (not None)."""
 
     def __init__(self, monkeypatch):
         self.answered = 0
-        real = segment_module._locate
+        self.by_time = 0  # of which locate_time's
 
-        def counting(*args):
-            got = real(*args)
-            self.answered += got is not None and got is not False
-            return got
+        def counting(name):
+            real = getattr(segment_module, name)
 
-        monkeypatch.setattr(segment_module, "_locate", counting)
+            def call(*args):
+                got = real(*args)
+                answered = got is not None and got is not False
+                self.answered += answered
+                self.by_time += answered and name == "_locate_time"
+                return got
+
+            monkeypatch.setattr(segment_module, name, call)
+
+        counting("_locate")
+        counting("_locate_time")
 
 
 def questions(llog: LocalLog, rnd: random.Random, n: int) -> tuple[list[int], list[int]]:
@@ -94,8 +102,9 @@ def warm(llog: LocalLog) -> None:
         seg.log.handle()
 
 
-def compare_partitions(log_dir: str, monkeypatch, seed: int, randoms: int) -> tuple[int, int]:
-    """Both paths over every partition of `log_dir`, warm: (questions the native path answered, asked)."""
+def compare_partitions(log_dir: str, monkeypatch, seed: int, randoms: int) -> tuple[int, int, int]:
+    """Both paths over every partition of `log_dir`, warm: (questions the native path answered, of which
+    by `locate_time`, asked)."""
     counted = Counted(monkeypatch)
     lm = LogManager([log_dir])
     rnd = random.Random(seed)
@@ -107,13 +116,13 @@ def compare_partitions(log_dir: str, monkeypatch, seed: int, randoms: int) -> tu
             asked += compare(llog, offsets, stamps)
     finally:
         lm.close()
-    return counted.answered, asked
+    return counted.answered, counted.by_time, asked
 
 
 def test_native_and_python_paths_agree_on_kafka_written_partitions(monkeypatch):
     R.require()
-    answered, asked = compare_partitions(R.LOGS, monkeypatch, 7, 200)
-    assert answered > asked // 3, (answered, asked)
+    answered, by_time, asked = compare_partitions(R.LOGS, monkeypatch, 7, 200)
+    assert answered > asked // 3 and by_time > asked // 20, (answered, by_time, asked)
 
 
 @pytest.fixture(scope="module")
@@ -124,8 +133,8 @@ def demo(tmp_path_factory):
 
 
 def test_native_and_python_paths_agree_on_every_codec(demo, monkeypatch):
-    answered, asked = compare_partitions(demo, monkeypatch, 3, 300)
-    assert answered > asked // 2, (answered, asked)
+    answered, by_time, asked = compare_partitions(demo, monkeypatch, 3, 300)
+    assert answered > asked // 2 and by_time > asked // 20, (answered, by_time, asked)
 
 
 @pytest.mark.parametrize("seed", range(12))

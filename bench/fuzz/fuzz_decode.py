@@ -13,7 +13,8 @@ written as a .log, is walked for an offset and a timestamp by both paths of
 FileRecords.find_batch (lookupd/log/_native.c), walked as `read` walks what it hands out
 (`_decode.sound_batches` against the Python walk), and looked up through an offset index of its
 batches (damaged at times) by `_native.locate`, whose every answer must be the reference walk's
-(it may decline); and taken as columns by arrays()' bitmap and flag helpers. Each pair must agree, answer or error. The C code must not crash,
+(it may decline), and by timestamp through a time index of them by `_native.locate_time`, whose
+every answer must be its two halves' (`entry`, then `locate`); and taken as columns by arrays()' bitmap and flag helpers. Each pair must agree, answer or error. The C code must not crash,
 hang or (in the ASan + UBSan build) touch memory outside its buffers.
 
     make -C bench/fuzz asan
@@ -125,7 +126,7 @@ def walk_check(data: bytes) -> str | None:
     return None if (whole, last) == got else f"sound_batches gave {got}, the walk {(whole, last)}"
 
 
-LOCATED = [0]  # answers of _native.locate checked against the reference walk
+LOCATED = [0]  # answers of _native.locate and locate_time checked
 
 
 def locate_checks(rnd: random.Random, data: bytes, log_path: str) -> str | None:
@@ -175,8 +176,50 @@ def locate_checks(rnd: random.Random, data: bytes, log_path: str) -> str | None:
                         want = (0, at, fr.read(at, min(len(data) - at, max(extra, size) if kind == 2 else size)))
                 if got != want:
                     return f"locate kind {kind} target {target}: {got!r:.200} != reference {want!r:.200}"
+        return locate_time_check(rnd, data, bytes(index), len(entries), fd)
     finally:
         fr.close()
+
+
+def locate_time_check(rnd: random.Random, data: bytes, index: bytes, n: int, fd: int) -> str | None:
+    """`_native.locate_time` against its two halves, `entry` on the time index then `locate`, over a time
+    index of the batches' max timestamps (a byte of it damaged at times, or random bytes)."""
+    native = filerecords._native
+    stamps, pos = [], 0
+    while pos + 61 <= len(data) and len(stamps) < 8:
+        size = 12 + struct.unpack_from(">i", data, pos + 8)[0]
+        if size < 26:
+            break
+        stamps.append(struct.pack(">qi", struct.unpack_from(">q", data, pos + 35)[0],
+                                  struct.unpack_from(">q", data, pos)[0] & 0x7FFFFFFF))
+        pos += size
+    tindex = bytearray(b"".join(stamps) + bytes(24))
+    if rnd.random() < 0.2:
+        tindex = bytearray(rnd.randbytes(rnd.randrange(60)))
+    elif tindex and rnd.random() < 0.3:
+        tindex[rnd.randrange(len(tindex))] ^= 1 << rnd.randrange(8)
+    tn = len(stamps) if rnd.random() < 0.9 else rnd.randrange(12)
+    tindex = bytes(tindex)
+    for ts in (0, 1, rnd.randrange(1 << 45), (1 << 63) - 1):
+        for kind in (0, 3):
+            start = rnd.choice([0, 3, 1 << 20])
+            got = native.locate_time(kind, tindex, tn, 1, index, n, 1, fd, 0, ts, start, False)
+            try:
+                floor = native.entry(tindex, tn, 12, 8, ts, 1, False, (1 << 63) - 1, False)
+            except ValueError:  # more entries than the buffer holds: locate_time declines (as locate does)
+                floor = None
+            if floor is None or floor[2] < 0:
+                want = None
+            else:
+                offset = floor[2] if floor[0] >= 0 else 0
+                if kind == 3:
+                    want = native.locate(3, index, n, 1, False, fd, 0, max(offset, start), ts, False)
+                else:
+                    half = native.locate(0, index, n, 1, False, fd, 0, offset, 0, False)
+                    want = half if half is None else (0, floor[1] if floor[0] >= 0 else -1, offset, half[2])
+            if got != want:
+                return f"locate_time kind {kind} timestamp {ts}: {got!r:.200} != its halves' {want!r:.200}"
+            LOCATED[0] += got is not None
     return None
 
 
@@ -318,7 +361,7 @@ def main() -> int:
             print(f"{n} inputs, {errors} rejected as corrupt", flush=True)
     print(f"{n} inputs in {args.seconds:.0f} s (seed {args.seed}, {'ASan builds ' + ', '.join(x for x in (so, native_so) if x) if so or native_so else 'installed builds'}): "
           f"no crash, no disagreement; {errors} rejected as corrupt by both decoders; "
-          f"{LOCATED[0]} answers of _native.locate checked")
+          f"{LOCATED[0]} answers of _native.locate and locate_time checked")
     return 0
 
 

@@ -504,6 +504,9 @@ enum { LOCATE_ENTRY, LOCATE_BATCH, LOCATE_READ, LOCATE_TIME, LOCATE_CEILING };
  * read would wait for the disk. The walk reads the `.log` in chunks of its own; every read is bounded
  * by its buffer.
  */
+static PyObject *locate_in(int kind, PyObject *index, long long n, long long warm, int live, int fd,
+                           long long base, long long offset, long long extra, int nowait);
+
 static PyObject *
 native_locate(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -519,11 +522,19 @@ native_locate(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         int_arg(args, 7, 0, LLONG_MAX, &offset) || int_arg(args, 8, LLONG_MIN, LLONG_MAX, &extra) ||
         (nowait = PyObject_IsTrue(args[9])) < 0)
         return NULL;
-    off_t log_size = lseek((int)fd, 0, SEEK_END);
+    return locate_in((int)kind, args[1], n, warm, live, (int)fd, base, offset, extra, nowait);
+}
+
+/* locate's work once its arguments are checked: `index` is the offset index's buffer. */
+static PyObject *
+locate_in(int kind, PyObject *index, long long n, long long warm, int live, int fd, long long base,
+          long long offset, long long extra, int nowait)
+{
+    off_t log_size = lseek(fd, 0, SEEK_END);
     if (log_size < 0)
         Py_RETURN_NONE;
     Py_buffer view;
-    if (PyObject_GetBuffer(args[1], &view, PyBUF_SIMPLE) != 0)
+    if (PyObject_GetBuffer(index, &view, PyBUF_SIMPLE) != 0)
         return NULL;
     Py_ssize_t slot;
     int64_t key, value;
@@ -546,7 +557,7 @@ native_locate(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (pos >= log_size - HEADER_UP_TO_MAGIC)
             Py_RETURN_NONE;
         Py_ssize_t want = log_size - pos < chunk ? (Py_ssize_t)(log_size - pos) : chunk;
-        Py_ssize_t got = read_at((int)fd, chunk_buf, want, pos, nowait);
+        Py_ssize_t got = read_at(fd, chunk_buf, want, pos, nowait);
         if (got == WOULD_BLOCK)
             Py_RETURN_FALSE;
         if (got < 0)
@@ -571,7 +582,7 @@ native_locate(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             PyObject *data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)bytes);
             if (data == NULL)
                 return NULL;
-            got = read_at((int)fd, (unsigned char *)PyBytes_AS_STRING(data), (Py_ssize_t)bytes, at, nowait);
+            got = read_at(fd, (unsigned char *)PyBytes_AS_STRING(data), (Py_ssize_t)bytes, at, nowait);
             if (got != bytes) {
                 Py_DECREF(data);
                 if (got == WOULD_BLOCK)
@@ -587,6 +598,61 @@ native_locate(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
 }
 
+/*
+ * locate_time(kind, time_index, time_n, time_warm, index, n, warm, fd, base_offset, timestamp,
+ *             starting_offset, nowait) -> tuple | None | False
+ *
+ * A timestamp lookup in one segment no longer written (not live), in one call: the time index's floor
+ * entry for `timestamp` (its buffer holds time_n valid entries of 12 bytes, as `entry` takes them; none
+ * is (-1, base_offset), as TimeIndex.lookup answers), then locate's work from that entry's offset. By kind:
+ *   ENTRY (0): (base_offset, entry timestamp, entry offset, position of the offset index's floor entry for
+ *              that offset), LocalLog.lookup_timestamp's floor;
+ *   TIME (3):  locate's TIME answer from max(entry offset, starting_offset), the batch
+ *              findOffsetByTimestamp opens first.
+ * None and False as locate answers them (an entry with a negative relative offset is left to Python).
+ */
+static PyObject *
+native_locate_time(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    long long kind, time_n, time_warm, n, warm, fd, base, timestamp, starting;
+    int nowait;
+    if (nargs != 12) {
+        PyErr_SetString(PyExc_TypeError, "locate_time() takes 12 arguments");
+        return NULL;
+    }
+    if (int_arg(args, 0, LOCATE_ENTRY, LOCATE_TIME, &kind) || int_arg(args, 2, 0, PY_SSIZE_T_MAX, &time_n) ||
+        int_arg(args, 3, 0, PY_SSIZE_T_MAX, &time_warm) || int_arg(args, 5, 0, PY_SSIZE_T_MAX, &n) ||
+        int_arg(args, 6, 0, PY_SSIZE_T_MAX, &warm) || int_arg(args, 7, 0, INT_MAX, &fd) ||
+        int_arg(args, 8, 0, LLONG_MAX, &base) || int_arg(args, 9, 0, LLONG_MAX, &timestamp) ||
+        int_arg(args, 10, 0, LLONG_MAX, &starting) || (nowait = PyObject_IsTrue(args[11])) < 0)
+        return NULL;
+    if (kind != LOCATE_ENTRY && kind != LOCATE_TIME) {
+        PyErr_SetString(PyExc_ValueError, "locate_time answers kinds ENTRY and TIME");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[1], &view, PyBUF_SIMPLE) != 0)
+        return NULL;
+    Py_ssize_t slot;
+    int64_t key, value;
+    int usable = index_entry(view.buf, view.len, time_n, 12, 8, timestamp, time_warm, 0, INT64_MAX, 0, &slot, &key,
+                             &value);
+    PyBuffer_Release(&view);
+    if (!usable || value < 0 || base > LLONG_MAX - value)
+        Py_RETURN_NONE;
+    long long entry_ts = slot >= 0 ? key : -1;
+    long long entry_offset = base + value;  /* value is 0 when there is no entry */
+    if (kind == LOCATE_TIME)
+        return locate_in(LOCATE_TIME, args[4], n, warm, 0, (int)fd, base,
+                         entry_offset > starting ? entry_offset : starting, timestamp, nowait);
+    PyObject *found = locate_in(LOCATE_ENTRY, args[4], n, warm, 0, (int)fd, base, entry_offset, 0, nowait);
+    if (found == NULL || !PyTuple_Check(found))
+        return found;  /* an error, None or False */
+    PyObject *answer = Py_BuildValue("(LLLO)", base, entry_ts, entry_offset, PyTuple_GET_ITEM(found, 2));
+    Py_DECREF(found);
+    return answer;
+}
+
 static PyMethodDef methods[] = {
     {"resident", native_resident, METH_VARARGS,
      "resident(address, length) -> whether every page of the range is in memory (mincore)."},
@@ -600,6 +666,9 @@ static PyMethodDef methods[] = {
     {"locate", (PyCFunction)(void (*)(void))native_locate, METH_FASTCALL,
      "locate(kind, index, n, warm, live, fd, base_offset, offset, extra, nowait) -> tuple, None or False: "
      "one lookup in one segment (see _native.c)."},
+    {"locate_time", (PyCFunction)(void (*)(void))native_locate_time, METH_FASTCALL,
+     "locate_time(kind, time_index, time_n, time_warm, index, n, warm, fd, base_offset, timestamp, "
+     "starting_offset, nowait) -> tuple, None or False: a timestamp lookup in one rolled segment (see _native.c)."},
     {"find_batch", native_find_batch, METH_VARARGS,
      "find_batch(buffer, end, target, by_timestamp) -> (offset, found): the batch-header walk (see _native.c)."},
     {"install", guard_install, METH_NOARGS, "Install the SIGBUS handler (idempotent)."},

@@ -22,9 +22,9 @@ from ..format.names import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDE
 from .txnindex import AbortedTxn, TransactionIndex
 
 try:
-    from ._native import locate as _locate
+    from ._native import locate as _locate, locate_time as _locate_time
 except ImportError:  # built without a C compiler: every lookup takes the Python path
-    _locate = None
+    _locate = _locate_time = None
 
 log = logging.getLogger(__name__)
 
@@ -187,10 +187,30 @@ class LogSegment:
         except CorruptIndexError:
             return None
 
+    def _locate_by_time(self, kind: int, timestamp: int, starting_offset: int = 0) -> tuple | None:
+        """A rolled segment's time-index floor and `locate`'s work from it in one native call
+        (`_native.locate_time`; kind LOCATE_ENTRY or LOCATE_TIME, timestamp in [0, int64 max]); None when
+        the two-step path must answer: the active segment, no native code, an index not mapped or in doubt."""
+        if _locate_time is None or self.live or not (0 <= timestamp <= INT64_MAX and 0 <= starting_offset <= INT64_MAX):
+            return None
+        tst = self.time_index.native_view()
+        st = self.offset_index.native_view() if tst is not None else None
+        if st is None:
+            return None
+        found = _locate_time(kind, tst.mapping.mm, tst.entries, self.time_index.warm_entries, st.mapping.mm,
+                             st.entries, self.offset_index.warm_entries, self.log.handle().fd, self.base_offset,
+                             timestamp, starting_offset, _nonblocking.on)
+        if found is False:
+            raise WouldBlock()
+        return found
+
     def time_point_fast(self, timestamp: int) -> tuple[int, int, int, int] | None:
         """(base offset, timestamp, offset, position) of the time index's floor entry and the offset index's
         entry for its offset, as LocalLog.lookup_timestamp answers, from native calls; None when the
         Python path must answer."""
+        found = self._locate_by_time(LOCATE_ENTRY, timestamp)
+        if found is not None:
+            return found
         floor = self._time_floor_fast(timestamp)
         if floor is None:
             return None
@@ -201,12 +221,14 @@ class LogSegment:
         """`find_offset_by_timestamp` when the first batch it opens holds the answer, as (offset,
         timestamp, base offset, position, leader epoch), from native calls and the scan of that
         batch; None when the Python path must answer."""
-        floor = self._time_floor_fast(timestamp)
-        if floor is None:
-            return None
-        found = self.locate(LOCATE_TIME, max(floor[1], starting_offset), timestamp)
+        found = self._locate_by_time(LOCATE_TIME, timestamp, starting_offset)
         if found is None:
-            return None
+            floor = self._time_floor_fast(timestamp)
+            if floor is None:
+                return None
+            found = self.locate(LOCATE_TIME, max(floor[1], starting_offset), timestamp)
+            if found is None:
+                return None
         _, position, data = found
         hit = find_timestamp_fast(data, timestamp, starting_offset)
         if hit is not None:
