@@ -528,7 +528,7 @@ class LocalLog:
         if found is not None:
             _, position, records = found
             whole, next_offset = _whole_batches(records, position, seg)
-            return ReadResult(seg.base_offset, position, next_offset if whole else offset, records[:whole])
+            return _tuple(ReadResult, (seg.base_offset, position, next_offset if whole else offset, records[:whole]))
         return self.read_reference(offset, max_bytes)
 
     @_one_listing
