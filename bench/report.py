@@ -60,8 +60,9 @@ SENTENCES = {
                   "the CPU per request and give {metrics on vs off, 8 clients:.2f}x the throughput of the same daemon with them "
                   "off, the two measured alternately.",
     "daemon-inprocess": "Partition-level calls in process on `lookupd demo-data`, against the targets in their names: the "
-                        "batch-header walk, the timestamp scan inside a batch and JSON rendering are C; the rest of each "
-                        "call (the index's safety checks, the segment listing, building the answer) is Python.",
+                        "index searches (a rolled segment's time index and offset index in one call), the batch-header walk, "
+                        "the timestamp scan inside a batch and JSON rendering are C; the rest of each call (the index's "
+                        "safety checks, the segment listing, building the answer) is Python.",
     "daemon-policy": "Answering a lookup on the event loop instead of hopping to a worker thread is what keeps single lookups fast "
                      "({inline vs threaded hot lookups, 8 clients:.1f}x the throughput at 8 clients).",
     "fuse-read": "Raw reads of a rolled segment through the mount run at {fuse read throughput vs disk:.2f}x the speed of reading the "
