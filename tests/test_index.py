@@ -246,13 +246,19 @@ def test_truncated_underneath_a_live_reader(tmp_path):
             assert idx.lookup_many([n], limit=1 << 30)[0].tolist() == [want[0]]
 
 
-def test_cache_bounds_open_indexes(tmp_path):
-    cache = IndexCache(max_open=3)
+def _small_indexes(tmp_path, cache: IndexCache, count: int) -> list[OffsetIndex]:
+    """`count` two-entry offset indexes under `cache`, none mapped yet."""
     idxs = []
-    for i in range(10):
+    for i in range(count):
         path = tmp_path / f"{i}.index"
         write_offset_index(path, [(1, 1), (2, 2)])
         idxs.append(OffsetIndex(path, 0, cache))
+    return idxs
+
+
+def test_cache_bounds_open_indexes(tmp_path):
+    cache = IndexCache(max_open=3)
+    idxs = _small_indexes(tmp_path, cache, 10)
     fds_before = len(os.listdir("/proc/self/fd"))
     for _ in range(3):
         for idx in idxs:
@@ -467,11 +473,7 @@ def test_ceiling_entry_past_the_log_is_corrupt_on_both_paths(tmp_path, native):
 def test_cache_evicts_the_least_recently_used(tmp_path):
     """A search stamps its index; an open past the bound unmaps the indexes searched longest ago."""
     cache = IndexCache(max_open=3)
-    idxs = []
-    for i in range(4):
-        path = tmp_path / f"{i}.index"
-        write_offset_index(path, [(1, 1), (2, 2)])
-        idxs.append(OffsetIndex(path, 0, cache))
+    idxs = _small_indexes(tmp_path, cache, 4)
     for idx in idxs[:3]:
         idx.lookup(5)
     idxs[0].lookup(5)
