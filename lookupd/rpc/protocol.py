@@ -87,7 +87,7 @@ class _Closed:
         return "CLOSED"
 
 
-_NO_VALUE = object()  # _whole_message found no whole message
+_NO_VALUE = object()  # next_event found no whole message at the start of a receive
 NEED_DATA = _NeedData()  # feed more bytes with receive_data
 CLOSED = _Closed()  # the peer ended the stream cleanly, between messages
 
@@ -117,7 +117,7 @@ class Connection:
         self._frame_start = 0  # stream position where the current message starts
         self._eof = False
         self._broken: ProtocolError | None = None
-        self._whole: bytes | None = None  # received between messages, not yet unpacked (see _whole_message)
+        self._whole: bytes | None = None  # received between messages, not yet unpacked (see next_event)
         self._msgids = itertools.count()
 
     # ------------------------------------------------------------------ receiving
@@ -154,27 +154,24 @@ class Connection:
         else:
             self._pending += data
 
-    def _whole_message(self) -> Any:
-        """The first message of bytes received between messages, unpacked in one call (a receive is
-        usually exactly one request); what follows it goes the incremental way. _NO_VALUE when the
-        bytes do not start with a whole message: then they all go the incremental way, which waits
-        for the rest or says what is wrong."""
-        data, self._whole = self._whole, None
-        try:
-            return msgpack.unpackb(data, raw=False, unicode_errors="surrogateescape")
-        except msgpack.ExtraData as more:
-            self._receive(more.extra)
-            return more.unpacked
-        except Exception:  # noqa: BLE001 - incomplete or malformed: the incremental unpacker tells which
-            self._receive(data)
-            return _NO_VALUE
-
     def next_event(self) -> Event:
         """The next complete event, NEED_DATA, or CLOSED; a fatal ProtocolError repeats forever."""
         if self._broken is not None:
             return self._broken
         if self._whole is not None:
-            value = self._whole_message()
+            # Bytes received between messages: a receive is usually exactly one request, unpacked in one
+            # call; what follows the first message goes the incremental way, and so do all the bytes when
+            # they do not start with a whole message (the incremental unpacker waits for the rest or says
+            # what is wrong).
+            data, self._whole = self._whole, None
+            try:
+                value = msgpack.unpackb(data, raw=False, unicode_errors="surrogateescape")
+            except msgpack.ExtraData as more:
+                self._receive(more.extra)
+                value = more.unpacked
+            except Exception:  # noqa: BLE001 - incomplete or malformed: the incremental unpacker tells which
+                self._receive(data)
+                value = _NO_VALUE
             if value is not _NO_VALUE:
                 return self._event(value)
         while True:
