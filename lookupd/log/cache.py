@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import resource
 import threading
+from operator import attrgetter
 from typing import Protocol
 
 
@@ -66,7 +67,7 @@ class IndexCache:
             self._total += size - self._open.get(index, 0)
             self._open[index] = size
             if len(self._open) > self.max_open or self._total > self.max_mapped_bytes:
-                by_use = sorted(self._open, key=_last_used)
+                by_use = sorted(self._open, key=attrgetter("last_used"))
                 # Evict a little more than needed so the next opens do not sort again at once.
                 keep = max(1, self.max_open - max(1, self.max_open // 16))
                 for victim in by_use[:-1]:
@@ -97,7 +98,3 @@ class IndexCache:
     @property
     def mapped_bytes(self) -> int:
         return sum(i.mapped_bytes for i in list(self._open))
-
-
-def _last_used(index: Mappable) -> int:
-    return index.last_used

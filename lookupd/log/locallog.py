@@ -439,8 +439,8 @@ class LocalLog:
         if type(timestamp) is int and 0 <= timestamp <= INT64_MAX:
             try:
                 seg = self._fast_time_segment(timestamp)
-                start = _log_start(self._bases, self.checkpointed_log_start)  # log_start_offset's rule, inline
-                found = seg.find_by_timestamp_fast(timestamp, start) if seg is not None else None
+                found = None if seg is None else seg.find_by_timestamp_fast(
+                    timestamp, _log_start(self._bases, self.checkpointed_log_start))  # log_start_offset's rule, inline
             except FileNotFoundError:  # deleted meanwhile: the reference path lists again
                 found = None
             if found is not None:
