@@ -14,6 +14,14 @@ client would spend the 2 cores on 64 Python interpreters rather than on the serv
 several connections per process keep the generator cheap and the numbers about the servers.
 Server CPU per request comes from the server's utime+stime in /proc/PID/stat over a run.
 
+One client's round trip is measured with lookupd and redis driven alternately, in slices, so
+both see the same moments of a VM whose speed drifts. It is measured three ways: unpinned, as a
+user would run it, and with the client and the server pinned to one core and to two. On this VM
+a round trip between two vCPUs costs about three times one within a vCPU (each wake is an
+interrupt to a halted vCPU), and unpinned the scheduler picks one or the other for reasons of
+its own, so the unpinned p50 can differ by 3x between two runs of the same code; the pinned
+figures say what each server costs in each case.
+
     python bench/bench_daemon.py [--quick] [--json FILE]
 
 prints a table and the results as JSON (`--quick` finishes in about a minute);
@@ -23,6 +31,7 @@ prints a table and the results as JSON (`--quick` finishes in about a minute);
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -206,17 +215,69 @@ def cpu_seconds(pid: int) -> float:
 
 def latency(kind: str, path: str, method: str, seconds: float, seed: int = 1) -> dict:
     """Sequential single requests on one connection: round-trip percentiles."""
-    sock, wire, rnd = connect(path), wire_for(kind, method), random.Random(seed)
-    lat = []
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        t0 = time.perf_counter()
-        roundtrip(sock, wire, wire.request(rnd), 1)
-        lat.append(time.perf_counter() - t0)
-    sock.close()
-    lat.sort()
-    return {"n": len(lat), "p50_us": round(lat[len(lat) // 2] * 1e6, 1),
-            "p99_us": round(lat[int(len(lat) * 0.99)] * 1e6, 1), "per_s": round(len(lat) / seconds)}
+    return latencies([(kind, path, method)], seconds, seed)[0]
+
+
+# Slices per server when latencies are measured alternately (see `latencies`).
+LATENCY_SLICES = 10
+
+
+def latencies(servers: list[tuple[str, str, str]], seconds: float, seed: int = 1) -> list[dict]:
+    """Round-trip percentiles of sequential single requests, one connection to each (kind, path,
+    method), `seconds` each. With several servers, each is driven in turn for a tenth of its time
+    (LATENCY_SLICES slices, the order reversed every round): one client's round trip here is mostly
+    the VM waking its vCPUs, which drifts by tens of percent within a minute, and a ratio of two
+    servers' latencies should see the same drift on both sides, not one server's quiet second
+    beside the other's busy one."""
+    conns = [(connect(path), wire_for(kind, method), random.Random(seed)) for kind, path, method in servers]
+    samples: list[list[float]] = [[] for _ in servers]
+    slices = 1 if len(servers) == 1 else LATENCY_SLICES
+    for round_ in range(slices):
+        order = range(len(conns)) if round_ % 2 == 0 else reversed(range(len(conns)))
+        for i in order:
+            sock, wire, rnd = conns[i]
+            lat = samples[i]
+            end = time.perf_counter() + seconds / slices
+            while time.perf_counter() < end:
+                t0 = time.perf_counter()
+                roundtrip(sock, wire, wire.request(rnd), 1)
+                lat.append(time.perf_counter() - t0)
+    for sock, _, _ in conns:
+        sock.close()
+    out = []
+    for lat in samples:
+        lat.sort()
+        out.append({"n": len(lat), "p50_us": round(lat[len(lat) // 2] * 1e6, 1),
+                    "p99_us": round(lat[int(len(lat) * 0.99)] * 1e6, 1), "per_s": round(len(lat) / seconds)})
+    return out
+
+
+# The two placements of the pinned latency figures: (the servers' CPUs, the client's CPUs). Unpinned,
+# the scheduler moves between them as it likes, and one client's round trip here is about three
+# times as long when the two ends run on different vCPUs (each wake is an IPI to a halted vCPU)
+# as when they share one: the unpinned p50 is mostly which of the two the scheduler chose.
+PLACEMENTS = {"one core": ({0}, {0}), "two cores": ({0}, {1})}
+
+
+@contextlib.contextmanager
+def placed(pids: list[int], server_cpus: set[int], client_cpus: set[int]):
+    """Every thread of the processes `pids` on `server_cpus` and this thread on `client_cpus`,
+    until the block ends (then all back on every CPU this process may use)."""
+    everywhere = os.sched_getaffinity(0)
+
+    def pin(cpus: set[int]) -> None:
+        for pid in pids:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with contextlib.suppress(ProcessLookupError):
+                    os.sched_setaffinity(int(tid), cpus)
+
+    pin(server_cpus)
+    os.sched_setaffinity(0, client_cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, everywhere)
+        pin(everywhere)
 
 
 def _load_worker(kind: str, path: str, method: str, conns: int, seconds: float, seed: int, out) -> None:
@@ -534,8 +595,9 @@ def answers_agree(servers: Servers, targets: list[int]) -> bool | None:
     return lk == roundtrip(connect(servers.redis), rw, b"".join(rw.floor(t) for t in targets), len(targets))
 
 
-def measure(kind: str, path: str, pid: int, method: str, secs: float) -> dict:
-    return {"latency": latency(kind, path, method, secs),
+def measure(kind: str, path: str, pid: int, method: str, secs: float, lat: dict | None = None) -> dict:
+    """Latency (unless measured already, as `lat`), throughput at each of CLIENTS and pipelined."""
+    return {"latency": lat or latency(kind, path, method, secs),
             "throughput": [throughput(kind, path, pid, method, c, secs) for c in CLIENTS],
             "pipelined": pipelined(kind, path, method, secs)}
 
@@ -547,11 +609,23 @@ def one_pass(servers: Servers, targets: list[int], secs: float) -> dict:
     shared VM the machine's speed drifts within a minute, and each ratio should see the same drift."""
     results: dict = {"lookupd": {}, "redis": {FLOOR: []}}
     for m in METHODS:
-        results["lookupd"][m] = measure("lookupd", servers.lookupd, servers.pid[servers.lookupd], m, secs)
-        if servers.redis is not None:
-            results["redis"][FLOOR].append(measure("redis", servers.redis, servers.pid[servers.redis], FLOOR, secs))
+        if servers.redis is None:
+            results["lookupd"][m] = measure("lookupd", servers.lookupd, servers.pid[servers.lookupd], m, secs)
+            continue
+        # the two latencies alternately, in slices (see `latencies`); throughputs each in turn
+        ours, theirs = latencies([("lookupd", servers.lookupd, m), ("redis", servers.redis, FLOOR)], secs)
+        results["lookupd"][m] = measure("lookupd", servers.lookupd, servers.pid[servers.lookupd], m, secs, ours)
+        results["redis"][FLOOR].append(measure("redis", servers.redis, servers.pid[servers.redis], FLOOR, secs, theirs))
     if servers.redis is None:
         results["redis"] = {"skipped": "redis-server not found (apt-get install redis-server)"}
+    if servers.redis is not None and len(os.sched_getaffinity(0)) >= 2:
+        pids = [servers.pid[servers.lookupd], servers.pid[servers.redis]]
+        for where, (server_cpus, client_cpus) in PLACEMENTS.items():
+            with placed(pids, server_cpus, client_cpus):
+                for m in METHODS:
+                    ours, theirs = latencies([("lookupd", servers.lookupd, m), ("redis", servers.redis, FLOOR)], secs)
+                    results.setdefault("lookupd_placed", {}).setdefault(where, {})[m] = ours
+                    results.setdefault("redis_placed", {}).setdefault(where, {}).setdefault(FLOOR, []).append(theirs)
     results["lookupd_columnar"] = columnar(servers.lookupd, targets, secs, 100_000)
     results["lookupd_all_threaded"] = {FLOOR: {
         "latency": latency("lookupd", servers.threaded, FLOOR, secs),
@@ -630,6 +704,15 @@ def run(quick: bool = False) -> list:
                 figures.append(Figure(f"{name}: lookups/s, one connection pipelining {PIPELINE_DEPTH}", "lookups/s",
                                       [r["pipelined"]["per_s"] for r in runs], group="daemon-throughput",
                                       params={**params, "clients": 1, "depth": PIPELINE_DEPTH}, higher_is_better=True))
+    for key in ("lookupd_placed", "redis_placed"):
+        server = key.split("_")[0]
+        for where, by_method in passes[0].get(key, {}).items():
+            for method in by_method:
+                runs = [r for p in passes for r in (p[key][where][method] if server == "redis" else
+                                                    [p[key][where][method]])]
+                figures.append(Figure(placed_p50(server, method, where), "us", [r["p50_us"] for r in runs],
+                                      group="daemon-placement",
+                                      params={"server": server, "method": method, "placement": where}))
     figures.append(Figure("lookupd: lookups/s in lookup_offsets calls of 100,000", "lookups/s",
                           [p["lookupd_columnar"]["per_s"] for p in passes], group="daemon-throughput",
                           params={"targets_per_call": 100_000, "server": "lookupd"}, higher_is_better=True))
@@ -643,6 +726,10 @@ def run(quick: bool = False) -> list:
                               [p["policy_in_process"][key] for p in passes], group="daemon-policy",
                               params={"where": key}))
     return figures
+
+
+def placed_p50(server: str, method: str, where: str) -> str:
+    return f"{label(server, method)}: round trip p50, client and server pinned to {where}"
 
 
 def ratios(figures: list) -> list:
@@ -677,6 +764,10 @@ def ratios(figures: list) -> list:
                 ratio(f"lookupd {method} vs redis, single-client p50", figures, p50,
                       "redis: floor lookup round trip p50",
                       f"{method} round-trip p50 over redis's, one client (target <= 1.5)"),
+                *[ratio(f"lookupd {method} vs redis, single-client p50, {where}", figures,
+                        placed_p50("lookupd", method, where), placed_p50("redis", FLOOR, where),
+                        f"{method} round-trip p50 over redis's, one client, client and server pinned to {where}")
+                  for where in PLACEMENTS],
                 ratio(f"lookupd {method} vs redis, server CPU per request", figures,
                       f"{name}: server CPU per request, 8 concurrent clients",
                       "redis: server CPU per request, 8 concurrent clients",

@@ -16,7 +16,7 @@ LINES = {
 }
 # Groups drawn as grouped bars: one cluster per server and method, one bar per load (clients,
 # pipelining, percentile), on a log scale since the values span decades.
-GROUPED = {"daemon-latency", "daemon-throughput", "daemon-cpu"}
+GROUPED = {"daemon-latency", "daemon-placement", "daemon-throughput", "daemon-cpu"}
 TITLES = {
     "index-latency": "Single floor lookup, in process",
     "index-many": "Many-lookups per call, in process",
@@ -25,6 +25,7 @@ TITLES = {
     "decode-records": "Record decoding, records per second",
     "coldstart": "Cold start",
     "daemon-latency": "Round-trip latency over a Unix socket, one client",
+    "daemon-placement": "Round-trip p50, one client, client and server pinned to one core or two",
     "daemon-throughput": "Requests per second over a Unix socket (closed-loop clients, pipelining, columnar)",
     "daemon-cpu": "Server CPU microseconds per request (from /proc/PID/stat)",
 }
@@ -71,6 +72,8 @@ def _cluster(f: dict) -> str:
 
 def _load(f: dict) -> str:
     p = f["params"]
+    if "placement" in p:
+        return p["placement"]
     if "percentile" in p:
         return f"p{p['percentile']}"
     if "depth" in p:

@@ -44,12 +44,20 @@ SENTENCES = {
                       "{decompression alone vs aiokafka, compressed-0:.1f}x aiokafka's records/s.",
     "coldstart": "A log dir of many segments opens in a fraction of a second and a small amount of memory, because nothing is "
                  "mapped until it is looked up; the first lookup on a segment whose files are not cached costs a few milliseconds of disk reads.",
-    "daemon-latency": "Over a Unix socket one floor lookup takes a round trip of about {lookupd vs redis, single-client p50 latency:.1f}x "
+    "daemon-latency": "Over a Unix socket, unpinned, one floor lookup takes a round trip of {lookupd vs redis, single-client p50 latency:.1f}x "
                       "redis's for the same floor query; resolve_offset {lookupd resolve_offset vs redis, single-client p50:.1f}x, "
-                      "offset_for_timestamp {lookupd offset_for_timestamp vs redis, single-client p50:.1f}x. Part of that is the "
-                      "lookup's Python running with the CPU's caches cold when one client waits between requests (in process, "
-                      "a floor lookup after 200 us idle takes {lookup after idle vs in a loop:.1f}x as long as one in a tight "
-                      "loop: daemon-policy).",
+                      "offset_for_timestamp {lookupd offset_for_timestamp vs redis, single-client p50:.1f}x. Unpinned, each server's "
+                      "p50 is mostly whether the scheduler ran the client beside it on one vCPU or across two (daemon-placement), "
+                      "which can turn either way between runs. Part of lookupd's own cost is the lookup's Python running "
+                      "with the CPU's caches cold when one client waits between requests (in process, a floor lookup after 200 us "
+                      "idle takes {lookup after idle vs in a loop:.1f}x as long as one in a tight loop: daemon-policy).",
+    "daemon-placement": "The same round trips with the client and the server pinned: on two cores, where each request and each "
+                        "answer wakes the other vCPU, lookupd's floor lookup takes {lookupd lookup_offset floor vs redis, single-client p50, two cores:.2f}x "
+                        "redis's round trip (offset_for_timestamp {lookupd offset_for_timestamp vs redis, single-client p50, two cores:.2f}x, "
+                        "read of one batch {lookupd read one batch vs redis, single-client p50, two cores:.2f}x); on one core, where the "
+                        "round trip is the two processes' CPU time and no wake-up, {lookupd lookup_offset floor vs redis, single-client p50, one core:.2f}x "
+                        "(offset_for_timestamp {lookupd offset_for_timestamp vs redis, single-client p50, one core:.2f}x): there lookupd's "
+                        "Python and trio per request show in full, as in the CPU per request below.",
     "daemon-throughput": "With 8 closed-loop clients lookupd serves {lookupd lookup_offset floor vs redis, 8 clients:.2f}x redis's floor lookups per "
                          "second (resolve_offset {lookupd resolve_offset vs redis, 8 clients:.2f}x, read of one batch "
                          "{lookupd read one batch vs redis, 8 clients:.2f}x); two workers give {workers=2 vs workers=1, 64 clients:.2f}x one "
