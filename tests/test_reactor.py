@@ -1,15 +1,18 @@
 """lookupd.daemon.reactor: parked tasks wake with their handler's value or error, stay cancellable,
-and many sockets are served by the one reactor task."""
+and many sockets are served by the one reactor task, with and without its wait in trio's place;
+while it waits there, trio's deadlines, threads and instruments are served as trio would."""
 
 from __future__ import annotations
 
 import os
 import socket
+import threading
 
 import pytest
 import trio
 import trio.testing
 
+from lookupd.daemon import reactor as reactor_module
 from lookupd.daemon.reactor import Reactor
 
 
@@ -23,8 +26,9 @@ def _reader(fd: int, want: bytes, seen: list[bytes]):
 
 
 @pytest.mark.trio
-async def test_parked_tasks_wake_with_their_handlers_value():
-    reactor = Reactor()
+@pytest.mark.parametrize("idle_wait", [True, False])
+async def test_parked_tasks_wake_with_their_handlers_value(idle_wait):
+    reactor = Reactor(idle_wait=idle_wait)
     pairs = [socket.socketpair() for _ in range(5)]
     for a, b in pairs:
         a.setblocking(False)
@@ -63,8 +67,9 @@ async def test_parked_tasks_wake_with_their_handlers_value():
 
 
 @pytest.mark.trio
-async def test_a_handlers_error_is_raised_in_its_task_and_the_reactor_goes_on():
-    reactor = Reactor()
+@pytest.mark.parametrize("idle_wait", [True, False])
+async def test_a_handlers_error_is_raised_in_its_task_and_the_reactor_goes_on(idle_wait):
+    reactor = Reactor(idle_wait=idle_wait)
     (a1, b1), (a2, b2) = socket.socketpair(), socket.socketpair()
 
     def broken():
@@ -86,8 +91,9 @@ async def test_a_handlers_error_is_raised_in_its_task_and_the_reactor_goes_on():
 
 
 @pytest.mark.trio
-async def test_cancelling_a_parked_task_takes_its_socket_out():
-    reactor = Reactor()
+@pytest.mark.parametrize("idle_wait", [True, False])
+async def test_cancelling_a_parked_task_takes_its_socket_out(idle_wait):
+    reactor = Reactor(idle_wait=idle_wait)
     a, b = socket.socketpair()
     calls = []
     try:
@@ -106,3 +112,125 @@ async def test_cancelling_a_parked_task_takes_its_socket_out():
         reactor.close()
         a.close()
         b.close()
+
+
+def _echo(fd: int):
+    """A handler that answers what arrives (a request answered: its task sleeps on), and wakes its
+    task with the last request when it is b"bye;"."""
+    def handler():
+        data = os.read(fd, 1024)
+        if data.endswith(b"bye;"):
+            return data
+        os.write(fd, data.upper())
+    return handler
+
+
+def _client(sock: socket.socket, stop: threading.Event, answers: list[bytes]) -> None:
+    """One blocking client in a thread: a request, its answer, the next, until `stop`; then b"bye;",
+    answered by the parked task it wakes."""
+    i = 0
+    while not stop.is_set():
+        sock.sendall(b"req%d;" % i)
+        answers.append(sock.recv(1024))
+        i += 1
+    sock.sendall(b"bye;")
+    assert sock.recv(1024) == b"BYE;", "the task the handler woke did not answer"
+
+
+async def _connection(reactor: Reactor, ours: socket.socket, woke: list[bytes]) -> None:
+    """A parked connection's task: parked until its client says b"bye;", which it answers."""
+    woke.append(await reactor.park(ours.fileno(), _echo(ours.fileno())))
+    ours.send(b"BYE;")  # nothing else happens until this task runs: the client waits for it
+
+
+async def _serve_one_client(reactor: Reactor, work) -> list[bytes]:
+    """Park one connection with an echo handler, drive it from a client thread while `work()` runs
+    in another task, and return the client's answers once its b"bye;" woke the parked task."""
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    stop, answers, woke = threading.Event(), [], []
+    client = threading.Thread(target=_client, args=(theirs, stop, answers))
+
+    try:
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(reactor.run)
+                async with trio.open_nursery() as connection:
+                    connection.start_soon(_connection, reactor, ours, woke)
+                    await trio.testing.wait_all_tasks_blocked()
+                    client.start()
+                    await work(answers)
+                    stop.set()
+                    await trio.to_thread.run_sync(client.join)
+                nursery.cancel_scope.cancel()
+    finally:
+        stop.set()
+        reactor.close()
+        ours.close()
+        theirs.close()
+    assert woke == [b"bye;"]
+    return answers
+
+
+@pytest.mark.trio
+async def test_waiting_in_trios_place_keeps_its_deadlines_and_threads(monkeypatch):
+    """One parked connection, answered while the reactor waits in trio's place; meanwhile sleeps
+    end, a thread's result arrives, a deadline cancels and at last a handler wakes its task, as
+    through trio's own loop.
+    Its own bound on a wait is raised above fail_after's: missing any of these fails the test."""
+    monkeypatch.setattr(reactor_module, "IDLE_WAIT_MAX_S", 30.0)  # > fail_after: a miss fails, not hangs
+    reactor = Reactor(idle_wait=True)
+    seen = {}
+
+    async def work(answers):
+        while len(answers) < 50:  # the client is being answered with nothing else to do
+            await trio.sleep(0.001)
+        before = reactor.idle_waits
+        for _ in range(5):
+            await trio.sleep(0.01)  # each ends while the client keeps the reactor busy
+        seen["thread"] = await trio.to_thread.run_sync(lambda: "from a thread")
+        with trio.move_on_after(0.01) as scope:
+            await trio.sleep_forever()
+        seen["cancelled"] = scope.cancelled_caught
+        seen["answered_meanwhile"] = reactor.idle_waits - before
+
+    answers = await _serve_one_client(reactor, work)
+    assert seen["thread"] == "from a thread" and seen["cancelled"]
+    assert seen["answered_meanwhile"] > 0, "the reactor never waited in trio's place (trio's run loop changed?)"
+    assert answers == [b"REQ%d;" % i for i in range(len(answers))]
+
+
+@pytest.mark.trio
+async def test_with_two_connections_parked_trio_waits_itself():
+    """Two parked connections, both answered, none of it in trio's place: with more than one
+    connection, trio's longer pass answers more of them at once."""
+    reactor = Reactor(idle_wait=True)
+    pairs = [socket.socketpair() for _ in range(2)]
+    stop, woke = threading.Event(), []
+    answers: list[list[bytes]] = [[], []]
+    clients = [threading.Thread(target=_client, args=(theirs, stop, got)) for (_, theirs), got in zip(pairs, answers)]
+    try:
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(reactor.run)
+                async with trio.open_nursery() as connections:
+                    for ours, _ in pairs:
+                        ours.setblocking(False)
+                        connections.start_soon(_connection, reactor, ours, woke)
+                    await trio.testing.wait_all_tasks_blocked()
+                    for c in clients:
+                        c.start()
+                    while min(len(a) for a in answers) < 200:
+                        await trio.sleep(0.001)
+                    stop.set()
+                    for c in clients:
+                        await trio.to_thread.run_sync(c.join)
+                nursery.cancel_scope.cancel()
+    finally:
+        stop.set()
+        reactor.close()
+        for a, b in pairs:
+            a.close()
+            b.close()
+    assert reactor.idle_waits == 0 and woke == [b"bye;", b"bye;"]
+    assert all(got == [b"REQ%d;" % i for i in range(len(got))] for got in answers)
