@@ -624,8 +624,8 @@ def one_pass(servers: Servers, targets: list[int], secs: float) -> dict:
             with placed(pids, server_cpus, client_cpus):
                 for m in METHODS:
                     ours, theirs = latencies([("lookupd", servers.lookupd, m), ("redis", servers.redis, FLOOR)], secs)
-                    results.setdefault("lookupd_placed", {}).setdefault(where, {})[m] = ours
-                    results.setdefault("redis_placed", {}).setdefault(where, {}).setdefault(FLOOR, []).append(theirs)
+                    for key, method, lat in (("lookupd_placed", m, ours), ("redis_placed", FLOOR, theirs)):
+                        results.setdefault(key, {}).setdefault(where, {}).setdefault(method, []).append(lat)
     results["lookupd_columnar"] = columnar(servers.lookupd, targets, secs, 100_000)
     results["lookupd_all_threaded"] = {FLOOR: {
         "latency": latency("lookupd", servers.threaded, FLOOR, secs),
@@ -707,9 +707,8 @@ def run(quick: bool = False) -> list:
     for key in ("lookupd_placed", "redis_placed"):
         server = key.split("_")[0]
         for where, by_method in passes[0].get(key, {}).items():
-            for method in by_method:
-                runs = [r for p in passes for r in (p[key][where][method] if server == "redis" else
-                                                    [p[key][where][method]])]
+            for method in by_method:  # every measurement in all passes (redis: one beside each method)
+                runs = [r for p in passes for r in p[key][where][method]]
                 figures.append(Figure(placed_p50(server, method, where), "us", [r["p50_us"] for r in runs],
                                       group="daemon-placement",
                                       params={"server": server, "method": method, "placement": where}))

@@ -46,7 +46,6 @@ class Reactor:
         # registered in _epoll, so a stale event for a descriptor no longer parked is skipped.
         self._parked: dict[int, tuple[trio.lowlevel.Task, Callable[[], Any]]] = {}
         self._idle_wait = idle_wait  # whether `run` may wait in trio's place (`_IdleWait`)
-        self._waiting = False  # `run` waits for the epoll set through trio
         self.idle_waits = 0  # passes made while waiting in trio's place
 
     def close(self) -> None:
@@ -57,16 +56,14 @@ class Reactor:
         leaves more sockets ready, another follows at once, for up to REPOLL_BUDGET_S: a wait
         through trio's scheduler costs about as much as answering a request."""
         epoll = self._epoll
+        # Installed only while this loop runs, whose one await is the wait for the epoll set: trio
+        # calls the instrument only with no task running, so always while that wait is on.
         idle = _IdleWait.of_this_run(self) if self._idle_wait else None
         if idle is not None:
             trio.lowlevel.add_instrument(idle)
         try:
             while True:
-                self._waiting = True
-                try:
-                    await trio.lowlevel.wait_readable(epoll.fileno())
-                finally:
-                    self._waiting = False
+                await trio.lowlevel.wait_readable(epoll.fileno())
                 started = time.perf_counter()
                 while ready := epoll.poll(0):
                     self._pass(ready)
@@ -157,7 +154,7 @@ class _IdleWait(trio.abc.Instrument):
 
     def before_io_wait(self, timeout: float) -> None:
         reactor, r = self._reactor, self._runner
-        if timeout <= 0 or not reactor._waiting or len(reactor._parked) != 1 or r.waiting_for_idle:
+        if timeout <= 0 or len(reactor._parked) != 1 or r.waiting_for_idle:
             return  # trio waits itself (a task in wait_all_tasks_blocked needs trio's idle detection)
         ours, theirs, runq = reactor._epoll, self._theirs, r.runq
         until = time.perf_counter() + min(timeout, IDLE_WAIT_MAX_S)
@@ -172,4 +169,3 @@ class _IdleWait(trio.abc.Instrument):
             if runq:
                 break  # a handler made a task runnable
         self._token.run_sync_soon(_nothing)  # trio's wait must not wait again
-
