@@ -118,8 +118,9 @@ class _IdleWait(trio.abc.Instrument):
     epoll set until an event or its next deadline (the timeout). The reactor's epoll set is in
     that set while `run` waits, so trio's set becomes readable when a parked socket does, or
     when anything else for trio arrives: a socket another task waits for, a thread's result or
-    a signal through trio's wake-up socket. Here the reactor waits on trio's set instead, and
-    when it was its own socket that woke it, answers it and waits again, without trio's pass.
+    a signal through trio's wake-up socket. Here the reactor waits on trio's set and the parked
+    socket together instead, and when the socket is ready, answers it and waits again, without
+    trio's pass.
     The wait ends, and trio's own wait follows at once, when trio has anything else to do: an
     event of its own (still pending in its set), a task made runnable by a handler, the
     timeout, or IDLE_WAIT_MAX_S; in the last three, a no-op callback through trio's wake-up
@@ -133,8 +134,9 @@ class _IdleWait(trio.abc.Instrument):
     def __init__(self, reactor: Reactor, runner, theirs: int) -> None:
         self._reactor = reactor
         self._runner = runner
-        self._theirs = select.poll()  # trio's epoll set: readable while it holds an event
-        self._theirs.register(theirs, select.POLLIN)
+        # trio's epoll set (readable while it holds an event), and the parked socket while it is waited for
+        self._waits = select.poll()
+        self._waits.register(theirs, select.POLLIN)
         self._token = trio.lowlevel.current_trio_token()
 
     @classmethod
@@ -154,18 +156,27 @@ class _IdleWait(trio.abc.Instrument):
 
     def before_io_wait(self, timeout: float) -> None:
         reactor, r = self._reactor, self._runner
-        if timeout <= 0 or len(reactor._parked) != 1 or r.waiting_for_idle:
+        parked = reactor._parked
+        if timeout <= 0 or len(parked) != 1 or r.waiting_for_idle:
             return  # trio waits itself (a task in wait_all_tasks_blocked needs trio's idle detection)
-        ours, theirs, runq = reactor._epoll, self._theirs, r.runq
-        until = time.perf_counter() + min(timeout, IDLE_WAIT_MAX_S)
-        while (left := until - time.perf_counter()) > 0:
-            if not theirs.poll(left * 1000):
-                break  # the timeout passed
-            ready = ours.poll(0)
-            if not ready:
-                return  # the event is trio's own: its wait returns at once
-            reactor._pass(ready)
-            reactor.idle_waits += 1
-            if runq:
-                break  # a handler made a task runnable
+        (fd,) = parked
+        # One poll on trio's set and the parked socket: which of them is ready says whose event it is,
+        # without asking the reactor's set (a system call per request). Trio's set is readable too
+        # while the socket is, through the reactor's set inside it, so only trio's alone is trio's.
+        waits, runq, ready = self._waits, r.runq, ((fd, select.EPOLLIN),)
+        waits.register(fd, select.POLLIN)
+        try:
+            until = time.perf_counter() + min(timeout, IDLE_WAIT_MAX_S)
+            while (left := until - time.perf_counter()) > 0:
+                events = waits.poll(left * 1000)
+                if not events:
+                    break  # the timeout passed
+                if len(events) == 1 and events[0][0] != fd:
+                    return  # the event is trio's own: its wait returns at once
+                reactor._pass(ready)
+                reactor.idle_waits += 1
+                if runq:
+                    break  # a handler made a task runnable (its connection is no longer parked)
+        finally:
+            waits.unregister(fd)
         self._token.run_sync_soon(_nothing)  # trio's wait must not wait again
