@@ -572,7 +572,12 @@ def open_manager(cfg: Config) -> LogManager:
     if max_open < cfg.max_open_indexes:
         log.info("keeping at most %d files open (max_open_indexes %d; half of the %d-descriptor limit)",
                  max_open, cfg.max_open_indexes, fd_limit)
-    return LogManager(cfg.log_dirs, cache=IndexCache(max_open, cfg.max_mapped_bytes))
+    remote = cfg.remote.remote_config()
+    if remote is not None:
+        from ..log.remotelog import RemoteTier
+
+        remote = RemoteTier(remote)
+    return LogManager(cfg.log_dirs, cache=IndexCache(max_open, cfg.max_mapped_bytes), remote=remote)
 
 
 def build(cfg: Config) -> tuple[LogManager, list[Bound], str | None]:

@@ -13,7 +13,7 @@ read of the `.log` or an index not yet fetched raises WouldBlock, and the call g
 from __future__ import annotations
 
 import threading
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from ..errors import Unavailable
 from .fileio import WouldBlock, mode as _nonblocking
@@ -25,6 +25,7 @@ from .txnindex import TransactionIndex
 # RemoteSegmentData.index_path kinds (the plugin's IndexType names).
 OFFSET, TIMESTAMP, TRANSACTION = "offset", "timestamp", "transaction"
 TIER_LOCAL, TIER_REMOTE = "local", "remote"
+_INDEX_CLASSES = {OFFSET: OffsetIndex, TIMESTAMP: TimeIndex, TRANSACTION: TransactionIndex}
 
 
 class RemoteSegmentInfo(NamedTuple):
@@ -36,6 +37,7 @@ class RemoteSegmentInfo(NamedTuple):
     leader_epochs: tuple[tuple[int, int], ...]  # (epoch, start offset)
     segment_id: str
     log_key: str  # the `.log` object's key, for messages and `lookupd dump`
+    keys: object = None  # its objects' keys (lookupd.log.remote.layout.SegmentKeys)
 
 
 class _RemoteHandle:
@@ -51,7 +53,9 @@ class _RemoteHandle:
         return self
 
     def size(self) -> int:
-        return self.data.size
+        if _nonblocking.on:  # the first use fetches the manifest
+            raise WouldBlock()
+        return _translate_missing(lambda: self.data.size)
 
     def pread(self, size: int, position: int) -> bytes:
         if _nonblocking.on:
@@ -80,7 +84,9 @@ def _translate_missing(fn, *args):
     try:
         return fn(*args)
     except Unavailable as err:
-        if getattr(err, "not_found", False) or type(err).__name__ == "NotFound":
+        from .remote.store import ObjectNotFound
+
+        if isinstance(err, ObjectNotFound):
             raise FileNotFoundError(str(err)) from None
         raise
 
@@ -90,8 +96,10 @@ class RemoteSegment(LogSegment):
 
     tier = TIER_REMOTE
 
-    def __init__(self, info: RemoteSegmentInfo, data, cache=None, *, url: str):
+    def __init__(self, info: RemoteSegmentInfo, data, cache=None, *, url: str,
+                 current: Callable[[], RemoteSegmentInfo | None] | None = None):
         self.info_ = info
+        self._current = current  # the listing's entry for this base offset now
         self.base_offset = info.base_offset
         self.dir = url.rsplit("/", 1)[0]
         self.data = data
@@ -107,7 +115,7 @@ class RemoteSegment(LogSegment):
     def __repr__(self) -> str:
         return f"RemoteSegment({self.log.path!r})"
 
-    def _index(self, kind: str, cls):
+    def _index(self, kind: str):
         index = self._indexes.get(kind)
         if index is None:
             if _nonblocking.on:
@@ -115,28 +123,35 @@ class RemoteSegment(LogSegment):
             with self._lock:
                 index = self._indexes.get(kind)
                 if index is None:
-                    path = _translate_missing(self.data.index_path, kind)
-                    index = cls(path, self.base_offset, self._cache)
-                    self._indexes[kind] = index
+                    # The offset and time indexes are adjacent in the `.indexes` object: one GET for both.
+                    kinds = [TRANSACTION] if kind == TRANSACTION else [OFFSET, TIMESTAMP]
+                    paths = _translate_missing(self.data.index_paths, kinds)
+                    for k in kinds:
+                        # An index the upload lacks reads as a missing file: a missing offset or time index
+                        # is answered from a scan of the log, a missing transaction index holds nothing.
+                        path = paths[k] or f"{self.log.path}.no-{k}-index"
+                        self._indexes[k] = _INDEX_CLASSES[k](path, self.base_offset, self._cache)
+                    index = self._indexes[kind]
         return index
 
     @property
     def offset_index(self) -> OffsetIndex:
-        return self._index(OFFSET, OffsetIndex)
+        return self._index(OFFSET)
 
     @property
     def time_index(self) -> TimeIndex:
-        return self._index(TIMESTAMP, TimeIndex)
+        return self._index(TIMESTAMP)
 
     @property
     def txn_index(self) -> TransactionIndex:
-        return self._index(TRANSACTION, TransactionIndex)
+        return self._index(TRANSACTION)
 
     def set_live(self, live: bool) -> None:
         """A remote segment is a rolled one: it never grows."""
 
     def replaced(self) -> bool:
-        return False
+        """Whether the listing now names another upload (or none) at this base offset."""
+        return self._current is not None and self._current() != self.info_
 
     def close(self) -> None:
         with self._lock:
