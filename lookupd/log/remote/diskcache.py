@@ -1,0 +1,142 @@
+"""A bounded two-level LRU cache of decoded remote bytes: a small in-memory level over files in cache_dir.
+
+The files are lookupd's own (chunks of remote segments, fetched indexes), never Kafka's files and never
+the bucket: this is the one module of the log layer that writes, and only under cache_dir. Files are
+written atomically (a temporary file, then rename), so a reader never sees half of one. An evicted file
+that a reader has already mapped stays readable until unmapped (Linux keeps unlinked inodes alive).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import threading
+from collections import OrderedDict
+
+MEMORY_BYTES_MAX = 64 * 1024 * 1024  # decoded chunks kept in memory: a few read-ahead windows' worth
+TMP_SUFFIX = ".tmp"
+
+
+def cache_name(object_key: str, part: str) -> str:
+    """A flat file name for `part` (a chunk number or index kind) of an object: hashed, so any key fits."""
+    return f"{hashlib.sha256(object_key.encode()).hexdigest()[:40]}.{part}"
+
+
+class DiskCache:
+    """name -> bytes, at most `cache_bytes` on disk and min(cache_bytes, MEMORY_BYTES_MAX) in memory."""
+
+    def __init__(self, cache_dir: str, cache_bytes: int):
+        self.dir = cache_dir
+        self.limit = cache_bytes
+        self.memory_limit = min(cache_bytes, MEMORY_BYTES_MAX)
+        self._lock = threading.Lock()
+        self._memory: OrderedDict[str, bytes] = OrderedDict()
+        self._memory_bytes = 0
+        self._files: OrderedDict[str, int] = OrderedDict()  # name -> size, least recently used first
+        self.disk_bytes = 0
+        os.makedirs(cache_dir, mode=0o700, exist_ok=True)  # decrypted data: readable by lookupd's user only
+        self._adopt()
+
+    def _adopt(self) -> None:
+        """Take over the files a previous run left, oldest first; drop half-written ones."""
+        entries = []
+        for entry in os.scandir(self.dir):
+            if not entry.is_file(follow_symlinks=False):
+                continue
+            if entry.name.endswith(TMP_SUFFIX):
+                os.unlink(entry.path)
+                continue
+            st = entry.stat(follow_symlinks=False)
+            entries.append((st.st_mtime, entry.name, st.st_size))
+        for _, name, size in sorted(entries):
+            self._files[name] = size
+            self.disk_bytes += size
+        with self._lock:
+            self._evict_files()
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.dir, name)
+
+    def get(self, name: str) -> bytes | None:
+        """The cached bytes (memory first, then disk), or None."""
+        with self._lock:
+            data = self._memory.get(name)
+            if data is not None:
+                self._memory.move_to_end(name)
+                return data
+            if name not in self._files:
+                return None
+            self._files.move_to_end(name)
+        try:
+            with open(self.path(name), "rb") as f:
+                data = f.read()
+        except FileNotFoundError:  # evicted by another thread meanwhile
+            return None
+        self._remember(name, data)
+        return data
+
+    def file(self, name: str) -> str | None:
+        """The path of a cached file, marked recently used, or None."""
+        with self._lock:
+            if name not in self._files:
+                return None
+            self._files.move_to_end(name)
+        return self.path(name)
+
+    def put(self, name: str, data: bytes) -> str:
+        """Store `data` in both levels; returns its file's path."""
+        path = self.put_file(name, data)
+        self._remember(name, data)
+        return path
+
+    def put_file(self, name: str, data: bytes) -> str:
+        """Store `data` on disk only (indexes: the caller maps the file); returns its path."""
+        fd, tmp = tempfile.mkstemp(dir=self.dir, suffix=TMP_SUFFIX)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, self.path(name))
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
+        with self._lock:
+            old = self._files.pop(name, None)
+            if old is not None:
+                self.disk_bytes -= old
+            self._files[name] = len(data)
+            self.disk_bytes += len(data)
+            self._evict_files(keep=name)
+        return self.path(name)
+
+    def _remember(self, name: str, data: bytes) -> None:
+        if len(data) > self.memory_limit:
+            return
+        with self._lock:
+            old = self._memory.pop(name, None)
+            if old is not None:
+                self._memory_bytes -= len(old)
+            self._memory[name] = data
+            self._memory_bytes += len(data)
+            while self._memory_bytes > self.memory_limit:
+                _, dropped = self._memory.popitem(last=False)
+                self._memory_bytes -= len(dropped)
+
+    def _evict_files(self, keep: str | None = None) -> None:
+        """Unlink least recently used files until the disk level fits (lock held)."""
+        while self.disk_bytes > self.limit and self._files:
+            name, size = next(iter(self._files.items()))
+            if name == keep and len(self._files) == 1:
+                break
+            if name == keep:
+                self._files.move_to_end(name)
+                continue
+            del self._files[name]
+            self.disk_bytes -= size
+            try:
+                os.unlink(self.path(name))
+            except FileNotFoundError:
+                pass
