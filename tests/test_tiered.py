@@ -91,3 +91,50 @@ def test_tiered_partition_answers_as_the_local_one(partition, variant, s3_server
     finally:
         lm.close()
         tm.close()
+
+
+@pytest.mark.parametrize("partition,cut,kw", [
+    ("txn-0", 1, {}),                                   # one remote segment
+    ("compressed-0", -1, {}),                           # every rolled segment remote
+    ("plain-0", 3, {"keep_local": 2}),                  # uploaded but still on disk: read locally
+    ("ooo-time-0", 4, {"metadata_topic": False}),       # no __remote_log_metadata: the manifests count
+    ("logappend-0", None, {"drop_local_dir": True}),    # only in the bucket (every segment but the active one)
+])
+def test_tiered_at_other_cuts(partition, cut, kw, s3_server, tmp_path):  # noqa: F811
+    R.require()
+    source = R.log_dir(partition)
+    n = len(local_segments(source))
+    cut = n - 1 if cut is None or cut < 0 else cut
+    t = tier_partition(tmp_path, source, s3_server, cut=cut, opts=Options(), **kw)
+    lm, tm = t.managers()
+    try:
+        if kw.get("drop_local_dir"):
+            part = tm.get(t.topic, 0)
+            assert part.local_dir is None and part.info()["log_dir"].startswith("s3://")
+        _compare(Service(lm), Service(tm), t.topic, partition, cut - kw.get("keep_local", 0))
+    finally:
+        lm.close()
+        tm.close()
+
+
+def test_kip_1005_targets_across_tiers(s3_server, tmp_path):  # noqa: F811
+    R.require()
+    t = tier_partition(tmp_path, R.log_dir("plain-0"), s3_server, cut=3)
+    lm, tm = t.managers()
+    try:
+        s = Service(tm)
+        segs = _answer(s, "segments", "plain", 0)
+        local_start = segs[3]["base_offset"]
+        earliest_local = _answer(s, "offset_for_timestamp", "plain", 0, -4)
+        assert earliest_local == {"offset": local_start, "timestamp": -1, "segment": local_start, "position": 0}
+        highest = t.uploaded[-1].facts.end_offset
+        latest_tiered = _answer(s, "offset_for_timestamp", "plain", 0, -5)
+        batch = _answer(Service(lm), "resolve_offset", "plain", 0, highest)
+        assert latest_tiered == {"offset": highest, "timestamp": -1, "segment": batch["segment"],
+                                 "position": batch["position"]}
+        assert _answer(s, "offsets_for_timestamps", "plain", 0, [-4, -5])["offset"] == [local_start, highest]
+        plain = [p for p in _answer(s, "partitions") if p["topic"] == "plain"][0]
+        assert (plain["log_start_offset"], plain["local_log_start_offset"]) == (0, local_start)
+    finally:
+        lm.close()
+        tm.close()

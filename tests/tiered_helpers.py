@@ -34,15 +34,23 @@ class Tiered:
 
 
 def tier_partition(root: Path, source: Path, server, *, cut: int, opts: Options | None = None,
-                   metadata_topic: bool = True, keep_local: int = 0) -> Tiered:
+                   metadata_topic: bool = True, keep_local: int = 0, drop_local_dir: bool = False) -> Tiered:
     """Tier `source` (a partition dir) below segment number `cut` of its listing; `keep_local` of the
-    uploaded segments stay on disk too (uploaded, not yet deleted by local retention)."""
+    uploaded segments stay on disk too (uploaded, not yet deleted by local retention); `drop_local_dir`
+    removes the partition directory afterwards (a partition only in the bucket), and first the active
+    segment from both copies (the broker only uploads rolled segments: the bucket ends at the last one)."""
     name = source.name
     topic = name.rpartition("-")[0]
     local_dir, tiered_dir = root / "local", root / "tiered"
     shutil.copytree(source, local_dir / name)
     shutil.copytree(source, tiered_dir / name)
     part = tiered_dir / name
+    if drop_local_dir:
+        last = local_segments(part)[-1]
+        for copy in (part, local_dir / name):
+            for path in copy.glob(f"{last:020d}.*"):
+                path.unlink()
+        cut = len(local_segments(part))
     topic_id = kafka_uuid()
     write_partition_metadata(part, topic_id)
     bases = local_segments(part)
@@ -52,7 +60,7 @@ def tier_partition(root: Path, source: Path, server, *, cut: int, opts: Options 
     uploaded = upload_partition(server.client(), bucket, part, topic_id=topic_id, segments=below, opts=opts)
     events, lineage = [], {}
     for up in uploaded:
-        seg = LogSegment(part, up.facts.base_offset)
+        seg = LogSegment(part, up.facts.base_offset, live=up.facts.base_offset == bases[-1])
         epochs = sorted(up.facts.leader_epochs.items(), key=lambda e: e[1])
         for e, o in epochs:
             lineage.setdefault(e, o)
@@ -67,8 +75,11 @@ def tier_partition(root: Path, source: Path, server, *, cut: int, opts: Options 
     for base in below[:len(below) - keep_local]:
         for path in part.glob(f"{base:020d}.*"):
             path.unlink()
+    if drop_local_dir:
+        shutil.rmtree(part)
     if metadata_topic:
         write_metadata_topic(tiered_dir, events)
+    tiered_dir.mkdir(exist_ok=True)
     config = RemoteConfig(bucket=bucket, cache_dir=str(root / "cache"), prefix=opts.prefix,
                           endpoint_url=server.endpoint_url,
                           encryption_keys={opts.encryption.key_id: opts.encryption.pem_path} if opts.encryption else {})
