@@ -45,13 +45,14 @@ class _Transient(Exception):
 class ObjectStore:
     """One bucket, read through one shared S3 client."""
 
-    def __init__(self, cfg: RemoteConfig):
+    def __init__(self, cfg: RemoteConfig, *, read_timeout: float = READ_TIMEOUT, attempts: int = ATTEMPTS):
         self.bucket = cfg.bucket
+        self._attempts = attempts
         self._client = boto3.session.Session().client(
             "s3", endpoint_url=cfg.endpoint_url, region_name=cfg.region,
             config=botocore.config.Config(
-                retries={"max_attempts": 1, "mode": "standard"},  # retried here, with our errors
-                connect_timeout=CONNECT_TIMEOUT, read_timeout=READ_TIMEOUT,
+                retries={"total_max_attempts": 1, "mode": "standard"},  # retried here, with our errors
+                connect_timeout=CONNECT_TIMEOUT, read_timeout=read_timeout,
                 max_pool_connections=MAX_POOL_CONNECTIONS, s3={"addressing_style": "path"}))
         self._stats_lock = threading.Lock()
         self.requests = 0         # GET/HEAD/LIST requests sent, retries included (for benchmarks and tests)
@@ -66,7 +67,7 @@ class ObjectStore:
         """fn() with retries on transient faults; every failure mapped onto a LookupdError naming bucket and key."""
         where = f"s3://{self.bucket}/{key}"
         last = ""
-        for attempt in range(ATTEMPTS):
+        for attempt in range(self._attempts):
             if attempt:
                 time.sleep(random.uniform(0, min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** attempt)))
             try:
@@ -93,7 +94,7 @@ class ObjectStore:
                     botocore.exceptions.ResponseStreamingError, _Transient, ConnectionError, TimeoutError) as e:
                 last = f"{type(e).__name__}: {e}"
                 continue
-        raise Unavailable(f"{what} {where}: the store did not answer after {ATTEMPTS} attempts "
+        raise Unavailable(f"{what} {where}: the store did not answer after {self._attempts} attempts "
                           f"(last: {last}); try again later")
 
     def list(self, prefix: str) -> list[ObjectInfo]:
