@@ -17,6 +17,7 @@ from typing import Callable, Iterable
 
 from ..errors import LookupdError
 from .remote.config import RemoteConfig
+from .remote.store import ObjectNotFound
 from .remote.layout import ListedSegment, RemotePartition, list_partitions, list_segments
 from .remote_metadata import (RemoteLogMetadata, read_leader_epoch_checkpoint, read_remote_log_metadata,
                               read_topic_id)
@@ -79,7 +80,7 @@ class RemoteTier:
     RemoteSegmentData's)."""
 
     def __init__(self, config: RemoteConfig, store=None):
-        from .remote.store import ObjectStore  # boto3: only a daemon with a [remote] table loads it
+        from .remote.store import ObjectStore
 
         from .remote.diskcache import DiskCache
         from .remote.keyring import Keyring
@@ -138,7 +139,13 @@ class RemoteTier:
                 return None
             return RemoteSegmentInfo(keys.start_offset, meta.end_offset, meta.max_timestamp, meta.leader_epochs,
                                      keys.segment_id, keys.log, keys)
-        m = self.manifest(keys).metadata
+        try:
+            m = self.manifest(keys).metadata
+        except ObjectNotFound:
+            return None  # deleted since the listing
+        except LookupdError as err:  # listed all the same: its reads fetch it again or say what is wrong
+            log.warning("%s", err)
+            m = None
         if m is None:  # a manifest from before Sept 2023: its bounds come from its data when asked
             return RemoteSegmentInfo(keys.start_offset, None, None, (), keys.segment_id, keys.log, keys)
         return RemoteSegmentInfo(keys.start_offset, m.end_offset, m.max_timestamp_ms,
