@@ -91,7 +91,8 @@ class ObjectStore:
                 raise Unavailable(f"{what} {where}: the store answered {code} ({status}): "
                                   f"{err.get('Message', '')}") from None
             except (botocore.exceptions.ConnectionError, botocore.exceptions.HTTPClientError,
-                    botocore.exceptions.ResponseStreamingError, _Transient, ConnectionError, TimeoutError) as e:
+                    botocore.exceptions.ResponseStreamingError, botocore.exceptions.FlexibleChecksumError,
+                    _Transient, ConnectionError, TimeoutError) as e:  # a checksum mismatch: damaged in transit
                 last = f"{type(e).__name__}: {e}"
                 continue
         raise Unavailable(f"{what} {where}: the store did not answer after {self._attempts} attempts "
