@@ -6,8 +6,8 @@ store through `RemoteSegmentData.read`, at the byte positions of the original se
 header walk and batch read is the local code too. The one-call native paths need a local `.log`
 descriptor and are declined: every answer comes from the reference path, which they must equal.
 
-Remote reads never run on the daemon's event loop: in non-blocking mode (lookupd.log.fileio) a
-read of the `.log` or an index not yet fetched raises WouldBlock, and the call goes to a thread.
+Remote segments are never read on the daemon's event loop: in non-blocking mode (lookupd.log.fileio)
+any read of their `.log` or indexes raises WouldBlock, and the call goes to a worker thread.
 """
 
 from __future__ import annotations
@@ -116,10 +116,10 @@ class RemoteSegment(LogSegment):
         return f"RemoteSegment({self.log.path!r})"
 
     def _index(self, kind: str):
+        if _nonblocking.on:  # a remote segment is always read in a worker thread, fetched or not
+            raise WouldBlock()
         index = self._indexes.get(kind)
         if index is None:
-            if _nonblocking.on:
-                raise WouldBlock()
             with self._lock:
                 index = self._indexes.get(kind)
                 if index is None:
