@@ -81,6 +81,20 @@ class RemoteSettings:
             raise InvalidArgument(str(err)) from None
 
 
+def load_remote(path: str) -> RemoteSettings:
+    """The `[remote]` table of a config file alone (for `lookupd dump s3://...`)."""
+    try:
+        with open(path, "rb") as f:
+            values = tomllib.load(f)
+    except OSError as err:
+        raise InvalidArgument(f"cannot read config file {path}: {err.strerror}") from None
+    except tomllib.TOMLDecodeError as err:
+        raise InvalidArgument(f"config file {path}: {err}") from None
+    settings = RemoteSettings.from_table(values.get("remote", {}), path)
+    settings.check()
+    return settings
+
+
 @dataclass
 class Config:
     log_dirs: list = field(default_factory=list)  # broker log dirs (or --log-dir, repeatable); at least one
