@@ -138,3 +138,39 @@ def test_kip_1005_targets_across_tiers(s3_server, tmp_path):  # noqa: F811
     finally:
         lm.close()
         tm.close()
+
+
+@pytest.mark.parametrize("partition", ["txn-0", "closed-0"])
+def test_hot_remote_segments_fetched_whole_answer_alike(partition, s3_server, tmp_path):  # noqa: F811
+    """Segments read often are fetched whole into the cache and read by the local (native) code from then
+    on: the answers stay the same, and the daemon may answer them on its event loop (no remote I/O)."""
+    import time
+
+    from lookupd.daemon.service import NEEDS_THREAD
+    from lookupd.log.remotesegment import MATERIALIZE_AFTER_READS
+
+    R.require()
+    source = R.log_dir(partition)
+    cut = len(local_segments(source)) // 2
+    t = tier_partition(tmp_path, source, s3_server, cut=cut, opts=Options(compression=True, chunk_size=2048))
+    lm, tm = t.managers()
+    try:
+        local, tiered = Service(lm), Service(tm)
+        log = tm.get(t.topic, 0)
+        remote = [log.segment(b) for b in log.base_offsets[:cut]]
+        for seg in remote:  # read each one often enough to be fetched whole
+            for _ in range(MATERIALIZE_AFTER_READS):
+                tiered.call("read", [t.topic, 0, seg.base_offset, 1], TRUSTED)
+        deadline = time.monotonic() + 30
+        while not all(seg.whole for seg in remote) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert all(seg.whole for seg in remote)
+        _compare(local, tiered, t.topic, partition, cut)
+        requests = tm.remote.store.requests
+        offset = remote[0].base_offset
+        got = tiered.call_inline("resolve_offset", [t.topic, 0, offset], TRUSTED)
+        assert got is NEEDS_THREAD or got == local.call("resolve_offset", [t.topic, 0, offset], TRUSTED)
+        assert tm.remote.store.requests == requests
+    finally:
+        lm.close()
+        tm.close()

@@ -24,6 +24,7 @@ from .remote_metadata import (RemoteLogMetadata, read_leader_epoch_checkpoint, r
 from .remotesegment import RemoteSegment, RemoteSegmentInfo
 
 log = logging.getLogger(__name__)
+WHOLE_PIECE_BYTES = 4 << 20  # a whole-segment fetch reads (and holds) this much at a time
 
 
 def on_lineage(epochs: tuple[tuple[int, int], ...], end_offset: int | None,
@@ -125,7 +126,20 @@ class RemoteTier:
 
     def open(self, info: RemoteSegmentInfo, cache=None, current=None) -> RemoteSegment:
         return RemoteSegment(info, _LazyData(lambda: self.data(info.keys)), cache, url=self.url(info.keys.log),
-                             current=current)
+                             current=current, fetch_whole=lambda: self.whole_segment(info.keys))
+
+    def whole_segment(self, keys) -> str:
+        """The segment's original bytes as one file in the cache (fetched once, in pieces, through the
+        chunk cache and its read-ahead); its path."""
+        from .remote.diskcache import cache_name
+
+        name = cache_name(keys.log, "whole")
+        path = self.disk_cache.file(name)
+        if path is None:
+            data = self.data(keys)
+            pieces = (data.read(p, WHOLE_PIECE_BYTES) for p in range(0, data.size, WHOLE_PIECE_BYTES))
+            path = self.disk_cache.put_stream(name, pieces)
+        return path
 
     # ------------------------------------------------------------- listing
 
