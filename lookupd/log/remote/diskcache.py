@@ -92,10 +92,18 @@ class DiskCache:
 
     def put_file(self, name: str, data: bytes) -> str:
         """Store `data` on disk only (indexes: the caller maps the file); returns its path."""
+        return self.put_stream(name, (data,))
+
+    def put_stream(self, name: str, pieces) -> str:
+        """`put_file` for data given as an iterable of byte strings (a whole segment, without holding it
+        in memory); returns its path."""
         fd, tmp = tempfile.mkstemp(dir=self.dir, suffix=TMP_SUFFIX)
+        size = 0
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                for piece in pieces:
+                    f.write(piece)
+                    size += len(piece)
             os.replace(tmp, self.path(name))
         except BaseException:
             try:
@@ -107,8 +115,8 @@ class DiskCache:
             old = self._files.pop(name, None)
             if old is not None:
                 self.disk_bytes -= old
-            self._files[name] = len(data)
-            self.disk_bytes += len(data)
+            self._files[name] = size
+            self.disk_bytes += size
             self._evict_files(keep=name)
         return self.path(name)
 
