@@ -54,7 +54,8 @@ def test_listing_follows_continuation_pages(s3_server, tmp_path):
     assert [o.key for o in listed] == keys
     assert all(o.size == len(o.key) for o in listed)
     assert store.list_dirs("") == ["p/", "q/"]
-    assert store.requests == 3  # two pages, then one delimiter listing
+    assert [o.key for o in store.list("p/0100")] == [f"p/{i:05d}" for i in range(1000, 1003)]  # mid-name
+    assert store.list_dirs("q") == ["q/"]
 
 
 def test_concurrent_ranged_gets_from_many_threads(s3_server, bucket, tmp_path):
@@ -90,7 +91,7 @@ def test_a_store_that_keeps_failing_is_unavailable_naming_bucket_and_key(s3_serv
 def test_a_slow_answer_times_out_and_is_retried(s3_server, bucket, tmp_path):
     with FaultProxy(s3_server.endpoint_url) as proxy:
         rule = proxy.inject("GET", r"obj\.log$", "slow", times=1, delay=1.5)
-        store = _store(proxy.url, bucket, tmp_path, read_timeout=0.5)
+        store = _store(proxy.url, bucket, tmp_path, request_timeout=0.5)
         assert store.get_range(KEY, 0, 10) == DATA[:10]
         assert rule.hits == 1
 

@@ -96,7 +96,7 @@ class RemoteSegmentData:
 
     # -- chunks ----------------------------------------------------------------------------------------------
 
-    def _decode(self, i: int, blob: bytes) -> bytes:
+    def _decode(self, i: int, blob: memoryview) -> bytes:
         """Original bytes of chunk i from its transformed bytes."""
         index = self.manifest.chunk_index
         position = index.transformed_starts[i]
@@ -122,13 +122,13 @@ class RemoteSegmentData:
         if len(blob) != end - start:
             raise CorruptDataError(self.key, position, f"{what}: {len(blob)} bytes where the chunk index says "
                                    f"{end - start}")
-        return blob
+        return blob if isinstance(blob, bytes) else bytes(blob)
 
     def _fetch(self, first: int, last: int) -> dict[int, bytes]:
         """Chunks first..last in one ranged GET, decoded and cached."""
         index = self.manifest.chunk_index
         start, end = index.transformed_span(first, last)
-        blob = self.store.get_range(self.key, start, end)
+        blob = self.store.get_range_buffer(self.key, start, end)
         if len(blob) != end - start:
             raise CorruptDataError(self.key, start + len(blob), f"the .log object ends before chunk "
                                    f"{index.chunk_at_transformed(start + len(blob))} does (at {end})")
@@ -279,13 +279,13 @@ class RemoteSegmentData:
         for group in groups:
             start = self.manifest.indexes[group[0]][0]
             end = sum(self.manifest.indexes[group[-1]])
-            blob = self.store.get_range(self.indexes_key, start, end)
+            blob = self.store.get_range_buffer(self.indexes_key, start, end)
             if len(blob) != end - start:
                 raise CorruptDataError(self.indexes_key, start + len(blob), f"the .indexes object ends before "
                                        f"the {group[-1]} index does (at {end})")
             for kind in group:
                 pos, size = self.manifest.indexes[kind]
-                data = blob[pos - start:pos - start + size]
+                data = bytes(blob[pos - start:pos - start + size])
                 if self.manifest.encryption is not None:
                     data = self._decrypt(data, self.indexes_key, pos, f"{kind} index")
                 out[kind] = self._cache.put_file(cache_name(self.key, kind), data)
