@@ -135,6 +135,7 @@ def test_the_cache_stays_within_its_bound(s3_server, tiered, tmp_path):
         seg = _open(s3_server.endpoint_url, bucket, up, key, tmp_path, cache_bytes=limit, store=store)
         assert seg.read(0, seg.size) == up.segment.read_bytes()
         seg.index_path("offset")
+        seg._cache.flush()
         total_read += seg.size
         on_disk = sum(e.stat().st_size for e in os.scandir(tmp_path))
         assert on_disk <= limit
@@ -146,26 +147,52 @@ def test_the_cache_stays_within_its_bound(s3_server, tiered, tmp_path):
     assert sum(e.stat().st_size for e in os.scandir(tmp_path)) == cache.disk_bytes
 
 
-def test_sequential_reads_are_read_ahead(s3_server, tiered, tmp_path):
+def _settle(seg) -> None:
+    deadline = time.monotonic() + 30
+    while seg._inflight and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("hint", [None, True, False])
+def test_sequential_reads_are_read_ahead(s3_server, tiered, tmp_path, hint):
     (buckets, key) = tiered
     bucket, uploads = buckets["plain"]
     up = max(uploads, key=lambda u: u.segment.stat().st_size)
     seg = _open(s3_server.endpoint_url, bucket, up, key, tmp_path)
     original = up.segment.read_bytes()
     step = seg.manifest.chunk_index.chunk_size
-    assert seg.manifest.chunk_index.chunk_count >= 6
-    assert seg.read(0, step) == original[:step]
-    assert seg.read(step, step) == original[step:2 * step]  # sequential: the rest is fetched ahead
-    deadline = time.monotonic() + 30
-    while seg._inflight and time.monotonic() < deadline:
-        time.sleep(0.01)
+    chunks = seg.manifest.chunk_index.chunk_count
+    assert 6 <= chunks and seg.size < segmentdata.READ_AHEAD_GET_BYTES  # one read-ahead GET covers the rest
+    assert seg.read(0, step, sequential=hint) == original[:step]
+    _settle(seg)
+    assert seg.read(step, step, sequential=hint) == original[step:2 * step]
+    _settle(seg)
     fetched = seg.store.requests
-    assert fetched == 4  # the manifest, chunk 0, chunk 1, then one read-ahead GET of the chunks after it
+    # The manifest, then: told it is a scan, chunk 0 and one read-ahead GET of all the rest; found out
+    # (a read starting where the last ended), chunk 0, chunk 1, and the read-ahead started before it.
+    assert fetched == {True: 3, None: 4, False: 3}[hint]
     position = 2 * step
     while position < seg.size:
-        assert seg.read(position, step) == original[position:position + step]
+        assert seg.read(position, step, sequential=hint) == original[position:position + step]
         position += step
-    assert seg.store.requests == fetched  # every later chunk came from the read-ahead
+    if hint is False:  # never ahead: one GET per chunk read
+        assert seg.store.requests == fetched + chunks - 2
+    else:  # every later chunk came from the read-ahead
+        assert seg.store.requests == fetched
+
+
+def test_concurrent_readers_of_one_segment_agree(s3_server, tiered, tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    (buckets, key) = tiered
+    bucket, uploads = buckets["zstd-encrypted"]
+    up = max(uploads, key=lambda u: u.segment.stat().st_size)
+    seg = _open(s3_server.endpoint_url, bucket, up, key, tmp_path, cache_bytes=20_000)
+    original = up.segment.read_bytes()
+    ranges = [((i * 7919) % seg.size, 1 + (i * 104729) % 9000) for i in range(200)]
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda r: seg.read(*r, sequential=r[0] % 2 == 0), ranges))
+    assert got == [original[p:p + n] for p, n in ranges]
 
 
 def test_a_corrupt_encrypted_chunk_names_the_key_and_byte(s3_server, tiered, tmp_path):
