@@ -63,8 +63,8 @@ class DiskCache:
     def path(self, name: str) -> str:
         return os.path.join(self.dir, name)
 
-    def get(self, name: str) -> bytes | None:
-        """The cached bytes (memory first, then disk), or None."""
+    def get(self, name: str) -> bytes | memoryview | None:
+        """The cached bytes (memory first, then disk), or None. A view stays valid: cached data never changes."""
         with self._lock:
             data = self._memory.get(name)
             if data is not None:
@@ -94,7 +94,7 @@ class DiskCache:
             self._files.move_to_end(name)
         return self.path(name)
 
-    def put(self, name: str, data: bytes) -> None:
+    def put(self, name: str, data: bytes | memoryview) -> None:
         """Store `data` in memory; it goes to disk when memory evicts it (the disk level is a victim cache,
         so a scan that is read once from memory costs no disk writes while it runs). Those writes happen
         behind the caller's back; when the disk falls WRITE_BEHIND_BYTES behind, a copy is skipped."""

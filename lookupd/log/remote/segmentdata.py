@@ -98,8 +98,8 @@ class RemoteSegmentData:
 
     # -- chunks ----------------------------------------------------------------------------------------------
 
-    def _decode(self, i: int, blob: memoryview) -> bytes:
-        """Original bytes of chunk i from its transformed bytes."""
+    def _decode(self, i: int, blob: memoryview) -> bytes | memoryview:
+        """Original bytes of chunk i from its transformed bytes (untransformed: a view of them, no copy)."""
         index = self.manifest.chunk_index
         position = index.transformed_starts[i]
         start, end = index.original_span(i)
@@ -124,7 +124,7 @@ class RemoteSegmentData:
         if len(blob) != end - start:
             raise CorruptDataError(self.key, position, f"{what}: {len(blob)} bytes where the chunk index says "
                                    f"{end - start}")
-        return blob if isinstance(blob, bytes) else bytes(blob)
+        return blob
 
     def _fetch(self, first: int, last: int) -> dict[int, bytes]:
         """Chunks first..last in one ranged GET, decoded and cached."""
@@ -241,7 +241,7 @@ class RemoteSegmentData:
         for i in wanted:
             base = i * chunk_size
             parts.append(chunks[i][max(position - base, 0):end - base])
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+        return bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
 
     # -- indexes ---------------------------------------------------------------------------------------------
 
