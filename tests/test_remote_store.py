@@ -114,8 +114,22 @@ def test_wrong_credentials_are_unauthorized(s3_server, bucket, tmp_path, monkeyp
         store.list("")
 
 
+def test_a_whole_object_damaged_in_transit_is_retried(s3_server, bucket, tmp_path):
+    """Whole GETs (manifests) are checked against the store's full-object checksum."""
+    with FaultProxy(s3_server.endpoint_url) as proxy:
+        rule = proxy.inject("GET", r"obj\.log$", "corrupt", times=1, at=777)
+        store = _store(proxy.url, bucket, tmp_path, attempts=3)
+        assert store.get(KEY) == DATA
+        assert rule.hits == 1
+        proxy.inject("GET", r"obj\.log$", "corrupt", at=777)
+        with pytest.raises(Unavailable, match=f"s3://{bucket}/{KEY}.*after 3 attempts.*Checksum"):
+            store.get(KEY)
+
+
 def test_a_deleted_object_is_not_found(s3_server, bucket, tmp_path):
     store = _store(s3_server.endpoint_url, bucket, tmp_path)
+    with pytest.raises(ObjectNotFound, match="no such object"):
+        store.get("t-AAAAAAAAAAAAAAAAAAAAAA/0/gone.rsm-manifest")
     with pytest.raises(ObjectNotFound, match="no such object"):
         store.get_range("t-AAAAAAAAAAAAAAAAAAAAAA/0/gone.log", 0, 10)
     with pytest.raises(ObjectNotFound):

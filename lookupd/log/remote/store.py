@@ -1,11 +1,16 @@
 """ObjectStore: listings and ranged GETs against S3, retried on transient faults, mapped onto lookupd's errors.
 
-Read-only: only ListObjectsV2 and GET (HEAD for `size`) are ever sent. Thread-safe: one obstore client
-(Rust, the GIL released while it waits) shared by the daemon's worker threads and the read-ahead. The
-client was chosen by measurement (bench/bench_remote.py: obstore, boto3, pyarrow.fs.S3FileSystem on ranged
-GETs); pyarrow's ranged reads also lose the HTTP status of a failed GET (403, 404 and 503 all read
-"INTERNAL_FAILURE"), which the errors below need. Credentials come from the standard AWS chain through
-boto3's session (environment, AWS_PROFILE, instance role), handed to obstore as a credential provider.
+Read-only: only ListObjectsV2 and GET (HEAD for `size`) are ever sent. Thread-safe: the clients are
+shared by the daemon's worker threads and the read-ahead.
+
+Listings and ranged GETs (the chunks and indexes: nearly all traffic) go through obstore (Rust, the GIL
+released while it waits), chosen by measurement (bench/bench_remote.py: obstore, boto3 and
+pyarrow.fs.S3FileSystem on ranged GETs; pyarrow's ranged reads also lose the HTTP status of a failed GET,
+403, 404 and 503 all reading "INTERNAL_FAILURE"). Whole-object GETs (the manifests, a few KB once per
+segment) go through boto3, which checks the store's full-object checksum: a manifest damaged in transit
+is retried, never parsed into wrong chunk positions (ranged GETs carry no such checksum; encrypted chunks
+have their GCM tag). Credentials come from the standard AWS chain of boto3's session (environment,
+AWS_PROFILE, instance role), handed to obstore as a credential provider.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import time
 from dataclasses import dataclass
 
 import boto3
+import botocore.config
+import botocore.exceptions
 import obstore
 import obstore.exceptions as oe
 from obstore.auth.boto3 import Boto3CredentialProvider
@@ -55,6 +62,12 @@ class ObjectStore:
         options = {"connect_timeout": f"{CONNECT_TIMEOUT}s", "timeout": f"{request_timeout}s"}
         if cfg.endpoint_url and cfg.endpoint_url.startswith("http://"):
             options["allow_http"] = True
+        self._whole = session.client(
+            "s3", endpoint_url=cfg.endpoint_url, region_name=cfg.region,
+            config=botocore.config.Config(
+                retries={"total_max_attempts": 1, "mode": "standard"},  # retried here, as the ranged GETs
+                connect_timeout=CONNECT_TIMEOUT, read_timeout=request_timeout,
+                response_checksum_validation="when_supported", s3={"addressing_style": "path"}))
         self._store = S3Store(
             cfg.bucket, region=cfg.region, endpoint=cfg.endpoint_url, client_options=options,
             virtual_hosted_style_request=False,
@@ -81,25 +94,19 @@ class ObjectStore:
                 time.sleep(random.uniform(0, min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** attempt)))
             try:
                 return fn()
-            except (oe.PermissionDeniedError, oe.UnauthenticatedError):
-                raise Unauthorized(f"{what} {where}: the store refused the credentials (403); check the AWS "
-                                   "credentials lookupd runs with") from None
-            except (oe.BaseError, OSError) as e:
-                text = str(e)
-                if "NoSuchBucket" in text:
+            except (oe.BaseError, OSError, botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
+                kind, detail = _classify(e)
+                if kind == "unauthorized":
+                    raise Unauthorized(f"{what} {where}: the store refused the credentials ({detail}); check "
+                                       "the AWS credentials lookupd runs with") from None
+                if kind == "no_bucket":
                     raise Unavailable(f"{what} {where}: bucket {self.bucket!r} does not exist; check "
                                       "remote.bucket and remote.endpoint_url") from None
-                if isinstance(e, FileNotFoundError):  # obstore's NotFoundError: 404 on an object
+                if kind == "not_found":
                     raise ObjectNotFound(f"{what} {where}: no such object (deleted by retention?)") from None
-                m = _STATUS.search(text)
-                status = int(m.group(1)) if m else 0
-                if status in (401, 403):
-                    raise Unauthorized(f"{what} {where}: the store refused the credentials ({status}); check "
-                                       "the AWS credentials lookupd runs with") from None
-                if 400 <= status < 500 and status not in (408, 429):
-                    raise Unavailable(f"{what} {where}: the store answered {status}: "
-                                      f"{_first_line(text)}") from None
-                last = f"{status}" if status else _first_line(text)  # 5xx, 408/429, resets, timeouts
+                if kind == "refused":
+                    raise Unavailable(f"{what} {where}: the store answered {detail}") from None
+                last = detail  # transient: 5xx, SlowDown, 408/429, resets, timeouts, damaged in transit
         raise Unavailable(f"{what} {where}: the store did not answer after {self._attempts} attempts "
                           f"(last: {last}); try again later")
 
@@ -131,11 +138,11 @@ class ObjectStore:
         return self._call("HEAD", key, head)
 
     def get(self, key: str) -> bytes:
-        """The whole object."""
+        """The whole object, checked against the store's checksum when it has one (through boto3)."""
         def whole():
-            data = obstore.get(self._store, key).bytes()
+            data = self._whole.get_object(Bucket=self.bucket, Key=key)["Body"].read()
             self._count(nbytes=len(data))
-            return bytes(data)
+            return data
         return self._call("GET", key, whole)
 
     def get_range_buffer(self, key: str, start: int, end: int) -> memoryview:
@@ -164,6 +171,35 @@ def _parent(prefix: str) -> str | None:
     """The "directory" to list for `prefix`: obstore lists whole path segments only, so a prefix that
     ends inside a name (a key.prefix like "prod-") is listed from its parent and filtered."""
     return prefix.rpartition("/")[0] or None
+
+
+_AUTH_CODES = {"AccessDenied", "SignatureDoesNotMatch", "InvalidAccessKeyId", "ExpiredToken", "InvalidToken"}
+
+
+def _classify(e: Exception) -> tuple[str, str]:
+    """(kind, detail) of a failed request: unauthorized, no_bucket, not_found, refused (another 4xx: no
+    retry) or transient (worth another try)."""
+    if isinstance(e, botocore.exceptions.ClientError):
+        code = str(e.response.get("Error", {}).get("Code", ""))
+        status = int(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        text = f"{code} {status}"
+    elif isinstance(e, botocore.exceptions.BotoCoreError):  # connection, timeout, checksum mismatch
+        return "transient", f"{type(e).__name__}: {e}"
+    else:
+        text = str(e)
+        m = _STATUS.search(text)
+        status = int(m.group(1)) if m else 0
+        code = ""
+    if isinstance(e, (oe.PermissionDeniedError, oe.UnauthenticatedError)) or status in (401, 403) or \
+            code in _AUTH_CODES:
+        return "unauthorized", code or str(status or 403)
+    if "NoSuchBucket" in text:
+        return "no_bucket", "NoSuchBucket"
+    if isinstance(e, FileNotFoundError) or status == 404 or code in ("NoSuchKey", "NotFound"):
+        return "not_found", "404"
+    if 400 <= status < 500 and status not in (408, 429) and code not in ("SlowDown", "RequestTimeout"):
+        return "refused", f"{status} {code}: {_first_line(text)}" if code else f"{status}: {_first_line(text)}"
+    return "transient", f"{code} {status}".strip() if (code or status) else _first_line(text)
 
 
 def _first_line(text: str) -> str:
