@@ -54,7 +54,8 @@ def test_listing_follows_continuation_pages(s3_server, tmp_path):
     assert [o.key for o in listed] == keys
     assert all(o.size == len(o.key) for o in listed)
     assert store.list_dirs("") == ["p/", "q/"]
-    assert store.requests == 3  # two pages, then one delimiter listing
+    assert [o.key for o in store.list("p/0100")] == [f"p/{i:05d}" for i in range(1000, 1003)]  # mid-name
+    assert store.list_dirs("q") == ["q/"]
 
 
 def test_concurrent_ranged_gets_from_many_threads(s3_server, bucket, tmp_path):
@@ -90,7 +91,7 @@ def test_a_store_that_keeps_failing_is_unavailable_naming_bucket_and_key(s3_serv
 def test_a_slow_answer_times_out_and_is_retried(s3_server, bucket, tmp_path):
     with FaultProxy(s3_server.endpoint_url) as proxy:
         rule = proxy.inject("GET", r"obj\.log$", "slow", times=1, delay=1.5)
-        store = _store(proxy.url, bucket, tmp_path, read_timeout=0.5)
+        store = _store(proxy.url, bucket, tmp_path, request_timeout=0.5)
         assert store.get_range(KEY, 0, 10) == DATA[:10]
         assert rule.hits == 1
 
@@ -113,8 +114,22 @@ def test_wrong_credentials_are_unauthorized(s3_server, bucket, tmp_path, monkeyp
         store.list("")
 
 
+def test_a_whole_object_damaged_in_transit_is_retried(s3_server, bucket, tmp_path):
+    """Whole GETs (manifests) are checked against the store's full-object checksum."""
+    with FaultProxy(s3_server.endpoint_url) as proxy:
+        rule = proxy.inject("GET", r"obj\.log$", "corrupt", times=1, at=777)
+        store = _store(proxy.url, bucket, tmp_path, attempts=3)
+        assert store.get(KEY) == DATA
+        assert rule.hits == 1
+        proxy.inject("GET", r"obj\.log$", "corrupt", at=777)
+        with pytest.raises(Unavailable, match=f"s3://{bucket}/{KEY}.*after 3 attempts.*Checksum"):
+            store.get(KEY)
+
+
 def test_a_deleted_object_is_not_found(s3_server, bucket, tmp_path):
     store = _store(s3_server.endpoint_url, bucket, tmp_path)
+    with pytest.raises(ObjectNotFound, match="no such object"):
+        store.get("t-AAAAAAAAAAAAAAAAAAAAAA/0/gone.rsm-manifest")
     with pytest.raises(ObjectNotFound, match="no such object"):
         store.get_range("t-AAAAAAAAAAAAAAAAAAAAAA/0/gone.log", 0, 10)
     with pytest.raises(ObjectNotFound):

@@ -1,4 +1,5 @@
-"""A bounded two-level LRU cache of decoded remote bytes: a small in-memory level over files in cache_dir.
+"""A bounded two-level LRU cache of decoded remote bytes: a small in-memory level over files in cache_dir
+(chunks reach the disk when memory evicts them; indexes are written straight to disk, to be mapped).
 
 The files are lookupd's own (chunks of remote segments, fetched indexes), never Kafka's files and never
 the bucket: this is the one module of the log layer that writes, and only under cache_dir. Files are
@@ -13,8 +14,10 @@ import os
 import tempfile
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 
 MEMORY_BYTES_MAX = 64 * 1024 * 1024  # decoded chunks kept in memory: a few read-ahead windows' worth
+WRITE_BEHIND_BYTES = 64 * 1024 * 1024  # chunk bytes queued for the disk level; beyond it a write is skipped
 TMP_SUFFIX = ".tmp"
 
 
@@ -35,6 +38,8 @@ class DiskCache:
         self._memory_bytes = 0
         self._files: OrderedDict[str, int] = OrderedDict()  # name -> size, least recently used first
         self.disk_bytes = 0
+        self._pending_bytes = 0  # queued for the write-behind thread
+        self._writer: ThreadPoolExecutor | None = None
         os.makedirs(cache_dir, mode=0o700, exist_ok=True)  # decrypted data: readable by lookupd's user only
         self._adopt()
 
@@ -58,8 +63,8 @@ class DiskCache:
     def path(self, name: str) -> str:
         return os.path.join(self.dir, name)
 
-    def get(self, name: str) -> bytes | None:
-        """The cached bytes (memory first, then disk), or None."""
+    def get(self, name: str) -> bytes | memoryview | None:
+        """The cached bytes (memory first, then disk), or None. A view stays valid: cached data never changes."""
         with self._lock:
             data = self._memory.get(name)
             if data is not None:
@@ -76,6 +81,11 @@ class DiskCache:
         self._remember(name, data)
         return data
 
+    def contains(self, name: str) -> bool:
+        """Whether `name` is cached at either level (without reading it or marking it used)."""
+        with self._lock:
+            return name in self._memory or name in self._files
+
     def file(self, name: str) -> str | None:
         """The path of a cached file, marked recently used, or None."""
         with self._lock:
@@ -84,11 +94,37 @@ class DiskCache:
             self._files.move_to_end(name)
         return self.path(name)
 
-    def put(self, name: str, data: bytes) -> str:
-        """Store `data` in both levels; returns its file's path."""
-        path = self.put_file(name, data)
+    def put(self, name: str, data: bytes | memoryview) -> None:
+        """Store `data` in memory; it goes to disk when memory evicts it (the disk level is a victim cache,
+        so a scan that is read once from memory costs no disk writes while it runs). Those writes happen
+        behind the caller's back; when the disk falls WRITE_BEHIND_BYTES behind, a copy is skipped."""
         self._remember(name, data)
-        return path
+
+    def _spill(self, evicted: list[tuple[str, bytes]]) -> None:
+        """Queue memory's evictions for the disk level (lock held)."""
+        for name, data in evicted:
+            if name in self._files or self._pending_bytes + len(data) > WRITE_BEHIND_BYTES:
+                continue
+            self._pending_bytes += len(data)
+            if self._writer is None:
+                self._writer = ThreadPoolExecutor(1, thread_name_prefix="lookupd-cache-writer")
+            self._writer.submit(self._write_behind, name, data)
+
+    def _write_behind(self, name: str, data: bytes) -> None:
+        try:
+            self.put_file(name, data)
+        except OSError:
+            pass  # a full or failing cache disk only costs refetches: the bytes are still served from S3
+        finally:
+            with self._lock:
+                self._pending_bytes -= len(data)
+
+    def flush(self) -> None:
+        """Wait until every queued disk write is done (tests, shutdown); memory stays as it is."""
+        with self._lock:
+            writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.shutdown(wait=True)
 
     def put_file(self, name: str, data: bytes) -> str:
         """Store `data` on disk only (indexes: the caller maps the file); returns its path."""
@@ -122,6 +158,8 @@ class DiskCache:
 
     def _remember(self, name: str, data: bytes) -> None:
         if len(data) > self.memory_limit:
+            with self._lock:
+                self._spill([(name, data)])
             return
         with self._lock:
             old = self._memory.pop(name, None)
@@ -129,9 +167,12 @@ class DiskCache:
                 self._memory_bytes -= len(old)
             self._memory[name] = data
             self._memory_bytes += len(data)
+            evicted = []
             while self._memory_bytes > self.memory_limit:
-                _, dropped = self._memory.popitem(last=False)
-                self._memory_bytes -= len(dropped)
+                dropped = self._memory.popitem(last=False)
+                self._memory_bytes -= len(dropped[1])
+                evicted.append(dropped)
+            self._spill(evicted)
 
     def _evict_files(self, keep: str | None = None) -> None:
         """Unlink least recently used files until the disk level fits (lock held)."""

@@ -26,6 +26,8 @@ IV_BYTES = 12                       # the plugin's AES-GCM IV, written in front 
 TAG_BYTES = 16                      # AES-GCM's 128-bit tag, after the ciphertext
 MAX_GET_BYTES = 32 * 1024 * 1024    # one GET fetches at most this many transformed bytes (memory bound)
 READ_AHEAD_BYTES = 8 * 1024 * 1024  # how far ahead of a sequential reader chunks are fetched
+READ_AHEAD_GET_BYTES = 4 * 1024 * 1024  # read-ahead GETs are about this big, several in flight (small chunks
+                                        # coalesced, big ones one a GET: the first arrives sooner)
 READ_AHEAD_THREADS = 4              # background GETs in flight, across all segments
 
 _read_ahead_pool: ThreadPoolExecutor | None = None
@@ -96,8 +98,8 @@ class RemoteSegmentData:
 
     # -- chunks ----------------------------------------------------------------------------------------------
 
-    def _decode(self, i: int, blob: bytes) -> bytes:
-        """Original bytes of chunk i from its transformed bytes."""
+    def _decode(self, i: int, blob: memoryview) -> bytes | memoryview:
+        """Original bytes of chunk i from its transformed bytes (untransformed: a view of them, no copy)."""
         index = self.manifest.chunk_index
         position = index.transformed_starts[i]
         start, end = index.original_span(i)
@@ -128,7 +130,7 @@ class RemoteSegmentData:
         """Chunks first..last in one ranged GET, decoded and cached."""
         index = self.manifest.chunk_index
         start, end = index.transformed_span(first, last)
-        blob = self.store.get_range(self.key, start, end)
+        blob = self.store.get_range_buffer(self.key, start, end)
         if len(blob) != end - start:
             raise CorruptDataError(self.key, start + len(blob), f"the .log object ends before chunk "
                                    f"{index.chunk_at_transformed(start + len(blob))} does (at {end})")
@@ -140,27 +142,27 @@ class RemoteSegmentData:
             out[i] = data
         return out
 
-    def _runs(self, chunks: list[int]) -> list[tuple[int, int]]:
-        """Consecutive chunk numbers grouped into GETs of at most MAX_GET_BYTES."""
+    def _runs(self, chunks: list[int], max_bytes: int) -> list[tuple[int, int]]:
+        """Consecutive chunk numbers grouped into GETs of at most `max_bytes` (a bigger chunk: alone)."""
         index = self.manifest.chunk_index
         runs: list[tuple[int, int]] = []
         for i in chunks:
-            if runs and runs[-1][1] == i - 1 and index.transformed_span(runs[-1][0], i)[1] - \
-                    index.transformed_span(runs[-1][0], i)[0] <= MAX_GET_BYTES:
+            start, end = index.transformed_span(runs[-1][0], i) if runs else (0, 0)
+            if runs and runs[-1][1] == i - 1 and end - start <= max_bytes:
                 runs[-1] = (runs[-1][0], i)
             else:
                 runs.append((i, i))
         return runs
 
-    def _start(self, chunks: list[int]) -> list[tuple[list[int], Future]]:
-        """Claim the chunks no one is fetching and start their GETs' futures (not yet run)."""
+    def _start(self, chunks: list[int], max_bytes: int = MAX_GET_BYTES) -> list[tuple[tuple[int, int], Future]]:
+        """Claim the chunks no one is fetching and make their GETs' futures (the caller runs them)."""
         claimed = []
         with self._lock:
             for i in chunks:
                 if i not in self._inflight:
                     claimed.append(i)
             started = []
-            for first, last in self._runs(claimed):
+            for first, last in self._runs(claimed, max_bytes):
                 f: Future = Future()
                 for i in range(first, last + 1):
                     self._inflight[i] = f
@@ -204,38 +206,42 @@ class RemoteSegmentData:
         return got
 
     def _read_ahead(self, after: int) -> None:
-        """Start background GETs for the chunks following chunk `after`, up to READ_AHEAD_BYTES."""
+        """Start background GETs for the chunks after chunk `after`, up to READ_AHEAD_BYTES ahead."""
         index = self.manifest.chunk_index
         wanted = []
-        total = 0
         for i in range(after + 1, index.chunk_count):
-            total += index.chunk_size
-            if total > READ_AHEAD_BYTES and wanted:
+            if (i - after - 1) * index.chunk_size >= READ_AHEAD_BYTES:
                 break
-            if self._cache.file(cache_name(self.key, str(i))) is None:
+            if not self._cache.contains(cache_name(self.key, str(i))):
                 wanted.append(i)
-        for run, future in self._start(wanted):
+        for run, future in self._start(wanted, READ_AHEAD_GET_BYTES):
             _pool().submit(self._run, run, future)
 
-    def read(self, position: int, size: int) -> bytes:
-        """Original segment bytes [position, position + size), fewer where the segment ends."""
+    def read(self, position: int, size: int, *, sequential: bool | None = None) -> bytes:
+        """Original segment bytes [position, position + size), fewer where the segment ends.
+
+        sequential: True when the caller scans onwards from here (a fetch or a columnar scan): the chunks
+        after this read are fetched in the background from this first read on. None: a read that starts
+        where the previous one ended counts as sequential. False: never read ahead (a lookup).
+        """
         if position < 0 or size < 0:
             raise ValueError(f"position {position} and size {size} must not be negative")
         wanted = self.manifest.chunk_index.chunks_for(position, size)
         if not wanted:
             return b""
-        sequential = position == self._next_sequential
-        chunks = self._chunks(wanted)
+        if sequential is None:
+            sequential = position == self._next_sequential
         end = min(position + size, self.size)
         self._next_sequential = end
-        if sequential:
+        if sequential:  # before this read's own GET, so that they overlap
             self._read_ahead(wanted[-1])
+        chunks = self._chunks(wanted)
         chunk_size = self.manifest.chunk_index.chunk_size
         parts = []
         for i in wanted:
             base = i * chunk_size
             parts.append(chunks[i][max(position - base, 0):end - base])
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+        return bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
 
     # -- indexes ---------------------------------------------------------------------------------------------
 
@@ -279,13 +285,13 @@ class RemoteSegmentData:
         for group in groups:
             start = self.manifest.indexes[group[0]][0]
             end = sum(self.manifest.indexes[group[-1]])
-            blob = self.store.get_range(self.indexes_key, start, end)
+            blob = self.store.get_range_buffer(self.indexes_key, start, end)
             if len(blob) != end - start:
                 raise CorruptDataError(self.indexes_key, start + len(blob), f"the .indexes object ends before "
                                        f"the {group[-1]} index does (at {end})")
             for kind in group:
                 pos, size = self.manifest.indexes[kind]
-                data = blob[pos - start:pos - start + size]
+                data = bytes(blob[pos - start:pos - start + size])
                 if self.manifest.encryption is not None:
                     data = self._decrypt(data, self.indexes_key, pos, f"{kind} index")
                 out[kind] = self._cache.put_file(cache_name(self.key, kind), data)

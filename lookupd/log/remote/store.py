@@ -1,12 +1,23 @@
 """ObjectStore: listings and ranged GETs against S3, retried on transient faults, mapped onto lookupd's errors.
 
-Read-only: only ListObjectsV2, HEAD and GET are ever sent. Thread-safe: one client shared by the daemon's
-worker threads. Credentials come from the standard AWS chain.
+Read-only: only ListObjectsV2 and GET (HEAD for `size`) are ever sent. Thread-safe: the clients are
+shared by the daemon's worker threads and the read-ahead.
+
+Listings and ranged GETs (the chunks and indexes: nearly all traffic) go through obstore (Rust, the GIL
+released while it waits), chosen by measurement (bench/bench_remote.py: obstore, boto3 and
+pyarrow.fs.S3FileSystem on ranged GETs; pyarrow's ranged reads also lose the HTTP status of a failed GET,
+403, 404 and 503 all reading "INTERNAL_FAILURE"). Whole-object GETs (the manifests, a few KB once per
+segment) go through boto3, which checks the store's full-object checksum: a manifest damaged in transit
+is retried, never parsed into wrong chunk positions (ranged GETs carry no such checksum; encrypted chunks
+have their GCM tag). Credentials come from the standard AWS chain of boto3's session (environment,
+AWS_PROFILE, instance role), handed to obstore as a credential provider.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import random
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -14,18 +25,21 @@ from dataclasses import dataclass
 import boto3
 import botocore.config
 import botocore.exceptions
+import obstore
+import obstore.exceptions as oe
+from obstore.auth.boto3 import Boto3CredentialProvider
+from obstore.store import S3Store
 
 from ...errors import Unauthorized, Unavailable
 from .config import RemoteConfig
 
-ATTEMPTS = 5                # transient faults (503, SlowDown, resets, timeouts) are retried this often in all
+ATTEMPTS = 5                # transient faults (5xx, SlowDown, resets, timeouts) are tried this often in all
 BACKOFF_FIRST = 0.05        # seconds before the first retry; doubled each time (full jitter)
 BACKOFF_MAX = 2.0           # a retry never waits longer than this
 CONNECT_TIMEOUT = 5.0       # seconds; a store that does not accept a connection by then counts as down
-READ_TIMEOUT = 15.0         # seconds without a byte on an open request; a slow store is retried, then UNAVAILABLE
-MAX_POOL_CONNECTIONS = 32   # the daemon's worker threads plus read-ahead share the pool
-_TRANSIENT_CODES = {"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "Throttling",
-                    "ThrottlingException", "RequestTimeTooSkewed"}
+REQUEST_TIMEOUT = 30.0      # seconds for a whole request: a 32 MiB GET on a slow link, then retried
+LIST_PAGE = 1000            # keys per ListObjectsV2 page (S3's maximum)
+_STATUS = re.compile(r"status code: (\d{3})")
 
 
 class ObjectNotFound(Unavailable):
@@ -38,29 +52,37 @@ class ObjectInfo:
     size: int
 
 
-class _Transient(Exception):
-    """A fault worth retrying; carries the description for the final UNAVAILABLE."""
-
-
 class ObjectStore:
     """One bucket, read through one shared S3 client."""
 
-    def __init__(self, cfg: RemoteConfig, *, read_timeout: float = READ_TIMEOUT, attempts: int = ATTEMPTS):
+    def __init__(self, cfg: RemoteConfig, *, request_timeout: float = REQUEST_TIMEOUT, attempts: int = ATTEMPTS):
         self.bucket = cfg.bucket
         self._attempts = attempts
-        self._client = boto3.session.Session().client(
+        session = boto3.session.Session()
+        options = {"connect_timeout": f"{CONNECT_TIMEOUT}s", "timeout": f"{request_timeout}s"}
+        if cfg.endpoint_url and cfg.endpoint_url.startswith("http://"):
+            options["allow_http"] = True
+        self._whole = session.client(
             "s3", endpoint_url=cfg.endpoint_url, region_name=cfg.region,
             config=botocore.config.Config(
-                retries={"total_max_attempts": 1, "mode": "standard"},  # retried here, with our errors
-                connect_timeout=CONNECT_TIMEOUT, read_timeout=read_timeout,
-                max_pool_connections=MAX_POOL_CONNECTIONS, s3={"addressing_style": "path"}))
+                retries={"total_max_attempts": 1, "mode": "standard"},  # retried here, as the ranged GETs
+                connect_timeout=CONNECT_TIMEOUT, read_timeout=request_timeout,
+                response_checksum_validation="when_supported", s3={"addressing_style": "path"}))
+        self._store = S3Store(
+            cfg.bucket, region=cfg.region, endpoint=cfg.endpoint_url, client_options=options,
+            virtual_hosted_style_request=False,
+            # Retried here, with lookupd's errors and counts; obstore's own retries off.
+            retry_config={"max_retries": 0, "retry_timeout": dt.timedelta(seconds=request_timeout),
+                          "backoff": {"init_backoff": dt.timedelta(seconds=BACKOFF_FIRST),
+                                      "max_backoff": dt.timedelta(seconds=BACKOFF_MAX), "base": 2}},
+            credential_provider=Boto3CredentialProvider(session) if session.get_credentials() else None)
         self._stats_lock = threading.Lock()
-        self.requests = 0         # GET/HEAD/LIST requests sent, retries included (for benchmarks and tests)
+        self.requests = 0         # requests sent, retries included (for benchmarks and tests)
         self.bytes_fetched = 0    # body bytes received by GETs
 
-    def _count(self, nbytes: int = 0) -> None:
+    def _count(self, requests: int = 1, nbytes: int = 0) -> None:
         with self._stats_lock:
-            self.requests += 1
+            self.requests += requests
             self.bytes_fetched += nbytes
 
     def _call(self, what: str, key: str, fn):
@@ -72,96 +94,113 @@ class ObjectStore:
                 time.sleep(random.uniform(0, min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** attempt)))
             try:
                 return fn()
-            except botocore.exceptions.ClientError as e:
-                err = e.response.get("Error", {})
-                code = str(err.get("Code", ""))
-                status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-                if status in (401, 403) or code in ("AccessDenied", "SignatureDoesNotMatch",
-                                                    "InvalidAccessKeyId", "ExpiredToken"):
-                    raise Unauthorized(f"{what} {where}: the store refused the credentials ({code or status}); "
-                                       "check the AWS credentials lookupd runs with") from None
-                if code == "NoSuchBucket":
+            except (oe.BaseError, OSError, botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
+                kind, detail = _classify(e)
+                if kind == "unauthorized":
+                    raise Unauthorized(f"{what} {where}: the store refused the credentials ({detail}); check "
+                                       "the AWS credentials lookupd runs with") from None
+                if kind == "no_bucket":
                     raise Unavailable(f"{what} {where}: bucket {self.bucket!r} does not exist; check "
                                       "remote.bucket and remote.endpoint_url") from None
-                if status == 404 or code in ("NoSuchKey", "NotFound", "404"):
+                if kind == "not_found":
                     raise ObjectNotFound(f"{what} {where}: no such object (deleted by retention?)") from None
-                if status >= 500 or code in _TRANSIENT_CODES:
-                    last = f"{code or 'HTTP'} {status}"
-                    continue
-                raise Unavailable(f"{what} {where}: the store answered {code} ({status}): "
-                                  f"{err.get('Message', '')}") from None
-            except (botocore.exceptions.ConnectionError, botocore.exceptions.HTTPClientError,
-                    botocore.exceptions.ResponseStreamingError, botocore.exceptions.FlexibleChecksumError,
-                    _Transient, ConnectionError, TimeoutError) as e:  # a checksum mismatch: damaged in transit
-                last = f"{type(e).__name__}: {e}"
-                continue
+                if kind == "refused":
+                    raise Unavailable(f"{what} {where}: the store answered {detail}") from None
+                last = detail  # transient: 5xx, SlowDown, 408/429, resets, timeouts, damaged in transit
         raise Unavailable(f"{what} {where}: the store did not answer after {self._attempts} attempts "
                           f"(last: {last}); try again later")
 
     def list(self, prefix: str) -> list[ObjectInfo]:
         """Every object whose key starts with `prefix` (ListObjectsV2, all pages)."""
-        return self._list(prefix, None)[0]
+        def listing():
+            out = []
+            pages = 0
+            for page in obstore.list(self._store, _parent(prefix), chunk_size=LIST_PAGE):
+                pages += 1
+                out += [ObjectInfo(m["path"], m["size"]) for m in page if m["path"].startswith(prefix)]
+            self._count(max(pages, 1))  # an empty listing is still one request
+            return out
+        return self._call("listing", prefix, listing)
 
     def list_dirs(self, prefix: str) -> list[str]:
-        """The "directories" right under `prefix`: common prefixes ending in "/"."""
-        return self._list(prefix, "/")[1]
-
-    def _list(self, prefix: str, delimiter: str | None) -> tuple[list[ObjectInfo], list[str]]:
-        objects: list[ObjectInfo] = []
-        dirs: list[str] = []
-        token = None
-        while True:
-            kwargs = {"Bucket": self.bucket, "Prefix": prefix}
-            if delimiter:
-                kwargs["Delimiter"] = delimiter
-            if token:
-                kwargs["ContinuationToken"] = token
-
-            def page():
-                self._count()
-                return self._client.list_objects_v2(**kwargs)
-
-            resp = self._call("listing", prefix, page)
-            objects += [ObjectInfo(o["Key"], o["Size"]) for o in resp.get("Contents", ())]
-            dirs += [p["Prefix"] for p in resp.get("CommonPrefixes", ())]
-            if not resp.get("IsTruncated"):
-                return objects, dirs
-            token = resp.get("NextContinuationToken")
+        """The "directories" right under `prefix` (delimiter "/"), each ending in "/"."""
+        def listing():
+            self._count()
+            got = obstore.list_with_delimiter(self._store, _parent(prefix))
+            return sorted(d + "/" for d in got["common_prefixes"] if (d + "/").startswith(prefix))
+        return self._call("listing", prefix, listing)
 
     def size(self, key: str) -> int:
         """The object's size in bytes (HEAD)."""
         def head():
             self._count()
-            return self._client.head_object(Bucket=self.bucket, Key=key)["ContentLength"]
+            return obstore.head(self._store, key)["size"]
         return self._call("HEAD", key, head)
 
     def get(self, key: str) -> bytes:
-        """The whole object."""
+        """The whole object, checked against the store's checksum when it has one (through boto3)."""
         def whole():
-            resp = self._client.get_object(Bucket=self.bucket, Key=key)
-            data = resp["Body"].read()
-            self._count(len(data))
-            if len(data) != resp["ContentLength"]:
-                raise _Transient(f"got {len(data)} of {resp['ContentLength']} bytes")
+            data = self._whole.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+            self._count(nbytes=len(data))
             return data
         return self._call("GET", key, whole)
 
-    def get_range(self, key: str, start: int, end: int) -> bytes:
-        """Bytes [start, end) of the object, fewer only where the object ends before `end`."""
+    def get_range_buffer(self, key: str, start: int, end: int) -> memoryview:
+        """Bytes [start, end) of the object as a read-only buffer (no copy), clipped at the object's end."""
         if not 0 <= start < end:
-            return b""
+            return memoryview(b"")
 
         def ranged():
             try:
-                resp = self._client.get_object(Bucket=self.bucket, Key=key, Range=f"bytes={start}-{end - 1}")
-            except botocore.exceptions.ClientError as e:
-                if e.response.get("Error", {}).get("Code") == "InvalidRange":
+                data = obstore.get_range(self._store, key, start=start, end=end)
+            except (oe.BaseError, OSError) as e:
+                if "InvalidRange" in str(e) or "416" in (_STATUS.findall(str(e)) or [""])[0]:
                     self._count()
-                    return b""  # start at or past the object's end
+                    return memoryview(b"")  # start at or past the object's end
                 raise
-            data = resp["Body"].read()
-            self._count(len(data))
-            if len(data) != resp["ContentLength"] or len(data) > end - start:
-                raise _Transient(f"got {len(data)} bytes for a range of {end - start}")
-            return data
+            self._count(nbytes=len(data))
+            return memoryview(data)
         return self._call(f"GET bytes {start}-{end - 1} of", key, ranged)
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        """Bytes [start, end) of the object, fewer only where the object ends before `end`."""
+        return bytes(self.get_range_buffer(key, start, end))
+
+
+def _parent(prefix: str) -> str | None:
+    """The "directory" to list for `prefix`: obstore lists whole path segments only, so a prefix that
+    ends inside a name (a key.prefix like "prod-") is listed from its parent and filtered."""
+    return prefix.rpartition("/")[0] or None
+
+
+_AUTH_CODES = {"AccessDenied", "SignatureDoesNotMatch", "InvalidAccessKeyId", "ExpiredToken", "InvalidToken"}
+
+
+def _classify(e: Exception) -> tuple[str, str]:
+    """(kind, detail) of a failed request: unauthorized, no_bucket, not_found, refused (another 4xx: no
+    retry) or transient (worth another try)."""
+    if isinstance(e, botocore.exceptions.ClientError):
+        code = str(e.response.get("Error", {}).get("Code", ""))
+        status = int(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        text = f"{code} {status}"
+    elif isinstance(e, botocore.exceptions.BotoCoreError):  # connection, timeout, checksum mismatch
+        return "transient", f"{type(e).__name__}: {e}"
+    else:
+        text = str(e)
+        m = _STATUS.search(text)
+        status = int(m.group(1)) if m else 0
+        code = ""
+    if isinstance(e, (oe.PermissionDeniedError, oe.UnauthenticatedError)) or status in (401, 403) or \
+            code in _AUTH_CODES:
+        return "unauthorized", code or str(status or 403)
+    if "NoSuchBucket" in text:
+        return "no_bucket", "NoSuchBucket"
+    if isinstance(e, FileNotFoundError) or status == 404 or code in ("NoSuchKey", "NotFound"):
+        return "not_found", "404"
+    if 400 <= status < 500 and status not in (408, 429) and code not in ("SlowDown", "RequestTimeout"):
+        return "refused", f"{status} {code}: {_first_line(text)}" if code else f"{status}: {_first_line(text)}"
+    return "transient", f"{code} {status}".strip() if (code or status) else _first_line(text)
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0][:300] if text.strip() else "?"
