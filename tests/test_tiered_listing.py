@@ -33,10 +33,17 @@ def test_choose_prefers_the_lineage_then_the_highest_epoch():
 
 
 def _upload_again(t, base: int, epochs: dict[int, int], s3):
+    """Another upload of the segment at `base`, as a later leader with `epochs` would make it (its manifest
+    records them)."""
+    import json
+
     part = t.tiered_dir / "plain-0"
     # The segment is no longer on disk: upload it again from the fully local copy.
-    return upload_segment(s3.client(), t.config.bucket, t.local_dir / "plain-0", base, topic="plain", partition=0,
-                          topic_id=read_topic_id(part), opts=Options(), epochs=epochs, segment_id=kafka_uuid())
+    up = upload_segment(s3.client(), t.config.bucket, t.local_dir / "plain-0", base, topic="plain", partition=0,
+                        topic_id=read_topic_id(part), opts=Options(), epochs=epochs, segment_id=kafka_uuid())
+    up.manifest["remoteLogSegmentMetadata"]["segmentLeaderEpochs"] = {str(e): o for e, o in epochs.items()}
+    s3.client().put_object(Bucket=t.config.bucket, Key=up.manifest_key, Body=json.dumps(up.manifest).encode())
+    return up
 
 
 def _chosen(t) -> dict[int, str]:
