@@ -172,8 +172,6 @@ def cold(t, targets, n: int) -> list[Figure]:
 def run(quick: bool = False) -> list[Figure]:
     from s3server import start_server
 
-    from tiered_writer import TestKey  # noqa: F401 - the writer's imports (cryptography) are there
-
     calls, times, n = (300, 3, 5) if quick else (2000, 5, 20)
     root = Path(tempfile.mkdtemp(prefix="lookupd-bench-tiered-"))
     server = start_server()

@@ -7,7 +7,6 @@ import dataclasses
 import os
 
 import msgpack
-import pytest
 
 import reference as R
 from daemon_helpers import blocking_call, short_dir, start_daemon, stop_daemon  # noqa: F401 - fixture
