@@ -151,3 +151,23 @@ def test_a_segment_deleted_by_retention_drops_out(tiered, s3_server):  # noqa: F
     assert _answer(s, "offset_for_timestamp", "plain", 0, -2)["offset"] == second
     assert _answer(s, "read", "plain", 0, second, 100)["segment"] == second
     _local_goes_on(s)
+
+
+def test_a_store_down_at_start_makes_older_offsets_unavailable_not_out_of_range(s3_server, tmp_path):  # noqa: F811
+    """Never a wrong answer: while the bucket has never been listed, an offset below the local log start of
+    a partition with a topic id may be remote; once the store answers, the next rescan lists it."""
+    R.require()
+    t = tier_partition(tmp_path, R.log_dir("plain-0"), s3_server, cut=3)
+    with FaultProxy(s3_server.endpoint_url) as proxy:
+        proxy.inject("*", r".", "503")
+        lm = LogManager([t.tiered_dir], remote=RemoteTier(dataclasses.replace(t.config, endpoint_url=proxy.url)))
+        try:
+            s = Service(lm)
+            err = _answer(s, "read", "plain", 0, REMOTE_OFFSET, 100)
+            assert err[:2] == ("error", "UNAVAILABLE") and "remote tier" in err[2], err
+            _local_goes_on(s)
+            proxy.clear()
+            lm.refresh()
+            assert _answer(s, "read", "plain", 0, REMOTE_OFFSET, 100)["segment"] == 0
+        finally:
+            lm.close()

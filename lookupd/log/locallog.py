@@ -187,6 +187,10 @@ def _relist(log: "LocalLog") -> None:
 class LocalLog:
     """Read-only view of one partition directory."""
 
+    # Why the remote tier's segments of this partition are unknown (its listing failed and none succeeded
+    # before), None otherwise: an offset below the local log start is then UNAVAILABLE, not out of range.
+    remote_error: Exception | None = None
+
     def __init__(self, directory: str | os.PathLike, topic: str, partition: int, cache=None, *,
                  log_start_offset: int | None = None):
         self.dir = os.fspath(directory)
@@ -301,6 +305,9 @@ class LocalLog:
         """Offsets a fetch may start at: [log start, log end]; returns the log end offset."""
         start, end = v.log_start_offset, v.log_end_offset
         if not start <= offset <= end:
+            if offset < start and self.remote_error is not None:
+                raise Unavailable(f"offset {offset} of {self.topic}-{self.partition} may be in the remote tier, "
+                                  f"which cannot be listed now ({self.remote_error}); retry")
             raise OffsetOutOfRange(f"offset {offset} is out of range for {self.topic}-{self.partition}: "
                                    f"the log holds [{start}, {end})")
         return end

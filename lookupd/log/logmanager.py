@@ -10,6 +10,7 @@ import time
 from .cache import IndexCache
 from ..errors import LookupdError, UnknownPartition
 from .locallog import LocalLog
+from .remote_metadata import PARTITION_METADATA
 from ..format.names import parse_partition_dir, validate_partition, validate_topic
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,8 @@ class LogManager:
         self.log_dirs = [os.path.abspath(os.fspath(d)) for d in log_dirs]
         self.cache = cache if cache is not None else IndexCache()
         self.remote = remote
-        self._remote_listed_at: float | None = None
+        self._remote_listed_at: float | None = None  # when the bucket was last listed successfully
+        self._remote_error: LookupdError | None = None  # why it never was
         self._remote_listings: dict = {}
         self._logs: dict[tuple[str, int], LocalLog] = {}
         self._dir_mtimes: dict[str, int] = {}
@@ -138,10 +140,19 @@ class LogManager:
         if force or self._remote_listed_at is None or now - self._remote_listed_at >= REMOTE_RESCAN_S:
             try:
                 self._remote_listings = self.remote.scan(list(current.values()))
+                self._remote_listed_at = now
+                self._remote_error = None
             except LookupdError as err:
                 log.warning("cannot list the remote tier: %s; serving its last listing", err)
-            self._remote_listed_at = now
+                if self._remote_listed_at is None:  # never listed: retried at the next rescan
+                    self._remote_error = err
+                else:
+                    self._remote_listed_at = now
         listings = self._remote_listings
+        for llog in current.values():  # a partition of a topic with an id may have remote segments
+            has_id = getattr(llog, "local_dir", "") is not None and \
+                os.path.exists(os.path.join(llog.dir, PARTITION_METADATA))
+            llog.remote_error = self._remote_error if has_id else None
         added = removed = changed = 0
         for key, llog in list(current.items()):
             if key not in listings and isinstance(llog, TieredLog):
