@@ -34,6 +34,7 @@ from typing import NamedTuple
 
 from lookupd.rpc.client import RemoteError
 from lookupd.errors import LookupdError
+from lookupd.log.fileio import regular_stat
 from lookupd.sdnotify import sd_notify
 
 from . import listing, tree
@@ -316,7 +317,7 @@ class KafkaFS(Operations):
         seg = self.catalog.segment(part, node.base_offset)
         mtime_ns = seg.largest_timestamp * 1_000_000
         if part.local_dir is not None:
-            st = os.stat(LocalSource(part, self.catalog, self.handles).path(node.base_offset, node.disk_suffix))
+            st = regular_stat(LocalSource(part, self.catalog, self.handles).path(node.base_offset, node.disk_suffix))
             size, blocks = st.st_size, st.st_blocks
         elif node.disk_suffix == "log":
             size, blocks = seg.size, (seg.size + 511) // 512

@@ -79,12 +79,14 @@ def test_names_that_cannot_be(path, code):
 def test_listing_names():
     """A segment lists its files on disk, then the views made from them."""
     on_disk = {"00000000000000000007.log": 3, "00000000000000000007.timeindex": 12}
+    refused: list = []
     entries = local_entries([SegmentInfo(7, 3, False, 5, 0, 1)],
                             lambda name: os.stat_result((0,) * 6 + (on_disk[name],) + (0,) * 3) if name in on_disk else None,
-                            lambda size, blocks, mtime_ns: (size, mtime_ns))
+                            lambda size, blocks, mtime_ns: (size, mtime_ns), refused.append)
     assert entries == [("00000000000000000007.log", (3, 5_000_000)), ("00000000000000000007.timeindex", (12, 5_000_000)),
                        ("00000000000000000007.records.jsonl", (0, 5_000_000)),
                        ("00000000000000000007.timeindex.txt", (0, 5_000_000))]
+    assert refused == []
 
 
 def numbered(cursor: int):

@@ -8,14 +8,13 @@ the FUSE mount, the Spark reader) goes through it.
 
 from __future__ import annotations
 
-import os
 import struct
 from typing import Callable, Iterator, NamedTuple
 
 from ..format.batch import (HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, MAGIC_OFFSET, V2_HEADER_SIZE, BatchHeader,
                             frame_size, last_offset_at, max_timestamp_at, parse_header)
 from ..errors import INT64_MAX, INT64_MIN, CorruptRecordError
-from .fileio import FileHandle, LazyHandle
+from .fileio import FileHandle, LazyHandle, regular_stat
 
 try:
     from . import _native
@@ -116,7 +115,7 @@ class FileRecords:
         a listing of 10,000 segments then opens none of their logs, nor churns the IndexCache."""
         if self._file.is_open:
             return self._file.get().size()
-        return os.stat(self.path).st_size
+        return regular_stat(self.path).st_size
 
     def read(self, position: int, size: int) -> bytes:
         """Bytes [position, position + size), fewer at end of file."""

@@ -15,7 +15,7 @@ from typing import NamedTuple
 from ..format.batch import V2_HEADER_SIZE, parse_header
 from ..format.records import find_timestamp, find_timestamp_fast
 from ..errors import INT64_MAX, CorruptIndexError, CorruptRecordError, LookupdError
-from .fileio import WouldBlock, mode as _nonblocking
+from .fileio import WouldBlock, mode as _nonblocking, regular_stat
 from .filerecords import FileRecords, LogOffsetPosition
 from .index import OffsetIndex, TimeIndex
 from ..format.names import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, segment_file_name
@@ -95,7 +95,7 @@ class LogSegment:
         ids = []
         for path in (self.log.path, self.offset_index.path, self.time_index.path, self.txn_index.path):
             try:
-                st = os.stat(path)
+                st = os.lstat(path)  # a symbolic link put in a file's place is another file
                 ids.append((st.st_dev, st.st_ino))
             except FileNotFoundError:
                 ids.append(None)
@@ -332,7 +332,7 @@ class LogSegment:
         ts = self.max_timestamp_so_far(size)[0]
         if ts >= 0:
             return ts
-        return int(os.stat(self.log.path).st_mtime * 1000)
+        return int(regular_stat(self.log.path).st_mtime * 1000)
 
     def collect_aborted_txns(self, fetch_offset: int, upper_bound_offset: int) -> tuple[list[AbortedTxn], bool]:
         return self.txn_index.collect_aborted_txns(fetch_offset, upper_bound_offset)
