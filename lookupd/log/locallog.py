@@ -578,8 +578,18 @@ class LocalLog:
 
     @_one_listing
     def info(self, v: SegmentList) -> dict:
-        return {"topic": self.topic, "partition": self.partition, "log_dir": os.path.dirname(self.dir),
-                "segments": len(v), "log_start_offset": v.log_start_offset, "log_end_offset": v.log_end_offset}
+        """The partition's listing. When its log end offset cannot be read (corrupt data, an I/O error),
+        that is null and `error` says why ("CODE: message"): one partition never fails a listing of all."""
+        out = {"topic": self.topic, "partition": self.partition, "log_dir": os.path.dirname(self.dir),
+               "segments": len(v), "log_start_offset": v.log_start_offset}
+        try:
+            out["log_end_offset"] = v.log_end_offset
+        except FileNotFoundError:
+            raise  # a segment deleted meanwhile: listed again (_one_listing)
+        except (CorruptDataError, OSError) as err:
+            out["log_end_offset"] = None
+            out["error"] = f"{getattr(err, 'code', Unavailable.code)}: {err}"
+        return out
 
     @_one_listing
     def segments_info(self, v: SegmentList) -> list[dict]:
