@@ -87,7 +87,7 @@ def scan_segments(directory: str) -> tuple[list[int], frozenset[str]]:
         for entry in entries:
             name = entry.name
             stem, _, suffix = name.partition(".")
-            if len(stem) == 20 and stem.isdigit():
+            if len(stem) == 20 and stem.isascii() and stem.isdigit():
                 if suffix == "log" or suffix in _OTHER_SEGMENT_FILES:
                     if not entry.is_file(follow_symlinks=False):
                         refused.append(name)

@@ -36,7 +36,8 @@ def read_offset_checkpoint(path: str) -> dict[tuple[str, int], int]:
         return out
     for line in lines[2:]:
         parts = line.split()
-        if len(parts) == 3 and parts[1].isdigit() and parts[2].lstrip("-").isdigit():
+        if len(parts) == 3 and parts[1].isascii() and parts[1].isdigit() and parts[2].isascii() and \
+                parts[2].lstrip("-").isdigit():
             out[(parts[0], int(parts[1]))] = int(parts[2])
     return out
 
