@@ -129,6 +129,26 @@ def test_stream_answers_reads_at_random_offsets():
     s.close()
 
 
+def test_a_resumable_stream_grows_with_its_source():
+    """A view of a growing source: a read past the end, or grow(), picks up what was appended, from the
+    cursor after the last piece; the size grow() gives never shrinks. A stream not resumable ends."""
+    source = [b"a\n", b"b\n"]
+
+    def lines(cursor: int):
+        for i in range(cursor, len(source)):
+            yield source[i], i + 1
+
+    s, fixed = Stream(lines, 0, resumable=True), Stream(lines, 0)
+    assert s.grow() == 0  # nothing read yet: nothing made
+    assert s.read(100, 0) == b"a\nb\n" and fixed.read(100, 0) == b"a\nb\n"
+    assert s.grow() == 4
+    source.append(b"c\n")
+    assert s.grow() == 6 and s.read(100, 4) == b"c\n"
+    source.append(b"d\n")
+    assert s.read(100, 6) == b"d\n" and fixed.read(100, 4) == b""
+    assert s.grow() == 8 and s.read(100, 0) == b"a\nb\nc\nd\n"
+
+
 def test_stream_error_with_nothing_to_give_fails_the_read():
     def broken(cursor: int):
         raise OSError(errno.EIO, "corrupt")
