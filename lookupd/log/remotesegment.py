@@ -166,6 +166,7 @@ class RemoteSegment(LogSegment):
         self._indexes: dict[str, object] = {}
         self.live = False
         self._warned: set[str] = set()
+        self._cached_end = None
         self._cached_next_offset = None
         self._cached_max_ts = None
 

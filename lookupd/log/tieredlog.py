@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import Callable
 
-from .locallog import LocalLog, SegmentList, list_segments
+from .locallog import LocalLog, SegmentList
 from .remotesegment import RemoteSegment, RemoteSegmentInfo
 from .segment import LogSegment
 
@@ -52,7 +52,7 @@ class TieredLog(LocalLog):
         return super().refresh()
 
     def _list_bases(self) -> list[int]:
-        local = list_segments(self.local_dir) if self.local_dir is not None else []
+        local = super()._list_bases() if self.local_dir is not None else []
         first_local = local[0] if local else None
         # Kafka reads an offset from the local log once it is at or past the local log start: a remote
         # copy of a segment still on disk is never read.
