@@ -56,6 +56,7 @@ def oaep_wrap(public_key: rsa.RSAPublicKey, message: bytes, seed: bytes | None =
 class TestKey:
     """An RSA key pair for wrapping data keys; `pem_path` is what [remote.encryption.keys] names."""
 
+    __test__ = False  # not a pytest test class despite its name
     key_id: str
     pem_path: str
     private_key: rsa.RSAPrivateKey
