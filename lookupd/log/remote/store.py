@@ -162,7 +162,7 @@ class ObjectStore:
             try:
                 data = obstore.get_range(self._store, key, start=start, end=end)
             except (oe.BaseError, OSError) as e:
-                if "InvalidRange" in str(e) or "416" in (_STATUS.findall(str(e)) or [""])[0]:
+                if "InvalidRange" in str(e) or _http_status(str(e)) == 416:
                     self._count()
                     return memoryview(b"")  # start at or past the object's end
                 raise
@@ -184,30 +184,34 @@ def _parent(prefix: str) -> str | None:
 _AUTH_CODES = {"AccessDenied", "SignatureDoesNotMatch", "InvalidAccessKeyId", "ExpiredToken", "InvalidToken"}
 
 
+def _http_status(text: str) -> int:
+    """The HTTP status an obstore error message reports, 0 when none (a reset, a timeout)."""
+    m = _STATUS.search(text)
+    return int(m.group(1)) if m else 0
+
+
 def _classify(e: Exception) -> tuple[str, str]:
     """(kind, detail) of a failed request: unauthorized, no_bucket, not_found, refused (another 4xx: no
     retry) or transient (worth another try)."""
     if isinstance(e, botocore.exceptions.ClientError):
         code = str(e.response.get("Error", {}).get("Code", ""))
         status = int(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-        text = f"{code} {status}"
+        message = str(e.response.get("Error", {}).get("Message", ""))
     elif isinstance(e, botocore.exceptions.BotoCoreError):  # connection, timeout, checksum mismatch
         return "transient", f"{type(e).__name__}: {e}"
-    else:
-        text = str(e)
-        m = _STATUS.search(text)
-        status = int(m.group(1)) if m else 0
-        code = ""
+    else:  # obstore: the status and the store's XML answer are in the message
+        code, message = "", _first_line(str(e))
+        status = _http_status(str(e))
     if isinstance(e, (oe.PermissionDeniedError, oe.UnauthenticatedError)) or status in (401, 403) or \
             code in _AUTH_CODES:
         return "unauthorized", code or str(status or 403)
-    if "NoSuchBucket" in text:
+    if code == "NoSuchBucket" or "<Code>NoSuchBucket</Code>" in str(e):
         return "no_bucket", "NoSuchBucket"
     if isinstance(e, FileNotFoundError) or status == 404 or code in ("NoSuchKey", "NotFound"):
         return "not_found", "404"
     if 400 <= status < 500 and status not in (408, 429) and code not in ("SlowDown", "RequestTimeout"):
-        return "refused", f"{status} {code}: {_first_line(text)}" if code else f"{status}: {_first_line(text)}"
-    return "transient", f"{code} {status}".strip() if (code or status) else _first_line(text)
+        return "refused", f"{status} {code}: {message}".replace("  ", " ")
+    return "transient", f"{code} {status}".strip() if (code or status) else message
 
 
 def _first_line(text: str) -> str:
