@@ -101,7 +101,7 @@ class RemoteSegmentData:
     def _decode(self, i: int, blob: memoryview) -> bytes | memoryview:
         """Original bytes of chunk i from its transformed bytes (untransformed: a view of them, no copy)."""
         index = self.manifest.chunk_index
-        position = index.transformed_starts[i]
+        position = index.transformed_start(i)
         start, end = index.original_span(i)
         what = f"chunk {i}"
         if self.manifest.encryption is not None:
