@@ -29,7 +29,7 @@ TITLES = {
     "daemon-throughput": "Requests per second over a Unix socket (closed-loop clients, pipelining, columnar)",
     "daemon-cpu": "Server CPU microseconds per request (from /proc/PID/stat)",
     "remote-clients": "S3 clients, sequential ranged GETs from a local SeaweedFS",
-    "remote-read": "Sequential read of a tiered segment: lookupd against plain ranged GETs",
+    "remote-read": "Sequential read of a tiered segment against plain ranged GETs",
     "remote-cold": "Cold index fetch plus one batch read of a tiered segment",
 }
 

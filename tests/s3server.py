@@ -30,6 +30,7 @@ ACCESS_KEY = "lookupd-test-key"
 SECRET_KEY = "lookupd-test-secret-0123456789"
 REGION = "us-east-1"
 START_TIMEOUT = 90.0  # seconds: weed mini starts master, volume, filer and S3 gateway in turn (slow under load)
+STOP_GRACE = 3.0     # seconds a SIGTERM gets before SIGKILL (the data dir is thrown away anyway)
 # The services `weed mini` opens, each given its own free port (two test sessions at once must not collide).
 PORT_FLAGS = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port",
               "filer.port.grpc", "s3.port", "s3.port.grpc", "s3.port.iceberg", "s3.port.lance", "admin.port",
@@ -78,7 +79,7 @@ class S3Server:
         if self.process.poll() is None:
             os.kill(self.process.pid, signal.SIGTERM)
             try:
-                self.process.wait(15)
+                self.process.wait(STOP_GRACE)
             except subprocess.TimeoutExpired:
                 os.kill(self.process.pid, signal.SIGKILL)
                 self.process.wait()

@@ -49,7 +49,8 @@ def test_fixed_index_with_metadata():
     m = _parse(FIXED)
     ci = m.chunk_index
     assert (ci.chunk_size, ci.file_size, ci.chunk_count) == (100, 1000, 10)
-    assert ci.transformed_starts == tuple(range(0, 1101, 110))
+    assert [ci.transformed_start(i) for i in range(11)] == list(range(0, 1101, 110))
+    assert ci.chunk_at_transformed(225) == 2 and ci.chunk_at_transformed(5000) == 9
     assert ci.chunks_for(0, 1) == range(0, 1) and ci.chunks_for(99, 2) == range(0, 2)
     assert ci.chunks_for(950, 10_000) == range(9, 10) and ci.chunks_for(1000, 5) == range(0)
     assert m.indexes == {"offset": (0, 1), "timestamp": (1, 1), "producer_snapshot": (2, 1),
@@ -70,11 +71,28 @@ def test_without_metadata_and_without_transaction_index():
     assert m.metadata is None and m.indexes["transaction"] is None
 
 
+def test_a_huge_fixed_index_costs_nothing_per_chunk():
+    doc = copy.deepcopy(FIXED)
+    doc["chunkIndex"].update(originalChunkSize=1, originalFileSize=2 ** 31 - 1, transformedChunkSize=29,
+                             finalTransformedChunkSize=29)
+    ci = _parse(doc).chunk_index
+    assert ci.chunk_count == 2 ** 31 - 1 and ci.transformed_start(ci.chunk_count) == 29 * (2 ** 31 - 1)
+
+
+def test_empty_segments():
+    doc = copy.deepcopy(FIXED)
+    doc["chunkIndex"].update(originalFileSize=0, finalTransformedChunkSize=0)
+    ci = _parse(doc).chunk_index
+    assert ci.chunk_count == 0 and ci.transformed_span(0, -1) == (0, 0) and ci.chunks_for(0, 100) == range(0)
+    doc["chunkIndex"] = _variable([], 100, 0)
+    assert _parse(doc).chunk_index.chunk_count == 0
+
+
 def test_last_fixed_chunk_is_short():
     doc = copy.deepcopy(FIXED)
     doc["chunkIndex"].update(originalFileSize=950, finalTransformedChunkSize=60)
     ci = _parse(doc).chunk_index
-    assert ci.chunk_count == 10 and ci.transformed_starts[-1] == 9 * 110 + 60
+    assert ci.chunk_count == 10 and ci.transformed_start(10) == 9 * 110 + 60
     assert ci.original_span(9) == (900, 950)
 
 
@@ -85,7 +103,8 @@ def test_encryption_and_variable_index():
     doc["encryption"] = {"dataKey": "key-1:" + base64.b64encode(b"w" * 256).decode(),
                          "aad": base64.b64encode(b"\x0a\x0b\x0c\x0d").decode()}
     m = _parse(doc)
-    assert m.chunk_index.transformed_starts == (0, 70, 135, 225, 237)
+    assert [m.chunk_index.transformed_start(i) for i in range(5)] == [0, 70, 135, 225, 237]
+    assert m.chunk_index.chunk_at_transformed(200) == 2
     assert m.encryption.key_id == "key-1" and m.encryption.wrapped_key == b"w" * 256
     assert m.encryption.aad == bytes([10, 11, 12, 13])
 

@@ -202,7 +202,7 @@ def test_a_corrupt_encrypted_chunk_names_the_key_and_byte(s3_server, tiered, tmp
     with FaultProxy(s3_server.endpoint_url) as proxy:
         proxy.inject("GET", r"\.log$", "corrupt", at=100)
         seg = _open(proxy.url, bucket, up, key, tmp_path)
-        chunk = seg.manifest.chunk_index.transformed_starts[2]
+        chunk = seg.manifest.chunk_index.transformed_start(2)
         with pytest.raises(CorruptDataError, match="AES-GCM tag mismatch") as e:
             seg.read(2 * 4096 + 5, 10)  # chunk 2 alone
         assert e.value.path == up.log_key and e.value.position == chunk

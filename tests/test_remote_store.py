@@ -108,7 +108,7 @@ def test_403_is_unauthorized(s3_server, bucket, tmp_path):
 def test_wrong_credentials_are_unauthorized(s3_server, bucket, tmp_path, monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
     store = _store(s3_server.endpoint_url, bucket, tmp_path)
-    with pytest.raises(Unauthorized, match="credentials"):
+    with pytest.raises(Unauthorized, match="check the AWS credentials"):
         store.get_range(KEY, 0, 10)
     with pytest.raises(Unauthorized):
         store.list("")
@@ -124,6 +124,18 @@ def test_a_whole_object_damaged_in_transit_is_retried(s3_server, bucket, tmp_pat
         proxy.inject("GET", r"obj\.log$", "corrupt", at=777)
         with pytest.raises(Unavailable, match=f"s3://{bucket}/{KEY}.*after 3 attempts.*Checksum"):
             store.get(KEY)
+
+
+def test_no_credentials_at_all_is_unauthorized_saying_so(s3_server, bucket, tmp_path, monkeypatch):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    store = _store(s3_server.endpoint_url, bucket, tmp_path)
+    for call in (lambda: store.get_range(KEY, 0, 10), lambda: store.get(KEY), lambda: store.list("")):
+        with pytest.raises(Unauthorized, match="no AWS credentials were found"):
+            call()
 
 
 def test_a_deleted_object_is_not_found(s3_server, bucket, tmp_path):

@@ -56,6 +56,7 @@ def oaep_wrap(public_key: rsa.RSAPublicKey, message: bytes, seed: bytes | None =
 class TestKey:
     """An RSA key pair for wrapping data keys; `pem_path` is what [remote.encryption.keys] names."""
 
+    __test__ = False  # not a pytest test class despite its name
     key_id: str
     pem_path: str
     private_key: rsa.RSAPrivateKey
@@ -176,6 +177,7 @@ def upload_segment(client, bucket: str, partition_dir: Path, base_offset: int, *
     data = log_path.read_bytes()
     facts = segment_facts(log_path, base_offset)
     segment_id = segment_id or kafka_uuid()
+    epochs = epochs if epochs is not None else facts.leader_epochs  # the leader-epoch index and the metadata
     main = f"{opts.prefix}{topic}-{topic_id}/{partition}/{stem}-{segment_id}"
     aes, aad, enc = None, b"", None
     if opts.encryption is not None:
@@ -194,7 +196,7 @@ def upload_segment(client, bucket: str, partition_dir: Path, base_offset: int, *
 
     originals = {"offset": local("index") or b"", "timestamp": local("timeindex") or b"",
                  "producer_snapshot": local("snapshot") or b"",
-                 "leader_epoch": checkpoint_bytes(epochs if epochs is not None else facts.leader_epochs),
+                 "leader_epoch": checkpoint_bytes(epochs),
                  "transaction": local("txnindex")}
     names = {"offset": "offset", "timestamp": "timestamp", "producer_snapshot": "producerSnapshot",
              "leader_epoch": "leaderEpoch", "transaction": "transaction"}
@@ -219,7 +221,7 @@ def upload_segment(client, bucket: str, partition_dir: Path, base_offset: int, *
                 "topic": topic, "partition": partition}}, "id": segment_id},
             "startOffset": base_offset, "endOffset": facts.end_offset, "maxTimestampMs": facts.max_timestamp,
             "brokerId": 0, "eventTimestampMs": 1_700_000_000_000,
-            "segmentLeaderEpochs": {str(e): o for e, o in sorted(facts.leader_epochs.items())}}
+            "segmentLeaderEpochs": {str(e): o for e, o in sorted(epochs.items())}}
     client.put_object(Bucket=bucket, Key=f"{main}.rsm-manifest", Body=json.dumps(manifest).encode())
     return Uploaded(f"{main}.log", f"{main}.indexes", f"{main}.rsm-manifest", log_path, manifest, facts,
                     {k: v for k, v in originals.items() if v is not None})

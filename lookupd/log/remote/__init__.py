@@ -8,5 +8,6 @@ on worker threads, never on the event loop.
 - layout: the plugin's object keys (`<prefix><topic>-<topicId>/<partition>/<20-digit offset>-<uuid>.<suffix>`).
 - manifest: the `.rsm-manifest` JSON (version "1").
 - oaep, keyring: unwrapping the per-segment AES data key (RSA-OAEP with SHA3-512).
-- segmentdata: RemoteSegmentData, the original segment bytes and its indexes through a bounded cache.
+- segmentdata: RemoteSegmentData, the original segment bytes and its indexes through the cache.
+- diskcache: DiskCache, decoded chunks in memory over files in cache_dir, both bounded (the one writer).
 """

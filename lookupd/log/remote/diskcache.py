@@ -27,7 +27,11 @@ def cache_name(object_key: str, part: str) -> str:
 
 
 class DiskCache:
-    """name -> bytes, at most `cache_bytes` on disk and min(cache_bytes, MEMORY_BYTES_MAX) in memory."""
+    """name -> bytes, at most `cache_bytes` on disk and min(cache_bytes, MEMORY_BYTES_MAX) in memory.
+
+    The one exception: an index file larger than `cache_bytes` on its own is still written (the caller
+    maps it), and is the first to go when anything else is stored.
+    """
 
     def __init__(self, cache_dir: str, cache_bytes: int):
         self.dir = cache_dir
@@ -103,7 +107,8 @@ class DiskCache:
     def _spill(self, evicted: list[tuple[str, bytes]]) -> None:
         """Queue memory's evictions for the disk level (lock held)."""
         for name, data in evicted:
-            if name in self._files or self._pending_bytes + len(data) > WRITE_BEHIND_BYTES:
+            if name in self._files or len(data) > self.limit or \
+                    self._pending_bytes + len(data) > WRITE_BEHIND_BYTES:
                 continue
             self._pending_bytes += len(data)
             if self._writer is None:

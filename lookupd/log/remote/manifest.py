@@ -12,6 +12,7 @@ import binascii
 import bisect
 import json
 import struct
+from array import array
 from dataclasses import dataclass
 
 import zstandard
@@ -37,16 +38,22 @@ class ChunkIndex:
     """Where each chunk of the original segment is, before and after the transforms.
 
     Chunk i covers original bytes [i * chunk_size, min((i+1) * chunk_size, file_size)) and transformed
-    bytes [transformed_starts[i], transformed_starts[i+1]) of the `.log` object.
+    bytes [transformed_start(i), transformed_start(i + 1)) of the `.log` object. A fixed index is kept as
+    its two sizes (nothing per chunk, whatever the manifest claims); a variable one as the chunks' starts.
     """
 
     chunk_size: int            # originalChunkSize
     file_size: int             # originalFileSize: the segment's size
-    transformed_starts: tuple[int, ...]  # chunk_count + 1 positions; the last is the `.log` object's size
+    chunk_count: int
+    fixed: tuple[int, int] | None = None   # (transformedChunkSize, finalTransformedChunkSize)
+    starts: array | None = None            # variable: chunk_count + 1 starts, the last the object's size
 
-    @property
-    def chunk_count(self) -> int:
-        return len(self.transformed_starts) - 1
+    def transformed_start(self, i: int) -> int:
+        """Where chunk i starts in the `.log` object (i == chunk_count: where the last one ends)."""
+        if self.starts is not None:
+            return self.starts[i]
+        size, final = self.fixed
+        return i * size if i < self.chunk_count else (self.chunk_count - 1) * size + final if i else 0
 
     def original_span(self, i: int) -> tuple[int, int]:
         """[start, end) of chunk i in the original segment."""
@@ -55,7 +62,7 @@ class ChunkIndex:
 
     def transformed_span(self, first: int, last: int) -> tuple[int, int]:
         """[start, end) of chunks first..last (inclusive) in the `.log` object."""
-        return self.transformed_starts[first], self.transformed_starts[last + 1]
+        return self.transformed_start(first), self.transformed_start(last + 1)
 
     def chunks_for(self, position: int, size: int) -> range:
         """The chunks holding original bytes [position, position + size), clipped to the segment."""
@@ -66,7 +73,9 @@ class ChunkIndex:
 
     def chunk_at_transformed(self, position: int) -> int:
         """The chunk whose transformed bytes hold `position` (for naming a corrupt byte's chunk)."""
-        return max(0, bisect.bisect_right(self.transformed_starts, position) - 1)
+        if self.starts is not None:
+            return max(0, bisect.bisect_right(self.starts, position) - 1)
+        return min(position // max(self.fixed[0], 1), max(self.chunk_count - 1, 0))
 
 
 @dataclass(frozen=True)
@@ -166,18 +175,17 @@ def _chunk_index(ci: dict) -> ChunkIndex:
     if kind == "fixed":
         transformed = _int32(ci, "transformedChunkSize", w)
         final = _int32(ci, "finalTransformedChunkSize", w)
-        sizes = [transformed] * (count - 1) + [final] if count else []
-    elif kind == "variable":
-        sizes = _chunk_sizes(_field(ci, "transformedChunks", str, w))
-        if len(sizes) != count:
-            raise _Bad(f"{w}transformedChunks holds {len(sizes)} chunks, but {file_size} bytes in chunks of "
-                       f"{chunk_size} make {count}")
-    else:
+        return ChunkIndex(chunk_size, file_size, count, fixed=(transformed, final))
+    if kind != "variable":
         raise _Bad(f"{w}type {kind!r} is neither \"fixed\" nor \"variable\"")
-    starts = [0]
-    for s in sizes:
-        starts.append(starts[-1] + s)
-    return ChunkIndex(chunk_size, file_size, tuple(starts))
+    sizes = _chunk_sizes(_field(ci, "transformedChunks", str, w))
+    if len(sizes) != count:
+        raise _Bad(f"{w}transformedChunks holds {len(sizes)} chunks, but {file_size} bytes in chunks of "
+                   f"{chunk_size} make {count}")
+    starts = array("q", [0])
+    for size in sizes:
+        starts.append(starts[-1] + size)
+    return ChunkIndex(chunk_size, file_size, count, starts=starts)
 
 
 def _chunk_sizes(text: str) -> list[int]:

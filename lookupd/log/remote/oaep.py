@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
+import secrets
 
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
 
@@ -36,12 +38,19 @@ def _xor(a: bytes, b: bytes) -> bytes:
 
 
 def rsa_decrypt_raw(key: RSAPrivateKey, c: int) -> int:
-    """m = c^d mod n, by the Chinese remainder theorem on the private numbers."""
+    """m = c^d mod n, by the Chinese remainder theorem on the private numbers, blinded (the exponentiation
+    runs on c * r^e for a random r, so its timing says nothing about c)."""
     priv = key.private_numbers()
-    m1 = pow(c, priv.dmp1, priv.p)
-    m2 = pow(c, priv.dmq1, priv.q)
+    n, e = priv.public_numbers.n, priv.public_numbers.e
+    while True:
+        r = secrets.randbelow(n - 2) + 2
+        if math.gcd(r, n) == 1:
+            break
+    blinded = (c * pow(r, e, n)) % n
+    m1 = pow(blinded, priv.dmp1, priv.p)
+    m2 = pow(blinded, priv.dmq1, priv.q)
     h = (priv.iqmp * (m1 - m2)) % priv.p
-    return m2 + h * priv.q
+    return ((m2 + h * priv.q) * pow(r, -1, n)) % n
 
 
 def oaep_decode(em: bytes, k: int) -> bytes:

@@ -101,7 +101,7 @@ class RemoteSegmentData:
     def _decode(self, i: int, blob: memoryview) -> bytes | memoryview:
         """Original bytes of chunk i from its transformed bytes (untransformed: a view of them, no copy)."""
         index = self.manifest.chunk_index
-        position = index.transformed_starts[i]
+        position = index.transformed_start(i)
         start, end = index.original_span(i)
         what = f"chunk {i}"
         if self.manifest.encryption is not None:
@@ -143,15 +143,18 @@ class RemoteSegmentData:
         return out
 
     def _runs(self, chunks: list[int], max_bytes: int) -> list[tuple[int, int]]:
-        """Consecutive chunk numbers grouped into GETs of at most `max_bytes` (a bigger chunk: alone)."""
+        """Consecutive chunk numbers grouped into GETs of at most `max_bytes` fetched or decoded (a bigger
+        chunk: alone). Counting decoded bytes too keeps compressed chunks apart, to be decoded in parallel."""
         index = self.manifest.chunk_index
         runs: list[tuple[int, int]] = []
         for i in chunks:
-            start, end = index.transformed_span(runs[-1][0], i) if runs else (0, 0)
-            if runs and runs[-1][1] == i - 1 and end - start <= max_bytes:
-                runs[-1] = (runs[-1][0], i)
-            else:
-                runs.append((i, i))
+            if runs and runs[-1][1] == i - 1:
+                start, end = index.transformed_span(runs[-1][0], i)
+                decoded = index.original_span(i)[1] - index.original_span(runs[-1][0])[0]
+                if max(end - start, decoded) <= max_bytes:
+                    runs[-1] = (runs[-1][0], i)
+                    continue
+            runs.append((i, i))
         return runs
 
     def _start(self, chunks: list[int], max_bytes: int = MAX_GET_BYTES) -> list[tuple[tuple[int, int], Future]]:

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 
 import boto3
+import botocore
 import botocore.config
 import botocore.exceptions
 import obstore
@@ -59,6 +60,9 @@ class ObjectStore:
         self.bucket = cfg.bucket
         self._attempts = attempts
         session = boto3.session.Session()
+        # No credentials anywhere in the chain: requests go unsigned (a public bucket still reads) and a
+        # 403 says that none were found.
+        self._anonymous = session.get_credentials() is None
         options = {"connect_timeout": f"{CONNECT_TIMEOUT}s", "timeout": f"{request_timeout}s"}
         if cfg.endpoint_url and cfg.endpoint_url.startswith("http://"):
             options["allow_http"] = True
@@ -67,7 +71,8 @@ class ObjectStore:
             config=botocore.config.Config(
                 retries={"total_max_attempts": 1, "mode": "standard"},  # retried here, as the ranged GETs
                 connect_timeout=CONNECT_TIMEOUT, read_timeout=request_timeout,
-                response_checksum_validation="when_supported", s3={"addressing_style": "path"}))
+                response_checksum_validation="when_supported", s3={"addressing_style": "path"},
+                signature_version=botocore.UNSIGNED if self._anonymous else None))
         self._store = S3Store(
             cfg.bucket, region=cfg.region, endpoint=cfg.endpoint_url, client_options=options,
             virtual_hosted_style_request=False,
@@ -75,7 +80,8 @@ class ObjectStore:
             retry_config={"max_retries": 0, "retry_timeout": dt.timedelta(seconds=request_timeout),
                           "backoff": {"init_backoff": dt.timedelta(seconds=BACKOFF_FIRST),
                                       "max_backoff": dt.timedelta(seconds=BACKOFF_MAX), "base": 2}},
-            credential_provider=Boto3CredentialProvider(session) if session.get_credentials() else None)
+            skip_signature=self._anonymous,
+            credential_provider=None if self._anonymous else Boto3CredentialProvider(session))
         self._stats_lock = threading.Lock()
         self.requests = 0         # requests sent, retries included (for benchmarks and tests)
         self.bytes_fetched = 0    # body bytes received by GETs
@@ -97,8 +103,10 @@ class ObjectStore:
             except (oe.BaseError, OSError, botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
                 kind, detail = _classify(e)
                 if kind == "unauthorized":
-                    raise Unauthorized(f"{what} {where}: the store refused the credentials ({detail}); check "
-                                       "the AWS credentials lookupd runs with") from None
+                    why = ("no AWS credentials were found (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
+                           "AWS_PROFILE, or an instance role)" if self._anonymous else
+                           "check the AWS credentials lookupd runs with")
+                    raise Unauthorized(f"{what} {where}: the store refused the request ({detail}); {why}") from None
                 if kind == "no_bucket":
                     raise Unavailable(f"{what} {where}: bucket {self.bucket!r} does not exist; check "
                                       "remote.bucket and remote.endpoint_url") from None
@@ -154,7 +162,7 @@ class ObjectStore:
             try:
                 data = obstore.get_range(self._store, key, start=start, end=end)
             except (oe.BaseError, OSError) as e:
-                if "InvalidRange" in str(e) or "416" in (_STATUS.findall(str(e)) or [""])[0]:
+                if "InvalidRange" in str(e) or _http_status(str(e)) == 416:
                     self._count()
                     return memoryview(b"")  # start at or past the object's end
                 raise
@@ -176,30 +184,34 @@ def _parent(prefix: str) -> str | None:
 _AUTH_CODES = {"AccessDenied", "SignatureDoesNotMatch", "InvalidAccessKeyId", "ExpiredToken", "InvalidToken"}
 
 
+def _http_status(text: str) -> int:
+    """The HTTP status an obstore error message reports, 0 when none (a reset, a timeout)."""
+    m = _STATUS.search(text)
+    return int(m.group(1)) if m else 0
+
+
 def _classify(e: Exception) -> tuple[str, str]:
     """(kind, detail) of a failed request: unauthorized, no_bucket, not_found, refused (another 4xx: no
     retry) or transient (worth another try)."""
     if isinstance(e, botocore.exceptions.ClientError):
         code = str(e.response.get("Error", {}).get("Code", ""))
         status = int(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-        text = f"{code} {status}"
+        message = str(e.response.get("Error", {}).get("Message", ""))
     elif isinstance(e, botocore.exceptions.BotoCoreError):  # connection, timeout, checksum mismatch
         return "transient", f"{type(e).__name__}: {e}"
-    else:
-        text = str(e)
-        m = _STATUS.search(text)
-        status = int(m.group(1)) if m else 0
-        code = ""
+    else:  # obstore: the status and the store's XML answer are in the message
+        code, message = "", _first_line(str(e))
+        status = _http_status(str(e))
     if isinstance(e, (oe.PermissionDeniedError, oe.UnauthenticatedError)) or status in (401, 403) or \
             code in _AUTH_CODES:
         return "unauthorized", code or str(status or 403)
-    if "NoSuchBucket" in text:
+    if code == "NoSuchBucket" or "<Code>NoSuchBucket</Code>" in str(e):
         return "no_bucket", "NoSuchBucket"
     if isinstance(e, FileNotFoundError) or status == 404 or code in ("NoSuchKey", "NotFound"):
         return "not_found", "404"
     if 400 <= status < 500 and status not in (408, 429) and code not in ("SlowDown", "RequestTimeout"):
-        return "refused", f"{status} {code}: {_first_line(text)}" if code else f"{status}: {_first_line(text)}"
-    return "transient", f"{code} {status}".strip() if (code or status) else _first_line(text)
+        return "refused", f"{status} {code}: {message}".replace("  ", " ")
+    return "transient", f"{code} {status}".strip() if (code or status) else message
 
 
 def _first_line(text: str) -> str:
