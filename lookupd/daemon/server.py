@@ -230,11 +230,13 @@ class Daemon:
 
     async def _rescan_loop(self) -> None:
         while True:
+            asked = False
             with trio.move_on_after(self.cfg.rescan_interval_s):
                 await self._rescan_now.wait()
+                asked = True  # SIGHUP (systemctl reload): the bucket is listed again too
             self._rescan_now = trio.Event()
             try:
-                counts = await trio.to_thread.run_sync(self.manager.refresh)
+                counts = await trio.to_thread.run_sync(self.manager.refresh, asked)
             except Exception as err:  # noqa: BLE001 - keep serving what we have
                 log.warning("rescan failed: %s", err)
                 continue
