@@ -13,7 +13,8 @@
         <base>.txnindex.txt             `version: V producerId: P firstOffset: F lastOffset: L lastStableOffset: S`
         partition.json                  log start/end offsets, segments with offset and time ranges
         at-offset/                      navigation: names are resolved on lookup, never listed
-            <offset>.jsonl              records from <offset> to the end of the partition
+            <offset>.jsonl              records from <offset> to the end of the partition (.jsonl optional
+                                        in at-offset/ and at-time/: at-offset/1234 is the same file)
             <from>-<to>.jsonl           records with from <= offset < to
         at-time/
             <time>.jsonl                records from the first one with timestamp >= <time>
@@ -73,7 +74,7 @@ NAME_MAX = 255
 
 _PARTITION = re.compile(r"0|[1-9][0-9]{0,9}")
 _SEGMENT = re.compile(r"([0-9]{20})\.(" + "|".join(re.escape(s) for s in (*RAW, *VIEWS)) + r")")
-_AT_OFFSET = re.compile(r"([0-9]+)(?:-([0-9]+))?\.jsonl")
+_AT_OFFSET = re.compile(r"([0-9]+)(?:-([0-9]+))?")
 _URLSAFE = re.compile(r"[A-Za-z0-9_-]*={0,2}")
 
 
@@ -212,15 +213,15 @@ def _range(start: int, end: int | None) -> tuple[int, int | None]:
 
 
 def _nav(topic: str, partition: int, kind: str, name: str) -> AtOffset | AtTime:
+    """A navigation name, its `.jsonl` optional (`at-offset/1234` is `at-offset/1234.jsonl`)."""
+    stem = name[:-len(JSONL)] if name.endswith(JSONL) else name
     if kind == AT_OFFSET:
-        m = _AT_OFFSET.fullmatch(name)
+        m = _AT_OFFSET.fullmatch(stem)
         if m is None:
             raise _missing()
         end = m[2]
         return AtOffset(topic, partition, *_range(_int64(m[1]), None if end is None else _int64(end)))
-    if not name.endswith(".jsonl"):
-        raise _missing()
-    parts = name[:-len(".jsonl")].split("--")
+    parts = stem.split("--")
     if len(parts) > 2 or not all(parts):
         raise _missing()
     bounds = [parse_time(p) for p in parts]
