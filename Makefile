@@ -27,7 +27,12 @@ SPARK_OUT    ?= run/replay-orders
 SPARK_DAEMON := $(PY) -m spark_client.examples.with_daemon --log-dir $(LOG_DIR) --socket $(SPARK_SOCKET) --
 
 .PHONY: all venv run test reference-corpus bench bench-quick system-deps node-deps log-dir-exists \
-	spark-replay spark-hourly spark-stream clean
+	install install-package install-commands spark-replay spark-hourly spark-stream clean
+
+# `make install` (as root): the package in a virtualenv of its own (Debian's Python refuses system-wide pip
+# installs, PEP 668) and its commands linked into BINDIR, where systemd/*.service run them from.
+INSTALL_DIR ?= /opt/kafka-lookupd
+BINDIR      ?= /usr/local/bin
 
 all: venv
 
@@ -109,6 +114,16 @@ spark-stream: $(LOG_DIR_READY) $(EXTRA)-spark
 	$(PY) -m spark_client.examples.with_daemon --log-dir run/stream-data --socket $(SPARK_SOCKET) -- \
 	  $(PY) -m spark_client.examples.follow --address $(SPARK_SOCKET) --topic orders,payments,clicks \
 	  --append-to run/stream-data --seconds 60
+
+install: install-package install-commands
+
+install-package:
+	$(PYTHON) -m venv $(INSTALL_DIR)
+	$(INSTALL_DIR)/bin/pip install --quiet .
+
+install-commands:
+	install -d $(BINDIR)
+	ln -sf $(INSTALL_DIR)/bin/lookupd $(INSTALL_DIR)/bin/fusefs $(BINDIR)/
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis lookupd/*/*.so
