@@ -61,7 +61,7 @@ log-dir-exists:
 run: $(LOG_DIR_READY) $(STAMP)
 	@echo "lookupd serves $(LOG_DIR) on $(SOCKET); in another terminal try:"
 	@echo "  $(VENV)/bin/lookupd query --socket $(SOCKET) partitions"
-	@echo "  $(VENV)/bin/lookupd query --socket $(SOCKET) offset_for_timestamp orders 0 1767261600000"
+	@echo "  $(VENV)/bin/lookupd query --socket $(SOCKET) offset_for_timestamp orders 0 2026-01-01T10:00:00Z"
 	@echo "  $(VENV)/bin/lookupd query --socket $(SOCKET) resolve_offset orders 0 1234"
 	@echo "(Ctrl-C stops it)"
 	$(PY) -m lookupd serve --log-dir $(LOG_DIR) --socket $(SOCKET)
@@ -126,4 +126,4 @@ install-commands:
 	ln -sf $(INSTALL_DIR)/bin/lookupd $(INSTALL_DIR)/bin/fusefs $(BINDIR)/
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis lookupd/*/*.so
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis lookupd/*/*.so fusefs/*.so tests/data/kafka-reference
