@@ -1,9 +1,11 @@
-"""The FUSE view's navigation names as a newcomer types them, on a real mount: `.jsonl` left off, and the time
-grammar `lookupd query` shares (earliest, latest, max, times before now)."""
+"""The FUSE view as a newcomer types it: navigation names on a real mount (`.jsonl` left off, the time grammar
+`lookupd query` shares: earliest, latest, max, times before now), and `fusefs COMMAND -v`."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -50,3 +52,9 @@ def test_time_words_in_at_time_names(mount_and_daemon):
     assert read(f"{at_time}/-1h--now.jsonl") == b""  # the corpus was written long before the last hour
     assert offsets(f"{at_time}/earliest--max.jsonl") == offsets(
         mount.path("plain", "0", "at-offset", f"{start}-{newest}.jsonl"))
+
+
+def test_verbose_after_the_subcommand(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "fusefs", "umount", str(tmp_path), "-v"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 1 and r.stderr.strip() == f"fusefs umount: {tmp_path} is not a mount point", r.stderr
