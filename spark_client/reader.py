@@ -53,6 +53,9 @@ MAX_TIMESTAMP_MS = (1 << 63) // 1000  # Spark's microseconds overflow past this
 # answers (a truncation, then new appends). Spark's Kafka source reads again; a few times is enough
 # for a log that settles, more means the daemon's answers disagree.
 MOVED_RETRIES = 3
+# Base offset, magic and last offset delta of a v2 batch in one unpack, for the local reader's loop over
+# every batch (lookupd.format.batch.last_offset_at reads the same fields in two, for any magic).
+_BATCH_OFFSETS = struct.Struct(">q8xb6xi")
 
 
 class ReadSettings:
@@ -144,39 +147,32 @@ class _SplitReader:
         except FileNotFoundError:
             return False
         frames = read_frames(handle, piece.start, piece.end, path=piece.path, chunk=CHUNK_BYTES, whole=True)
-        first, past, cursor = piece.start, self._past, self.cursor
-        pos = first
-        run: list = []  # [buffer, start, end, file position of buffer[0]]: batches not yielded yet
         try:
-            while True:
+            try:
+                frame = next(frames, None)
+                if frame is None or parse_header(*frame[:3], piece.path).base_offset != piece.first_base:
+                    return False
+            except CorruptRecordError:
+                return False  # not a batch where the plan has one
+            run_buf, start, at, size = frame  # the run of batches sharing a buffer, not yielded yet
+            run_pos, end, pos = at - start, start + size, at + size
+            cursor, past = last_offset_at(run_buf, start) + 1, self._past
+            for buf, off, at, size in frames:
                 try:
-                    frame = next(frames, None)
-                    if frame is None:
-                        break
-                    buf, off, at, size = frame
-                    if at == first and parse_header(buf, off, at, piece.path).base_offset != piece.first_base:
-                        return False
-                    last = last_offset_at(buf, off)
-                except CorruptRecordError:
-                    if pos == first:
-                        return False  # not a batch where the plan has one
-                    raise
-                except struct.error:  # a size too small for the header: last_offset_at ran off the buffer
-                    raise CorruptRecordError(piece.path, at, f"batch of {size} bytes is shorter than its header") \
-                        from None
-                if at != first and (last < cursor or cursor > past):
+                    base, magic, delta = _BATCH_OFFSETS.unpack_from(buf, off)
+                    last = base + delta if magic >= 2 else base
+                except struct.error:  # fewer than 27 bytes left: a legacy message, or a batch cut short
+                    last = _last_offset(buf, off, at, size, piece.path)
+                if last < cursor or cursor > past:
                     break  # not the planned batch: out of order, or past the split's end
-                if run and run[0] is not buf:
-                    yield (*run, piece.path)
-                    run.clear()
-                if not run:
-                    run[:] = [buf, off, off, at - off]
-                run[2] = off + size
+                if buf is not run_buf:
+                    yield run_buf, start, end, run_pos, piece.path
+                    run_buf, start, run_pos = buf, off, at - off
+                end = off + size
                 cursor = last + 1
                 pos = at + size
             self.cursor = cursor
-            if run:
-                yield (*run, piece.path)
+            yield run_buf, start, end, run_pos, piece.path
         finally:
             log_file.close()
         return pos == piece.end
@@ -243,6 +239,15 @@ class _SplitReader:
         if self._client is None:
             self._client = Client(self.split.address, token=self.settings.token)
         return self._client
+
+
+def _last_offset(buf, off: int, at: int, size: int, path: str) -> int:
+    """Last offset of a batch too short for _BATCH_OFFSETS: a legacy message has one; a v2 batch that short
+    is corrupt."""
+    try:
+        return last_offset_at(buf, off)
+    except struct.error:
+        raise CorruptRecordError(path, at, f"batch of {size} bytes is shorter than its header") from None
 
 
 class ColumnRows:

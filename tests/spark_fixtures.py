@@ -290,8 +290,7 @@ class LiveTopic:
         w = self.writers[p]
         for i in range(0, n, per_batch):
             base = w.next_offset
-            recs = [(1_767_225_600_000 + base + j,
-                     (f"{self.name}-{p}-{base + j}" if keys is None else f"key{(base + j) % keys}").encode(), b"v" * 40, ())
+            recs = [(1_767_225_600_000 + base + j, self._key(p, base + j, keys), b"v" * 40, ())
                     for j in range(min(per_batch, n - i))]
             w.append(build_batch(recs, base_offset=base))
             self.records[p] += [(base + j, k, v) for j, (_, k, v, _) in enumerate(recs)]
@@ -309,6 +308,9 @@ class LiveTopic:
                 if os.path.exists(path):
                     os.remove(path)
         return bases[segments]
+
+    def _key(self, p: int, offset: int, keys: int | None) -> bytes:
+        return (f"{self.name}-{p}-{offset}" if keys is None else f"key{offset % keys}").encode()
 
     def segment_path(self, p: int, base: int, suffix: str = ".log") -> str:
         return os.path.join(self.root, f"{self.name}-{p}", segment_file_name(base, suffix))
