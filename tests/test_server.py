@@ -200,8 +200,11 @@ async def test_tcp_needs_auth_when_a_token_is_set(sock, short_dir):
 
 
 @pytest.mark.trio
-async def test_wrong_tokens_are_slowed_down_then_the_connection_is_closed(sock, short_dir):
-    from lookupd.daemon.service import AUTH_DELAY_S, MAX_AUTH_FAILURES
+async def test_wrong_tokens_are_slowed_down_per_address_then_the_connection_is_closed(sock, short_dir):
+    """The wait before a token is checked belongs to the source address: reconnecting does not reset it,
+    and guesses sent at once on parallel connections are checked one per wait."""
+    from lookupd.daemon.authlimit import AUTH_DELAY_S, delay
+    from lookupd.daemon.service import MAX_AUTH_FAILURES
 
     token_file = write_token(short_dir)
     async with running(sock, tcp="127.0.0.1:0", auth_token_file=token_file) as d:
@@ -216,8 +219,21 @@ async def test_wrong_tokens_are_slowed_down_then_the_connection_is_closed(sock, 
         assert took[0] < AUTH_DELAY_S and took[2] >= 2 * AUTH_DELAY_S, took  # each wrong token waits longer
         assert "closing the connection" in err["message"]
         assert await p.recv() is None  # closed after the last answer
-        p = RawPeer(await trio.open_tcp_stream("127.0.0.1", port))  # a new connection starts afresh
-        assert await p.call("auth", "let-me-in") == (None, True)
+        peers = [RawPeer(await trio.open_tcp_stream("127.0.0.1", port)) for _ in range(3)]
+        t0 = trio.current_time()
+        for q in peers:  # three guesses at once on new connections
+            await q.request("auth", "guess")
+        for q in peers:
+            assert (await q.recv())[2]["code"] == "UNAUTHORIZED"
+        waited = delay(MAX_AUTH_FAILURES) + delay(MAX_AUTH_FAILURES + 1) + delay(MAX_AUTH_FAILURES + 2)
+        assert trio.current_time() - t0 >= waited * 0.95, "a new connection started afresh"
+        p = RawPeer(await trio.open_tcp_stream("127.0.0.1", port))
+        t0 = trio.current_time()
+        assert await p.call("auth", "let-me-in") == (None, True)  # the right token too waits its turn
+        assert trio.current_time() - t0 >= delay(MAX_AUTH_FAILURES + 3) * 0.95
+        q = RawPeer(await trio.open_tcp_stream("127.0.0.1", port))
+        with trio.fail_after(AUTH_DELAY_S):
+            assert await q.call("auth", "let-me-in") == (None, True)  # the right token cleared the address
 
 
 def test_non_loopback_tcp_needs_a_token(short_dir):
