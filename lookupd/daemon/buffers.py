@@ -1,7 +1,7 @@
 """Bytes the daemon holds for its connections, bounded: back-pressure on clients that do not read.
 
-A connection holds requests it sent that wait for or run in a worker thread (their bytes on the
-wire) and answers not yet sent (their bytes). A client that pipelines 8 MiB `read`s and never
+A connection holds requests it sent that wait for or run in a worker thread (their size unpacked,
+estimated: REQUEST_MEMORY_FACTOR times their bytes on the wire) and answers not yet sent (their bytes). A client that pipelines 8 MiB `read`s and never
 reads its answers once took the daemon from 51 MB to 1 GB. So, as Kafka mutes a channel until its
 response is sent and Redis bounds a client's output buffer (client-output-buffer-limit):
 
@@ -20,6 +20,11 @@ from __future__ import annotations
 from typing import Callable
 
 import trio
+
+# A request's memory once unpacked, per byte on the wire: a msgpack integer of 1 to 9 bytes becomes a
+# 32-byte Python int and an 8-byte list slot, so a 500 KB list of 100k offsets takes about 4 MB.
+# Requests are held as this many times their wire size.
+REQUEST_MEMORY_FACTOR = 8
 
 
 class Holding:
@@ -41,6 +46,7 @@ class Buffers:
         self.per_connection = per_connection
         self.total_limit = total
         self.total = 0
+        self.high = 0  # the most `total` has been since the daemon last gave memory back (see lookupd.daemon.memory)
         self._holdings: set[Holding] = set()
 
     def open(self, close: Callable[[str], None]) -> Holding:
@@ -73,6 +79,8 @@ class Buffers:
         h.requests += requests
         h.answers += answers
         self.total += requests + answers
+        if self.total > self.high:
+            self.high = self.total
         if self.total > self.total_limit and len(self._holdings) > 1:
             biggest = max(self._holdings, key=lambda x: x.requests + x.answers)
             biggest.close(f"closing: it holds {biggest.requests + biggest.answers} bytes of requests and unread "

@@ -34,7 +34,7 @@ class Config:
     max_frame_bytes: int = rpc.DEFAULT_MAX_FRAME_BYTES  # longest request; a longer one closes the connection
     max_connections: int = 1024         # beyond this new connections get UNAVAILABLE and are closed
     max_in_flight_per_connection: int = 64  # requests running at once per connection; then reading pauses
-    blocking_threads_per_connection: int = 4  # worker threads one connection's requests may hold at once
+    blocking_threads_per_connection: int = 2  # worker threads one connection's requests may hold at once
     max_buffered_bytes_per_connection: int = 16 << 20  # requests waiting for a thread and unsent answers
                                         # held for one connection; above it the connection is not read
     max_buffered_bytes: int = 256 << 20  # the same for all connections together; above it the one holding

@@ -38,7 +38,8 @@ from ..rpc import protocol as rpc
 from ..rpc.address import parse_host_port
 from ..sdnotify import sd_notify
 from .authlimit import AuthThrottle, source_key
-from .buffers import Buffers, Holding
+from . import memory
+from .buffers import REQUEST_MEMORY_FACTOR, Buffers, Holding
 from .clientlog import ClientLog, ConnectionErrors
 from .config import Config, read_token
 from .listeners import Bound, close_listeners, open_listeners
@@ -72,6 +73,11 @@ CLOSE_LINGER_S = 1.0
 # hundred bytes, and 300 unauthenticated connections each holding a partial 1 MiB request took 330 MB
 # (Kafka caps requests before authentication likewise: sasl.server.max.receive.size, 512 KiB).
 PRE_AUTH_FRAME_BYTES = 64 << 10
+# Once connections held at least TRIM_AFTER_BYTES (lookupd.daemon.buffers) and now hold under a quarter
+# of their most, the daemon gives freed memory back to the system (lookupd.daemon.memory); it looks
+# every TRIM_CHECK_S. Below that the allocator's reuse is worth more than the memory.
+TRIM_AFTER_BYTES = 32 << 20
+TRIM_CHECK_S = 1.0
 # Descriptors never given to connections: stdio, the listeners, a rescan's directory listings,
 # sockets to systemd, and the one a refused client holds while it reads why. The index cache's
 # room (open .log and index files, at most half the limit) is kept free for it as well.
@@ -192,6 +198,7 @@ class Daemon:
             root.start_soon(self._reactor.run)
             root.start_soon(self._rescan_loop)
             root.start_soon(self._idle_sweep)
+            root.start_soon(self._give_back_memory)
             if self.request_metrics is not None:
                 host, port = parse_host_port(self.cfg.metrics)
                 spec = f"{host}:{port + self.worker if port else 0}"  # worker N serves port + N
@@ -257,6 +264,15 @@ class Daemon:
                 continue
             if any(counts.values()):
                 log.info("rescan: %(added)d partitions added, %(removed)d removed, %(changed)d changed", counts)
+
+    async def _give_back_memory(self) -> None:
+        """After connections held much and let go of most of it, return the freed memory to the system."""
+        buffers = self.buffers
+        while True:
+            await trio.sleep(TRIM_CHECK_S)
+            if buffers.high >= TRIM_AFTER_BYTES and buffers.total <= buffers.high // 4:
+                buffers.high = buffers.total
+                await trio.to_thread.run_sync(memory.give_back)
 
     async def _watchdog(self, interval: float) -> None:
         while True:
@@ -468,7 +484,7 @@ class Daemon:
             except Exception as err:  # noqa: BLE001 - every failure becomes an error response
                 result, error = None, error_for(err, event.method)
             if result is NEEDS_THREAD:
-                size = st.conn.frame_bytes
+                size = st.conn.frame_bytes * REQUEST_MEMORY_FACTOR
                 if st.slots.value == 0:
                     return Action(THREAD_SLOT, (event, size))
                 st.slots.acquire_nowait()
