@@ -597,12 +597,19 @@ class Daemon:
         """One request in a worker thread, within the connection's share of the threads; the answer is
         packed there too (a large one would hold the event loop for milliseconds)."""
         started = time.perf_counter()
+        share = st.thread_share
         try:
             try:
-                async with st.thread_share:
+                if share.value:  # a free share is taken without the scheduling round acquire() costs
+                    share.acquire_nowait()
+                else:
+                    await share.acquire()
+                try:
                     await self.buffers.wait_to_start(st.holding)
                     data, error = await trio.to_thread.run_sync(self._call_packed, st.conn, session, req,
                                                                 limiter=self.limiter, abandon_on_cancel=True)
+                finally:
+                    share.release()
             finally:
                 self.buffers.release(st.holding, requests=size)
             if self.request_metrics is not None:
