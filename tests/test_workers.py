@@ -167,5 +167,5 @@ def test_sigterm_answers_every_request_it_read_and_closes_cleanly(short_dir, wor
     handled = sum(int(n) for n in re.findall(r"stopped after (\d+) requests", stderr))
     assert len(re.findall(r"stopped after", stderr)) == workers, stderr
     answered = sum(n for n, _ in results)
-    assert answered > 20 * clients, results  # the clients were busy when the signal came
+    assert answered > 5 * clients, results  # the clients were busy when the signal came
     assert handled == answered + probes, (handled, answered, probes, stderr[-2000:])
