@@ -1,4 +1,4 @@
-"""The `lookupd` command: dump, demo-data, recover, serve, query.
+"""The `lookupd` command: dump, demo-data, recover, restore, serve, query.
 
 Each subcommand's code is imported only when it runs, so `lookupd query` starts fast.
 Errors end with one line naming what was wrong, never a traceback (`-v` shows more).
@@ -73,6 +73,18 @@ def _build_parser() -> argparse.ArgumentParser:
     r.add_argument("--all", action="store_true", help="rebuild every rolled segment's indexes, not only bad ones")
     r.add_argument("--dry-run", action="store_true", help="report what would be rebuilt, write nothing")
     r.set_defaults(run="lookupd.tools.recover:run")
+
+    rs = command("restore", help="rebuild a partition's tiered segments from the bucket into a local directory")
+    rs.add_argument("dest", metavar="DEST_DIR", help="an empty directory (or one an interrupted restore left)")
+    rs.add_argument("--config", metavar="FILE", required=True,
+                    help="TOML config whose [remote] table names the bucket (see docs/configuration.md)")
+    rs.add_argument("--topic", required=True, metavar="T")
+    rs.add_argument("--partition", required=True, type=int, metavar="P")
+    rs.add_argument("--topic-id", default=None, metavar="ID",
+                    help="which incarnation of the topic, when the bucket holds several")
+    rs.add_argument("--verify", action="store_true",
+                    help="check every restored segment's indexes against its log (as dump --verify-index-only)")
+    rs.set_defaults(run="lookupd.tools.restore:run")
 
     s = command("serve", help="run the lookup daemon in the foreground")
     s.add_argument("--log-dir", action="append", dest="log_dirs", metavar="DIR", help="a broker log dir (repeatable)")

@@ -1,0 +1,144 @@
+"""`lookupd restore`: a partition rebuilt from the bucket (real S3 server) is the original partition's files,
+byte for byte; an interrupted restore resumes; store faults and foreign files are clear one-line errors."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import reference as R
+from faultproxy import FaultProxy
+from s3server import s3_server  # noqa: F401 - fixture
+from tiered_helpers import tier_partition
+from tiered_writer import Options, TestKey
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESTORED = (".log", ".index", ".timeindex", ".txnindex")
+
+
+def _lookupd(*args, wait: bool = True):
+    cmd = [sys.executable, "-m", "lookupd", *args]
+    env = dict(os.environ, PYTHONPATH=REPO)
+    if not wait:
+        return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def _config(path: Path, t, endpoint: str, key: TestKey | None) -> str:
+    text = (f'[remote]\nbucket = "{t.config.bucket}"\nendpoint_url = "{endpoint}"\n'
+            f'cache_dir = "{path.parent / (path.stem + "-cache")}"\n')
+    if key is not None:
+        text += f'[remote.encryption.keys]\n"{key.key_id}" = "{key.pem_path}"\n'
+    path.write_text(text)
+    return str(path)
+
+
+def _tiered(tmp: Path, server, name: str, **opts):
+    """`name` fully tiered (every rolled segment uploaded, the partition dir gone), its config."""
+    key = TestKey.create(tmp) if opts.pop("encrypted", False) else None
+    t = tier_partition(tmp, R.log_dir(name), server, cut=0, drop_local_dir=True,
+                       opts=Options(encryption=key, **opts))
+    return t, key, _config(tmp / "c.toml", t, server.endpoint_url, key)
+
+
+def _assert_identical(original: Path, restored: Path, topic_id: str) -> None:
+    want = sorted(p.name for p in original.iterdir() if p.suffix in RESTORED)
+    got = sorted(p.name for p in restored.iterdir())
+    assert got == sorted(want + ["partition.metadata"])
+    for name in want:
+        assert (restored / name).read_bytes() == (original / name).read_bytes(), name
+    assert (restored / "partition.metadata").read_bytes() == f"version: 0\ntopic_id: {topic_id}".encode()
+
+
+def _topic_id(t) -> str:
+    return t.uploaded[0].log_key.split("/")[0].rsplit("-", 1)[1][-22:]
+
+
+@pytest.mark.parametrize("name,opts", [
+    ("txn-0", {"compression": True, "encrypted": True}),
+    ("compressed-0", {"compression": True, "encrypted": True}),
+    ("plain-0", {"chunk_size": 1000}),
+    ("txn-0", {"variable_index": True, "with_metadata": False}),
+])
+def test_a_restored_partition_is_the_original(s3_server, tmp_path, name, opts):  # noqa: F811
+    R.require()
+    t, _key, conf = _tiered(tmp_path, s3_server, name, **opts)
+    dest = tmp_path / "restored" / name
+    rc, out, err = _lookupd("restore", "--config", conf, "--topic", t.topic, "--partition", "0", "--verify", str(dest))
+    assert rc == 0, err
+    assert f"{len(t.uploaded)} segments" in out and f"{len(t.uploaded)} verified" in out
+    _assert_identical(t.local_dir / name, dest, _topic_id(t))
+    rc, out, err = _lookupd("dump", "--index-sanity-check", str(dest))
+    assert rc == 0 and "Traceback" not in err, err
+    assert out.count("passed sanity check") >= 2 * len(t.uploaded)
+
+
+def test_an_interrupted_restore_resumes(s3_server, tmp_path):  # noqa: F811
+    R.require()
+    t, key, conf = _tiered(tmp_path, s3_server, "compressed-0", compression=True, encrypted=True)
+    assert len(t.uploaded) >= 4
+    dest = tmp_path / "restored"
+    stall = t.uploaded[2]  # its .log GETs hang: the restore is killed while writing it
+    with FaultProxy(s3_server.endpoint_url) as proxy:
+        proxy.inject("GET", stall.log_key.replace(".", r"\.") + "$", "slow", delay=60)
+        slow_conf = _config(tmp_path / "slow.toml", t, proxy.url, key)
+        proc = _lookupd("restore", "--config", slow_conf, "--topic", t.topic, "--partition", "0", str(dest),
+                        wait=False)
+        second_log = dest / f"{t.uploaded[1].facts.base_offset:020d}.log"
+        deadline = time.monotonic() + 120
+        while not second_log.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate()
+    assert second_log.exists(), "the restore never got to its second segment"
+    third = f"{stall.facts.base_offset:020d}.log"
+    assert not (dest / third).exists()
+    (dest / (third + ".tmp")).write_bytes(b"half a segment")  # as a crash mid-write leaves it
+    first_log = dest / f"{t.uploaded[0].facts.base_offset:020d}.log"
+    inode = first_log.stat().st_ino
+    rc, out, err = _lookupd("restore", "--config", conf, "--topic", t.topic, "--partition", "0", "--verify", str(dest))
+    assert rc == 0, err
+    assert f"{len(t.uploaded) - 2} segments" in out and "2 already complete" in out, out
+    assert first_log.stat().st_ino == inode  # skipped, not rewritten
+    _assert_identical(t.local_dir / "compressed-0", dest, _topic_id(t))
+    rc, out, err = _lookupd("restore", "--config", conf, "--topic", t.topic, "--partition", "0", str(dest))
+    assert rc == 0 and f"0 segments" in out and f"{len(t.uploaded)} already complete" in out, (out, err)
+
+
+@pytest.mark.parametrize("fault,says", [("503", "did not answer after"), ("403", "refused"),
+                                        ("reset", "did not answer after")])
+def test_a_store_fault_is_a_clear_one_line_error(s3_server, tmp_path, fault, says):  # noqa: F811
+    R.require()
+    t, key, _ = _tiered(tmp_path, s3_server, "plain-0")
+    dest = tmp_path / "restored"
+    with FaultProxy(s3_server.endpoint_url) as proxy:
+        conf = _config(tmp_path / "proxy.toml", t, proxy.url, key)
+        proxy.inject("GET", r"\.log$", fault)
+        rc, out, err = _lookupd("restore", "--config", conf, "--topic", t.topic, "--partition", "0", str(dest))
+    assert rc == 1
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("lookupd restore: "), err
+    assert says in err and f"s3://{t.config.bucket}/" in err and ".log" in err
+    assert "Traceback" not in err
+
+
+def test_foreign_files_and_a_missing_partition_are_refused(s3_server, tmp_path):  # noqa: F811
+    R.require()
+    t, key, conf = _tiered(tmp_path, s3_server, "plain-0")
+    dest = tmp_path / "restored"
+    dest.mkdir()
+    (dest / "notes.txt").write_text("mine")
+    rc, out, err = _lookupd("restore", "--config", conf, "--topic", t.topic, "--partition", "0", str(dest))
+    assert rc == 1 and "notes.txt" in err and "empty directory" in err and "Traceback" not in err
+    assert sorted(os.listdir(dest)) == ["notes.txt"]
+    rc, out, err = _lookupd("restore", "--config", conf, "--topic", t.topic, "--partition", "7",
+                            str(tmp_path / "other"))
+    assert rc == 1 and f"no partition {t.topic}-7" in err and "Traceback" not in err
