@@ -1,5 +1,6 @@
 """Tiered storage, the object-store half: S3 clients on ranged GETs, a sequential read through
-RemoteSegmentData against plain ranged GETs of the same objects, and what a cold index fetch costs.
+RemoteSegmentData against plain ranged GETs of the same objects, what a cold index fetch costs, and
+`lookupd restore` against plain GETs of the same objects.
 
 Against a real S3 server on this machine (SeaweedFS `weed mini`, started here), so the network is the
 loopback: the figures show client and decoding overhead, not a WAN. The segment is Kafka-written
@@ -151,6 +152,47 @@ def cold_index_figures(server, bucket: str, up, key, variant: str) -> list[Figur
         shutil.rmtree(cache_dir, ignore_errors=True)
 
 
+def restore_figures(server, bucket: str, up, key, times: int, variant: str) -> list[Figure]:
+    """`lookupd restore` of the uploaded partition (cold cache, files synced; listing included) against plain
+    whole-object GETs of the same three objects (manifest, `.indexes`, `.log`), one after the other, with the
+    same client. One 14.8 MB segment: the restore's fixed costs (two listings, fsyncs) weigh more here than
+    on a partition of 1 GB segments."""
+    import io
+
+    from lookupd.log.remote.config import RemoteConfig
+    from lookupd.log.remote.store import ObjectStore
+    from lookupd.log.remotelog import RemoteTier
+    from lookupd.tools.restore import restore_partition
+
+    original = up.segment.stat().st_size
+    keys = {key.key_id: key.pem_path} if key else {}
+    objects = [up.manifest_key, up.indexes_key, up.log_key]
+    ours, plain = [], []
+    for rep in range(times + 1):
+        work = tempfile.mkdtemp(prefix="lookupd-bench-restore-")
+        try:
+            cfg = RemoteConfig(bucket=bucket, cache_dir=os.path.join(work, "cache"), endpoint_url=server.endpoint_url,
+                               encryption_keys=keys)
+            tier = RemoteTier(cfg)
+            t0 = time.perf_counter()
+            restore_partition(tier, os.path.join(work, "dest"), "large", 0, out=io.StringIO())
+            ours.append(original / (time.perf_counter() - t0) / 1e6)
+            tier.disk_cache.flush()
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        store = ObjectStore(RemoteConfig(bucket=bucket, cache_dir="unused", endpoint_url=server.endpoint_url))
+        sizes = [store.size(k) for k in objects]
+        t0 = time.perf_counter()
+        for k, size in zip(objects, sizes):
+            store.get_range_buffer(k, 0, size)
+        plain.append(original / (time.perf_counter() - t0) / 1e6)
+    params = {"variant": variant, "segment_bytes": original}
+    return [Figure(f"restore, {variant}, lookupd restore", "MB/s", ours[1:], group="remote-restore",
+                   params={**params, "path": "lookupd restore"}, higher_is_better=True),
+            Figure(f"restore, {variant}, plain GETs", "MB/s", plain[1:], group="remote-restore",
+                   params={**params, "path": "plain GETs"}, higher_is_better=True)]
+
+
 def run(quick: bool) -> list[Figure]:
     import s3server
     import tiered_writer as W
@@ -176,6 +218,7 @@ def run(quick: bool) -> list[Figure]:
                 figures += client_figures(server, bucket, up.log_key, up.segment.stat().st_size, times)
             figures += sequential_figures(server, bucket, up, key if opts.encryption else None, times, variant)
             figures += cold_index_figures(server, bucket, up, key if opts.encryption else None, variant)
+            figures += restore_figures(server, bucket, up, key if opts.encryption else None, times, variant)
     finally:
         server.stop()
         shutil.rmtree(server.data_dir, ignore_errors=True)
@@ -196,6 +239,10 @@ def ratios(figures: list[Figure]) -> list[dict | None]:
                          f"remote sequential read, {variant}, plain ranged GETs",
                          "MB/s of a whole-segment read through RemoteSegmentData over plain ranged GETs of the "
                          "same object with the same client, two in flight (target: at least 0.8)"))
+        out.append(ratio(f"restore vs plain GETs, {variant}", figures, f"restore, {variant}, lookupd restore",
+                         f"restore, {variant}, plain GETs",
+                         "MB/s of `lookupd restore` (files written and synced) over plain GETs of the same objects "
+                         "with the same client (target: at least 0.8)"))
     for size in (64, CHUNK // 1024):
         out.append(ratio(f"S3 client obstore vs boto3, {size} KiB ranged GETs", figures,
                          f"S3 client obstore, sequential ranged GETs of {size} KiB",

@@ -15,6 +15,7 @@ import re
 import shutil
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ..daemon.config import load_remote
@@ -25,7 +26,8 @@ from ..log.segment import LogSegment
 from .progress import Progress
 from .verify import index_problems, scan_segment
 
-PIECE_BYTES = 8 * 1024 * 1024    # one read and write of a `.log`: a read-ahead window, bounded memory
+PIECE_BYTES = 4 * 1024 * 1024    # one read and write of a `.log` (the plugin's usual chunk.size): small enough
+                                 # to overlap writing with fetching, big enough for few calls
 TMP = ".tmp"
 METADATA = "partition.metadata"
 # The index kinds restored, with their file suffixes (the producer snapshot and leader-epoch index are
@@ -86,15 +88,26 @@ def _find_partition(store, prefix: str, topic: str, partition: int, topic_id: st
     return found[0]
 
 
+def _write_all(f, piece: bytes) -> None:
+    view = memoryview(piece)
+    while view:
+        view = view[f.write(view):]  # an unbuffered write may take fewer bytes than given
+
+
 def _write_atomically(path: str, pieces) -> int:
-    """Write `pieces` to `path` + .tmp, sync, rename; the bytes written."""
+    """Write `pieces` to `path` + .tmp, sync, rename; the bytes written. Each piece is written on a
+    background thread while the next one is fetched (the GIL is released in both)."""
     tmp = path + TMP
     n = 0
-    with open(tmp, "wb") as f:
+    with open(tmp, "wb", buffering=0) as f, ThreadPoolExecutor(1, thread_name_prefix="restore-write") as writer:
+        pending = None
         for piece in pieces:
-            f.write(piece)
+            if pending is not None:
+                pending.result()
+            pending = writer.submit(_write_all, f, piece)
             n += len(piece)
-        f.flush()
+        if pending is not None:
+            pending.result()
         os.fsync(f.fileno())
     os.replace(tmp, path)
     return n
@@ -173,15 +186,18 @@ def run(args) -> int:
     if not _writable(settings.cache_dir):  # e.g. the daemon's config run by another user: a temporary cache
         tmp_cache = settings.cache_dir = tempfile.mkdtemp(prefix="lookupd-restore-")
     try:
-        return _restore(args, RemoteTier(settings.remote_config()))
+        return restore_partition(RemoteTier(settings.remote_config()), args.dest, args.topic, args.partition,
+                                 topic_id=args.topic_id, verify=args.verify)
     finally:
         if tmp_cache is not None:
             shutil.rmtree(tmp_cache, ignore_errors=True)
 
 
-def _restore(args, tier: RemoteTier) -> int:
-    dest = args.dest
-    rp = _find_partition(tier.store, tier.config.prefix, args.topic, args.partition, args.topic_id)
+def restore_partition(tier: RemoteTier, dest: str, topic: str, partition: int, *, topic_id: str | None = None,
+                      verify: bool = False, out=None) -> int:
+    """Restore (or finish restoring) one partition into `dest`; the exit status (1: --verify found problems)."""
+    out = out if out is not None else sys.stdout
+    rp = _find_partition(tier.store, tier.config.prefix, topic, partition, topic_id)
     segments = tier.list_partition(rp, None, [])
     bases = {info.base_offset for info in segments}
     os.makedirs(dest, exist_ok=True)
@@ -210,12 +226,12 @@ def _restore(args, tier: RemoteTier) -> int:
         _write_atomically(metadata_path, [want])
         _sync_dir(dest)
         problems = []
-        if args.verify:
+        if verify:
             for base, _ in datas:
                 problems += verify_segment(dest, base)
         for p in problems:
             progress.write(f"error: {p}", sys.stderr)
-    print(f"restored {rp.topic}-{rp.partition} (topic id {rp.topic_id}) into {dest}: {counts.restored} segments "
-          f"({counts.bytes:,} bytes of log) written, {counts.skipped} already complete"
-          + (f", {len(datas)} verified" if args.verify and not problems else ""))
+    verified = f", {len(datas)} verified" if verify and not problems else ""
+    out.write(f"restored {rp.topic}-{rp.partition} (topic id {rp.topic_id}) into {dest}: {counts.restored} "
+              f"segments ({counts.bytes:,} bytes of log) written, {counts.skipped} already complete{verified}\n")
     return 1 if problems else 0
