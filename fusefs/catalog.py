@@ -44,13 +44,15 @@ class SegmentInfo(NamedTuple):
     largest_timestamp: int
     offset_index_entries: int
     time_index_entries: int
+    tier: str = "local"  # "remote": in the bucket (fusefs.tiers reads it)
 
 
 class Segments:
     """One partition's segments as the daemon listed them, in offset order."""
 
     def __init__(self, rows: list[dict]):
-        self.list = sorted((SegmentInfo(*(r[f] for f in SegmentInfo._fields)) for r in rows),
+        self.list = sorted((SegmentInfo(*(r.get(f, SegmentInfo._field_defaults.get(f)) for f in SegmentInfo._fields))
+                            for r in rows),
                            key=lambda s: s.base_offset)
         self.bases = [s.base_offset for s in self.list]
         self._by_base = {s.base_offset: s for s in self.list}

@@ -57,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="how long one daemon call may take before the file operation fails with EIO (default 10)")
     m.add_argument("--token-file", metavar="FILE", help="shared-secret token for a TCP daemon")
     m.add_argument("--log-file", metavar="FILE", help="log here instead of stderr (foreground) or syslog")
+    m.add_argument("--config", metavar="FILE", default=None,
+                   help="the daemon's TOML config: its [remote] table shows the segments in the bucket too, "
+                        "named <base>.remote.<suffix> (see docs/fusefs.md)")
 
     u = sub.add_parser("umount", help="unmount a fusefs mount")
     _verbose_after(u)
@@ -117,11 +120,20 @@ def mount(args) -> int:
             token = f.read().strip()
     with Client(address, token=token, timeout=5.0) as client:  # closed before FUSE forks into the background
         client.call("ping")
+    remote = None
+    if args.config:
+        from lookupd.errors import LookupdError
+
+        from .tiers import RemoteSegments
+        try:
+            remote = RemoteSegments(args.config)
+        except LookupdError as err:
+            raise UsageError(f"--config {args.config}: {err}") from None
     _logging(args)
     catalog = Catalog(DaemonLink(address, token=token, timeout=args.timeout), log_dirs=args.log_dirs,
                       same_host=same_host, ttl=args.ttl)
     try:
-        KafkaFUSE(KafkaFS(catalog), mountpoint, raw_fi=True, foreground=args.foreground, ro=True,
+        KafkaFUSE(KafkaFS(catalog, remote=remote), mountpoint, raw_fi=True, foreground=args.foreground, ro=True,
                   default_permissions=True, allow_other=args.allow_other, auto_unmount=True, max_read=MAX_READ,
                   max_idle_threads=MAX_THREADS, fsname="kafka-lookupd", subtype=FS_TYPE)
     except RuntimeError:

@@ -45,6 +45,25 @@ def remote_entries(segments: list[SegmentInfo], file_attrs: FileAttrs) -> list[E
     return out
 
 
+def tiered_entries(segments: list[SegmentInfo], size_of: Callable[[int, str], int | None],
+                   file_attrs: FileAttrs) -> list[Entry]:
+    """A partition's segments in the bucket, named `<base>.remote.<suffix>`: the raw files each has (sizes
+    from its manifest: one GET per segment the first time) and the views made from them."""
+    from .tiers import file_name
+
+    out: list[Entry] = []
+    for seg in segments:
+        mtime_ns = seg.largest_timestamp * 1_000_000
+        for suffix in tree.RAW:
+            size = size_of(seg.base_offset, suffix)
+            if size is None:
+                continue
+            out.append((file_name(seg.base_offset, suffix, True), file_attrs(size, (size + 511) // 512, mtime_ns)))
+            view = next(v for v, raw in tree.VIEWS.items() if raw == suffix)
+            out.append((file_name(seg.base_offset, view, True), file_attrs(0, 0, mtime_ns)))
+    return out
+
+
 def local_entries(segments: list[SegmentInfo], stat_of: Callable[[str], os.stat_result | None],
                   file_attrs: FileAttrs, refused: Callable[[RefusedFile], None]) -> list[Entry]:
     """Each segment's raw files that `stat_of` finds (None: not there) and the views made from them; a file

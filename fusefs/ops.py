@@ -40,9 +40,10 @@ from lookupd.sdnotify import sd_notify
 from . import listing, tree
 from .binding import FuseOSError, Operations
 from .catalog import Catalog, PartitionInfo
-from .sources import Cursor, Handles, LocalFile, LocalSource, RemoteLog, RemoteSource
+from .sources import Cursor, Handles, LocalFile, LocalSource, RemoteLog, RemoteSource, TieredSource
 from .stream import Pieces, Stream
-from .views import RenderCache, key_lines, index_lines, partition_json, read_index, record_lines
+from .tiers import RemoteSegments
+from .views import RenderCache, key_lines, index_lines, partition_json, read_index, record_lines, segment_index
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +89,10 @@ class KafkaFS(Operations):
 
     use_ns = True
 
-    def __init__(self, catalog: Catalog, handles: Handles | None = None, renders: RenderCache | None = None):
+    def __init__(self, catalog: Catalog, handles: Handles | None = None, renders: RenderCache | None = None,
+                 remote: RemoteSegments | None = None):
         self.catalog = catalog
+        self.remote = remote  # the bucket's segments (fusefs mount --config); None: remote segments not shown
         self.daemon = catalog.daemon
         self.handles = handles or Handles()
         self.renders = renders or RenderCache()
@@ -321,7 +324,17 @@ class KafkaFS(Operations):
         self._check_exists(node)
         return len(tree.NAV_DIRS) if isinstance(node, tree.Partition) else 0
 
+    def _tiered(self, part: PartitionInfo) -> bool:
+        """Whether the partition has segments in the bucket that this mount reads (a partition with no
+        local directory: only when all its segments are there, the daemon's host having the others)."""
+        if self.remote is None:
+            return False
+        tiers = {s.tier for s in self.catalog.segments(part).list}
+        return "remote" in tiers and (part.local_dir is not None or tiers == {"remote"})
+
     def _source(self, part: PartitionInfo) -> LocalSource | RemoteSource:
+        if self._tiered(part):
+            return TieredSource(part, self.catalog, self.handles, self.remote)
         if part.local_dir is not None:
             return LocalSource(part, self.catalog, self.handles)
         return RemoteSource(part, self.catalog, self.daemon)
@@ -352,6 +365,12 @@ class KafkaFS(Operations):
         """Every segment's files and views, with the attributes `_segment_attrs` gives each, from one
         scan of the partition directory (fusefs.listing), not one getattr per file."""
         segments = self.catalog.segments(part).list
+        if self._tiered(part):
+            source = self._source(part)
+            local = [s for s in segments if s.tier != "remote"]
+            entries = self.listings.entries(part.local_dir, local, self._file_attrs) if local else []
+            return listing.tiered_entries([s for s in segments if s.tier == "remote"], source.index_size,
+                                          self._file_attrs) + entries
         if part.local_dir is None:
             return listing.remote_entries(segments, self._file_attrs)
         return self.listings.entries(part.local_dir, segments, self._file_attrs)
@@ -363,7 +382,14 @@ class KafkaFS(Operations):
         part = self.catalog.partition(node.topic, node.partition)
         seg = self.catalog.segment(part, node.base_offset)
         mtime_ns = seg.largest_timestamp * 1_000_000
-        if part.local_dir is not None:
+        if node.remote != (seg.tier == "remote") or (node.remote and not self._tiered(part)):
+            raise FuseOSError(errno.ENOENT)  # a remote segment is named <base>.remote.<suffix>, a local one not
+        if node.remote:
+            size = self._source(part).index_size(node.base_offset, node.disk_suffix)
+            if size is None:
+                raise FuseOSError(errno.ENOENT)
+            blocks = (size + 511) // 512
+        elif part.local_dir is not None:
             st = regular_stat(LocalSource(part, self.catalog, self.handles).path(node.base_offset, node.disk_suffix))
             size, blocks = st.st_size, st.st_blocks
         elif node.disk_suffix == "log":
@@ -418,7 +444,10 @@ class KafkaFS(Operations):
                 produce = functools.partial(record_lines, source, self.renders, None, None, False)
                 return produce, Cursor(node.base_offset, 0, node.base_offset)
             active = self.catalog.segment(part, node.base_offset).active
-            entries = read_index(part.local_dir, node.base_offset, node.disk_suffix, active)
+            if node.remote:
+                entries = segment_index(source.remote_segment(node.base_offset), node.disk_suffix)
+            else:
+                entries = read_index(part.local_dir, node.base_offset, node.disk_suffix, active)
             return functools.partial(index_lines, entries), 0
         if isinstance(node, tree.AtOffset):
             first, end = node.start, node.end

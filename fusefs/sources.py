@@ -26,6 +26,9 @@ from lookupd.rpc.client import RemoteError
 
 from .catalog import Catalog, PartitionInfo
 from .daemon import DaemonLink
+from .tiers import RemoteLogFile
+
+INDEX_KINDS = {"index": "offset", "timeindex": "timestamp", "txnindex": "transaction"}  # file suffix -> kind
 
 READ_BYTES = 1 << 20  # one pread of a .log, one daemon `read`
 
@@ -174,6 +177,48 @@ class LocalSource:
                     break
                 except FileNotFoundError:
                     continue  # retention deleted it after the listing: its records are gone
+
+
+class TieredSource(LocalSource):
+    """A partition with segments in the bucket (`fusefs mount --config`): its local segments as LocalSource
+    reads them, its remote ones straight from the bucket (fusefs.tiers), so views cross the tiers."""
+
+    def __init__(self, part: PartitionInfo, catalog: Catalog, handles: Handles, remote):
+        super().__init__(part, catalog, handles)
+        self._remote = remote
+
+    def is_remote(self, base_offset: int) -> bool:
+        seg = self._catalog.segments(self.part).get(base_offset)
+        return seg is not None and seg.tier == "remote"
+
+    def remote_segment(self, base_offset: int):
+        return self._remote.segment(self.part.topic, self.part.partition, self.part.local_dir, base_offset)
+
+    def log_name(self, base_offset: int) -> str:
+        if self.is_remote(base_offset):
+            return self.remote_segment(base_offset).log.path
+        return super().log_name(base_offset)
+
+    def open_raw(self, base_offset: int, suffix: str):
+        if not self.is_remote(base_offset):
+            return super().open_raw(base_offset, suffix)
+        data = self.remote_segment(base_offset).data
+        if suffix == "log":
+            return RemoteLogFile(data)
+        path = data.index_paths([INDEX_KINDS[suffix]])[INDEX_KINDS[suffix]]
+        if path is None:
+            raise FileNotFoundError(f"{self.log_name(base_offset)} has no {suffix}")
+        return LocalFile(FileHandle(path))  # the fetched index, as Kafka wrote it
+
+    def index_size(self, base_offset: int, suffix: str) -> int | None:
+        """A remote segment file's size (from its manifest); None when the segment has no such index."""
+        data = self.remote_segment(base_offset).data
+        return data.size if suffix == "log" else data.index_size(INDEX_KINDS[suffix])
+
+    def pin(self, base_offset: int):
+        if self.is_remote(base_offset):
+            return self.remote_segment(base_offset).log.handle()  # pread and size over the bucket's bytes
+        return super().pin(base_offset)
 
 
 class RemoteSource:

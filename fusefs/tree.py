@@ -73,7 +73,7 @@ JSONL = ".jsonl"
 NAME_MAX = 255
 
 _PARTITION = re.compile(r"0|[1-9][0-9]{0,9}")
-_SEGMENT = re.compile(r"([0-9]{20})\.(" + "|".join(re.escape(s) for s in (*RAW, *VIEWS)) + r")")
+_SEGMENT = re.compile(r"([0-9]{20})\.(remote\.)?(" + "|".join(re.escape(s) for s in (*RAW, *VIEWS)) + r")")
 _AT_OFFSET = re.compile(r"([0-9]+)(?:-([0-9]+))?")
 _URLSAFE = re.compile(r"[A-Za-z0-9_-]*={0,2}")
 
@@ -98,6 +98,7 @@ class SegmentFile(NamedTuple):
     partition: int
     base_offset: int
     suffix: str
+    remote: bool = False  # named <base>.remote.<suffix>: a segment in the bucket (fusefs.tiers)
 
     @property
     def raw(self) -> bool:
@@ -261,7 +262,7 @@ def parse(path: str) -> Node:
         m = _SEGMENT.fullmatch(name)
         if m is None or int(m[1]) > INT64_MAX:
             raise _missing()
-        return SegmentFile(topic, partition, int(m[1]), m[2])
+        return SegmentFile(topic, partition, int(m[1]), m[3], m[2] is not None)
     if len(parts) == 4 and name == BY_KEY:
         return ByKey(topic, partition, parse_key_name(parts[3]))
     if len(parts) == 4 and name in NAV_DIRS:

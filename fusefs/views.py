@@ -137,10 +137,15 @@ def read_index(directory: str, base_offset: int, suffix: str, active: bool) -> I
     view keeps them when retention deletes the segment (FileNotFoundError when it is gone already)."""
     seg = LogSegment(directory, base_offset, live=active)
     try:
-        columns, fault = _index_columns(seg, suffix)
-        columns = [np.array(c) for c in columns]  # copies: nothing left pointing into the index file
+        return segment_index(seg, suffix)
     finally:
         seg.close()
+
+
+def segment_index(seg: LogSegment, suffix: str) -> IndexEntries:
+    """read_index of an open segment (a remote one's indexes: fetched into the cache and mapped)."""
+    columns, fault = _index_columns(seg, suffix)
+    columns = [np.array(c) for c in columns]  # copies: nothing left pointing into the index file
     return IndexEntries(suffix, columns, fault)
 
 

@@ -227,3 +227,6 @@ class _LazyData:
 
     def index_paths(self, kinds: list[str]) -> dict[str, str | None]:
         return self._get().index_paths(kinds)
+
+    def index_size(self, kind: str) -> int | None:
+        return self._get().index_size(kind)

@@ -33,7 +33,6 @@ METADATA = "partition.metadata"
 # The index kinds restored, with their file suffixes (the producer snapshot and leader-epoch index are
 # per-segment copies of broker state, not segment files: the broker rebuilds both on load).
 INDEX_FILES = {"offset": ".index", "timestamp": ".timeindex", "transaction": ".txnindex"}
-ENCRYPTION_OVERHEAD = 12 + 16    # AES-GCM IV in front and tag behind each encrypted index
 _SEGMENT_FILE = re.compile(r"(\d{20})(\.log|\.index|\.timeindex|\.txnindex)(\.tmp)?")
 
 
@@ -46,11 +45,8 @@ def expected_files(data) -> dict[str, int]:
     """suffix -> size of every file a segment restores to (its `.log` and the indexes it has)."""
     out = {".log": data.size}
     for kind, suffix in INDEX_FILES.items():
-        span = data.manifest.indexes.get(kind)
-        if span is not None:
-            size = span[1]
-            if size and data.manifest.encryption is not None:
-                size -= ENCRYPTION_OVERHEAD
+        size = data.index_size(kind)
+        if size is not None:
             out[suffix] = size
     return out
 

@@ -248,6 +248,15 @@ class RemoteSegmentData:
 
     # -- indexes ---------------------------------------------------------------------------------------------
 
+    def index_size(self, kind: str) -> int | None:
+        """The size of index `kind` as Kafka wrote it (without fetching it); None when the segment has none."""
+        span = self.manifest.indexes[kind]
+        if span is None:
+            return None
+        if span[1] and self.manifest.encryption is not None:
+            return span[1] - IV_BYTES - TAG_BYTES  # stored with its IV in front and GCM tag behind
+        return span[1]
+
     def index_path(self, kind: str) -> str | None:
         """The file in cache_dir holding index `kind` as Kafka wrote it; None when the segment has none.
 

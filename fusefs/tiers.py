@@ -1,0 +1,91 @@
+"""The remote tier for the mount: segments the daemon lists as `"tier": "remote"`, read straight from the
+bucket named by the `[remote]` table of the daemon's config (`fusefs mount --config FILE`).
+
+Their `.log` bytes come through RemoteSegmentData (chunks fetched on demand into the chunk cache, with
+read-ahead for sequential reads), their indexes as the files it fetches into `cache_dir`. The bucket is
+listed per partition (the plugin's layout: its keys, the manifest last) and the listing kept for
+LIST_TTL_S; a base offset it does not know lists again once. Which upload of the offsets is read
+follows the local `leader-epoch-checkpoint` as the daemon's choice does.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from lookupd.daemon.config import load_remote
+from lookupd.errors import InvalidArgument, LookupdError
+from lookupd.format.names import segment_file_name
+from lookupd.log.remote.layout import list_partitions
+from lookupd.log.remote_metadata import read_leader_epoch_checkpoint, read_topic_id
+from lookupd.log.remotelog import RemoteTier
+from lookupd.log.remotesegment import RemoteSegment, RemoteSegmentInfo
+
+LIST_TTL_S = 30.0  # as the daemon's REMOTE_RESCAN_S: uploads appear within this, retention is noticed on a miss
+MARK = "remote"    # remote segments' files are named <base>.remote.<suffix>: `ls` tells the tiers apart
+
+
+def file_name(base_offset: int, suffix: str, remote: bool) -> str:
+    """A segment file's name in the mount: `<base>.<suffix>`, or `<base>.remote.<suffix>` for a remote one."""
+    return segment_file_name(base_offset, f".{MARK}.{suffix}" if remote else f".{suffix}")
+
+
+class RemoteLogFile:
+    """A remote segment's `.log` open in the mount: `read(size, offset)` of the original bytes."""
+
+    def __init__(self, data):
+        self._data = data
+
+    def size(self) -> int:
+        return self._data.size
+
+    def read(self, size: int, offset: int) -> bytes:
+        return self._data.read(offset, size)
+
+
+class RemoteSegments:
+    """Remote segments by (topic, partition, base offset), from one bucket."""
+
+    def __init__(self, config_path: str):
+        settings = load_remote(config_path)
+        if not settings.bucket:
+            raise InvalidArgument(f"{config_path} has no [remote] table with a bucket")
+        self.tier = RemoteTier(settings.remote_config())
+        self._lock = threading.Lock()
+        self._listed: dict[tuple[str, int], tuple[float, dict[int, RemoteSegmentInfo]]] = {}
+        self._segments: dict[str, RemoteSegment] = {}  # `.log` key -> its segment (indexes mapped once)
+
+    def _list(self, topic: str, partition: int, local_dir: str | None) -> dict[int, RemoteSegmentInfo]:
+        topic_id, lineage = None, []
+        if local_dir is not None:
+            try:
+                topic_id = read_topic_id(local_dir)
+            except LookupdError:
+                topic_id = None
+            lineage = read_leader_epoch_checkpoint(local_dir)
+        store, prefix = self.tier.store, self.tier.config.prefix
+        found = [rp for rp in list_partitions(store, prefix) if rp.topic == topic and rp.partition == partition
+                 and (topic_id is None or rp.topic_id == topic_id)]
+        out: dict[int, RemoteSegmentInfo] = {}
+        if found:
+            out = {info.base_offset: info for info in self.tier.list_partition(found[0], None, lineage)}
+        with self._lock:
+            self._listed[(topic, partition)] = (time.monotonic(), out)
+        return out
+
+    def segment(self, topic: str, partition: int, local_dir: str | None, base_offset: int) -> RemoteSegment:
+        """The remote segment at `base_offset`; FileNotFoundError when the bucket has none (deleted by retention)."""
+        with self._lock:
+            listed = self._listed.get((topic, partition))
+        infos = listed[1] if listed is not None and time.monotonic() - listed[0] < LIST_TTL_S else None
+        if infos is None or base_offset not in infos:
+            infos = self._list(topic, partition, local_dir)
+        info = infos.get(base_offset)
+        if info is None:
+            raise FileNotFoundError(f"{topic}-{partition}: no remote segment at offset {base_offset} in "
+                                    f"s3://{self.tier.config.bucket}")
+        with self._lock:
+            seg = self._segments.get(info.log_key)
+            if seg is None:
+                seg = self._segments[info.log_key] = self.tier.open(info)
+        return seg

@@ -1,0 +1,113 @@
+"""The FUSE view over both tiers (`fusefs mount --config`): a real mount and the real daemon with the same
+[remote] table, against the real S3 server. Remote segments show as `<base>.remote.<suffix>`, their bytes
+are the original segment's, and every view reads as the same partition fully local."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+
+import pytest
+
+import reference as R
+from faultproxy import FaultProxy
+from s3server import s3_server  # noqa: F401 - fixture
+from test_fusefs_helpers import Daemon, Mount, mounted, require_fuse, workdir
+from tiered_helpers import tier_partition
+from tiered_writer import Options, TestKey
+
+
+def _remote_table(t, endpoint: str, key: TestKey | None) -> str:
+    text = (f'[remote]\nbucket = "{t.config.bucket}"\nendpoint_url = "{endpoint}"\n'
+            f'cache_dir = "{t.config.cache_dir}"\n')
+    if key is not None:
+        text += f'[remote.encryption.keys]\n"{key.key_id}" = "{key.pem_path}"\n'
+    return text
+
+
+class TieredMount:
+    """A daemon and a mount of `t.tiered_dir`, both reading the bucket through `endpoint`."""
+
+    def __init__(self, t, d: str, endpoint: str, key: TestKey | None):
+        self.daemon = Daemon([t.tiered_dir], d)
+        conf = os.path.join(d, "lookupd.toml")
+        with open(conf, "a") as f:
+            f.write(_remote_table(t, endpoint, key))
+        self.mount = Mount(self.daemon.sock, d, "--log-dir", str(t.tiered_dir), "--config", conf)
+
+    def __enter__(self) -> Mount:
+        self.daemon.start()
+        self.mount.start()
+        return self.mount
+
+    def __exit__(self, *exc) -> None:
+        self.mount.stop()
+        self.daemon.stop()
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def test_a_mount_shows_remote_segments_and_reads_them_as_local(s3_server, tmp_path):  # noqa: F811
+    R.require()
+    require_fuse()
+    key = TestKey.create(tmp_path)
+    t = tier_partition(tmp_path, R.log_dir("txn-0"), s3_server, cut=2, opts=Options(compression=True, encryption=key))
+    original = t.local_dir / "txn-0"
+    bases = [up.facts.base_offset for up in t.uploaded]
+    with workdir() as d, TieredMount(t, d, s3_server.endpoint_url, key) as mount, \
+            mounted([t.local_dir]) as (local, _daemon):
+        names = set(os.listdir(mount.path("txn", "0")))
+        for base in bases:
+            stem = f"{base:020d}"
+            assert {f"{stem}.remote.log", f"{stem}.remote.index", f"{stem}.remote.records.jsonl"} <= names
+            assert f"{stem}.log" not in names
+            for suffix in ("log", "index", "timeindex", "txnindex"):
+                if (original / f"{stem}.{suffix}").exists():
+                    path = mount.path("txn", "0", f"{stem}.remote.{suffix}")
+                    assert os.stat(path).st_size == (original / f"{stem}.{suffix}").stat().st_size
+                    assert _read(path) == (original / f"{stem}.{suffix}").read_bytes(), suffix
+            for view in ("records.jsonl", "index.txt", "timeindex.txt"):
+                got = _read(mount.path("txn", "0", f"{stem}.remote.{view}"))
+                want = _read(local.path("txn", "0", f"{stem}.{view}"))
+                assert got.replace(b".remote.", b".") == want and want, view
+            with pytest.raises(FileNotFoundError):
+                os.stat(mount.path("txn", "0", f"{stem}.log"))  # a remote segment has only its remote name
+        first_local = min(int(n[:20]) for n in names if n.endswith(".log") and ".remote." not in n)
+        assert first_local > bases[-1]
+        with pytest.raises(FileNotFoundError):
+            os.stat(mount.path("txn", "0", f"{first_local:020d}.remote.log"))
+        assert _read(mount.path("txn", "0", f"{first_local:020d}.log")) == \
+            (original / f"{first_local:020d}.log").read_bytes()
+        # Navigation crosses the tiers: the daemon resolves, the mount reads remote then local segments.
+        navs = [f"at-offset/{bases[0] + 3}-{first_local + 20}.jsonl", "at-offset/0.jsonl", "at-time/earliest.jsonl",
+                "at-time/max.jsonl"]
+        keyed = [json.loads(line)["key"] for line in _read(local.path("txn", "0", "at-offset/0.jsonl")).splitlines()]
+        navs.append(f"by-key/{next(k for k in keyed if isinstance(k, str) and '/' not in k)}.jsonl")
+        for nav in navs:
+            want = _read(local.path("txn", "0", nav))
+            assert want and _read(mount.path("txn", "0", nav)).replace(b".remote.", b".") == want, nav
+
+
+def test_a_store_fault_is_eio_while_local_files_read(s3_server, tmp_path):  # noqa: F811
+    R.require()
+    require_fuse()
+    t = tier_partition(tmp_path, R.log_dir("plain-0"), s3_server, cut=2)
+    original = t.local_dir / "plain-0"
+    stem = f"{t.uploaded[1].facts.base_offset:020d}"
+    with FaultProxy(s3_server.endpoint_url) as proxy, workdir() as d, \
+            TieredMount(t, d, proxy.url, None) as mount:
+        names = os.listdir(mount.path("plain", "0"))
+        assert f"{stem}.remote.log" in names
+        proxy.inject("GET", r"\.log$", "503")  # the store down past its retries, for chunk GETs
+        with pytest.raises(OSError) as err:
+            _read(mount.path("plain", "0", f"{stem}.remote.log"))
+        assert err.value.errno == errno.EIO
+        local_log = next(n for n in names if n.endswith(".log") and ".remote." not in n)
+        assert _read(mount.path("plain", "0", local_log)) == (original / local_log).read_bytes()
+        proxy.clear()  # the store back: the same file reads
+        assert _read(mount.path("plain", "0", f"{stem}.remote.log")) == (original / f"{stem}.log").read_bytes()
+        assert "s3://" in mount.log and "did not answer" in mount.log
