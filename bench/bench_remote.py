@@ -1,6 +1,7 @@
 """Tiered storage, the object-store half: S3 clients on ranged GETs, a sequential read through
 RemoteSegmentData against plain ranged GETs of the same objects, what a cold index fetch costs, and
-`lookupd restore` against plain GETs of the same objects.
+`lookupd restore` against plain GETs of the same objects, and a remote `.log` read through the FUSE
+mount against plain ranged GETs.
 
 Against a real S3 server on this machine (SeaweedFS `weed mini`, started here), so the network is the
 loopback: the figures show client and decoding overhead, not a WAN. The segment is Kafka-written
@@ -193,6 +194,67 @@ def restore_figures(server, bucket: str, up, key, times: int, variant: str) -> l
                    params={**params, "path": "plain GETs"}, higher_is_better=True)]
 
 
+def fuse_figures(server, times: int) -> list[Figure]:
+    """A sequential read of a remote segment's `.log` through the mount (`fusefs mount --config`, a new
+    mount and cache each time: cold) against plain ranged GETs of the same object, CHUNK bytes each with
+    two in flight, measured right after it. The daemon and the mount run as subprocesses."""
+    from pathlib import Path
+
+    import reference as R
+    import tiered_writer as W
+    from test_fusefs_helpers import Daemon, Mount
+    from tiered_helpers import tier_partition
+
+    from lookupd.log.remote.config import RemoteConfig
+    from lookupd.log.remote.store import ObjectStore
+
+    ours, plain = [], []
+    original = 0
+    for rep in range(times + 1):
+        root = tempfile.mkdtemp(prefix="fz", dir="/tmp")  # short: the daemon's socket path is bounded
+        try:
+            t = tier_partition(Path(root) / "t", Path(R.log_dir("large-0")), server, cut=1,
+                               opts=W.Options(chunk_size=CHUNK))
+            work = os.path.join(root, "w")
+            os.makedirs(work)
+            daemon = Daemon([t.tiered_dir], work)
+            conf = os.path.join(work, "lookupd.toml")
+            with open(conf, "a") as f:
+                f.write(f'[remote]\nbucket = "{t.config.bucket}"\nendpoint_url = "{server.endpoint_url}"\n'
+                        f'cache_dir = "{t.config.cache_dir}"\n')
+            mount = Mount(daemon.sock, work, "--log-dir", str(t.tiered_dir), "--config", conf)
+            daemon.start()
+            try:
+                mount.start()
+                path = mount.path("large", "0", "00000000000000000000.remote.log")
+                original = os.stat(path).st_size  # the listing and the manifest: not timed
+                t0 = time.perf_counter()
+                with open(path, "rb", buffering=0) as f:
+                    while f.read(STEP):
+                        pass
+                ours.append(original / (time.perf_counter() - t0) / 1e6)
+            finally:
+                mount.stop()
+                daemon.stop()
+            key = t.uploaded[0].log_key
+            store = ObjectStore(RemoteConfig(bucket=t.config.bucket, cache_dir="unused",
+                                             endpoint_url=server.endpoint_url))
+            obj_size = store.size(key)
+            t0 = time.perf_counter()
+            with ThreadPoolExecutor(2) as pool:
+                for _ in pool.map(lambda r: store.get_range_buffer(key, *r),
+                                  [(a, min(a + CHUNK, obj_size)) for a in range(0, obj_size, CHUNK)]):
+                    pass
+            plain.append(original / (time.perf_counter() - t0) / 1e6)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    params = {"segment_bytes": original, "chunk": CHUNK, "read": STEP}
+    return [Figure("FUSE sequential read of a remote .log, cold", "MB/s", ours[1:], group="remote-fuse",
+                   params={**params, "path": "fusefs"}, higher_is_better=True),
+            Figure("FUSE sequential read of a remote .log: plain ranged GETs", "MB/s", plain[1:],
+                   group="remote-fuse", params={**params, "path": "plain GETs"}, higher_is_better=True)]
+
+
 def run(quick: bool) -> list[Figure]:
     import s3server
     import tiered_writer as W
@@ -219,6 +281,7 @@ def run(quick: bool) -> list[Figure]:
             figures += sequential_figures(server, bucket, up, key if opts.encryption else None, times, variant)
             figures += cold_index_figures(server, bucket, up, key if opts.encryption else None, variant)
             figures += restore_figures(server, bucket, up, key if opts.encryption else None, times, variant)
+        figures += fuse_figures(server, times)
     finally:
         server.stop()
         shutil.rmtree(server.data_dir, ignore_errors=True)
@@ -243,6 +306,10 @@ def ratios(figures: list[Figure]) -> list[dict | None]:
                          f"restore, {variant}, plain GETs",
                          "MB/s of `lookupd restore` (files written and synced) over plain GETs of the same objects "
                          "with the same client (target: at least 0.8)"))
+    out.append(ratio("FUSE sequential read of a remote .log vs plain ranged GETs", figures,
+                     "FUSE sequential read of a remote .log, cold", "FUSE sequential read of a remote .log: plain ranged GETs",
+                     "MB/s of a whole remote segment read through the mount over plain ranged GETs of the same object "
+                     "(target: at least 0.8)"))
     for size in (64, CHUNK // 1024):
         out.append(ratio(f"S3 client obstore vs boto3, {size} KiB ranged GETs", figures,
                          f"S3 client obstore, sequential ranged GETs of {size} KiB",
