@@ -19,6 +19,7 @@ import time
 from collections import OrderedDict
 from typing import Callable
 
+from lookupd.errors import LookupdError
 from lookupd.format.names import segment_file_name
 from lookupd.log.fileio import RefusedFile, regular_stat
 
@@ -54,8 +55,12 @@ def tiered_entries(segments: list[SegmentInfo], size_of: Callable[[int, str], in
     out: list[Entry] = []
     for seg in segments:
         mtime_ns = seg.largest_timestamp * 1_000_000
-        for suffix in tree.RAW:
-            size = size_of(seg.base_offset, suffix)
+        try:
+            sizes = {suffix: size_of(seg.base_offset, suffix) for suffix in tree.RAW}
+        except (LookupdError, OSError) as err:  # the store down, the segment gone: its log as the daemon listed it
+            log.warning("listing %s's indexes: %s", file_name(seg.base_offset, "log", True), err)
+            sizes = {"log": seg.size}
+        for suffix, size in sizes.items():
             if size is None:
                 continue
             out.append((file_name(seg.base_offset, suffix, True), file_attrs(size, (size + 511) // 512, mtime_ns)))

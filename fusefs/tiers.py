@@ -31,16 +31,25 @@ def file_name(base_offset: int, suffix: str, remote: bool) -> str:
 
 
 class RemoteLogFile:
-    """A remote segment's `.log` open in the mount: `read(size, offset)` of the original bytes."""
+    """A remote segment's `.log` open in the mount: `read(size, offset)` of the original bytes.
+
+    A read within SEQUENTIAL_SLACK of where the last one ended counts as sequential and starts the read-ahead:
+    the kernel's own read-ahead sends reads from several FUSE threads, so they may arrive a little out
+    of order."""
+
+    SEQUENTIAL_SLACK = 1 << 20
 
     def __init__(self, data):
         self._data = data
+        self._end = 0  # where the last read ended (0: a read from the start counts as sequential)
 
     def size(self) -> int:
         return self._data.size
 
     def read(self, size: int, offset: int) -> bytes:
-        return self._data.read(offset, size)
+        sequential = abs(offset - self._end) <= self.SEQUENTIAL_SLACK
+        self._end = offset + size
+        return self._data.read(offset, size, sequential=sequential)
 
 
 class RemoteSegments:

@@ -98,16 +98,29 @@ def test_a_store_fault_is_eio_while_local_files_read(s3_server, tmp_path):  # no
     t = tier_partition(tmp_path, R.log_dir("plain-0"), s3_server, cut=2)
     original = t.local_dir / "plain-0"
     stem = f"{t.uploaded[1].facts.base_offset:020d}"
-    with FaultProxy(s3_server.endpoint_url) as proxy, workdir() as d, \
-            TieredMount(t, d, proxy.url, None) as mount:
-        names = os.listdir(mount.path("plain", "0"))
-        assert f"{stem}.remote.log" in names
-        proxy.inject("GET", r"\.log$", "503")  # the store down past its retries, for chunk GETs
-        with pytest.raises(OSError) as err:
-            _read(mount.path("plain", "0", f"{stem}.remote.log"))
-        assert err.value.errno == errno.EIO
-        local_log = next(n for n in names if n.endswith(".log") and ".remote." not in n)
-        assert _read(mount.path("plain", "0", local_log)) == (original / local_log).read_bytes()
-        proxy.clear()  # the store back: the same file reads
-        assert _read(mount.path("plain", "0", f"{stem}.remote.log")) == (original / f"{stem}.log").read_bytes()
-        assert "s3://" in mount.log and "did not answer" in mount.log
+    with FaultProxy(s3_server.endpoint_url) as proxy, workdir() as d, workdir() as d2:
+        tiered = TieredMount(t, d, proxy.url, None)
+        with tiered as mount:
+            names = os.listdir(mount.path("plain", "0"))
+            assert f"{stem}.remote.log" in names
+            proxy.inject("GET", r"\.log$", "503")  # the store down past its retries, for chunk GETs
+            with pytest.raises(OSError) as err:
+                _read(mount.path("plain", "0", f"{stem}.remote.log"))
+            assert err.value.errno == errno.EIO
+            local_log = next(n for n in names if n.endswith(".log") and ".remote." not in n)
+            assert _read(mount.path("plain", "0", local_log)) == (original / local_log).read_bytes()
+            assert _read(mount.path("plain", "0", f"{stem}.remote.index")) == (original / f"{stem}.index").read_bytes()
+            proxy.inject("GET", r"\.rsm-manifest$", "503")  # and manifests: a second mount knows none of them
+            second = Mount(tiered.daemon.sock, d2, *tiered.mount.cmd[tiered.mount.cmd.index("--log-dir"):])
+            try:
+                second.start()
+                names = os.listdir(second.path("plain", "0"))  # still listed: the .log with the daemon's size
+                assert f"{stem}.remote.log" in names and local_log in names
+                with pytest.raises(OSError) as err:
+                    _read(second.path("plain", "0", f"{stem}.remote.log"))
+                assert err.value.errno == errno.EIO
+            finally:
+                second.stop()
+            proxy.clear()  # the store back: the same file reads
+            assert _read(mount.path("plain", "0", f"{stem}.remote.log")) == (original / f"{stem}.log").read_bytes()
+            assert "s3://" in mount.log and "did not answer" in mount.log

@@ -222,8 +222,8 @@ class _LazyData:
     def size(self) -> int:
         return self._get().size
 
-    def read(self, position: int, size: int) -> bytes:
-        return self._get().read(position, size)
+    def read(self, position: int, size: int, *, sequential: bool | None = None) -> bytes:
+        return self._get().read(position, size, sequential=sequential)
 
     def index_paths(self, kinds: list[str]) -> dict[str, str | None]:
         return self._get().index_paths(kinds)
