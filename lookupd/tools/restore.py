@@ -17,9 +17,10 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Callable
 
 from ..daemon.config import load_remote
-from ..errors import InvalidArgument
+from ..errors import CorruptDataError, InvalidArgument
 from ..log.remote.layout import RemotePartition, list_partitions
 from ..log.remotelog import RemoteTier
 from ..log.segment import LogSegment
@@ -90,9 +91,10 @@ def _write_all(f, piece: bytes) -> None:
         view = view[f.write(view):]  # an unbuffered write may take fewer bytes than given
 
 
-def _write_atomically(path: str, pieces) -> int:
+def _write_atomically(path: str, pieces, *, before_rename: Callable[[int], None] | None = None) -> int:
     """Write `pieces` to `path` + .tmp, sync, rename; the bytes written. Each piece is written on a
-    background thread while the next one is fetched (the GIL is released in both)."""
+    background thread while the next one is fetched (the GIL is released in both). `before_rename(n)`
+    may refuse the file (it raises) or wait for others to be in place first."""
     tmp = path + TMP
     n = 0
     with open(tmp, "wb", buffering=0) as f, ThreadPoolExecutor(1, thread_name_prefix="restore-write") as writer:
@@ -105,6 +107,8 @@ def _write_atomically(path: str, pieces) -> int:
         if pending is not None:
             pending.result()
         os.fsync(f.fileno())
+    if before_rename is not None:
+        before_rename(n)
     os.replace(tmp, path)
     return n
 
@@ -136,15 +140,21 @@ def _copy(path: str) -> list[bytes]:
 
 
 def restore_segment(dest: str, base: int, data, progress: Progress) -> int:
-    """The segment's index files, then its `.log` (last: a `.log` of full size marks a finished segment)."""
+    """The segment's index files (written and synced on a thread meanwhile), then its `.log`, renamed last:
+    a `.log` of full size marks a finished segment."""
+    stem = os.path.join(dest, f"{base:020d}")
     paths = data.index_paths(list(INDEX_FILES))
-    for kind, suffix in INDEX_FILES.items():
-        if paths[kind] is not None:
-            _write_atomically(os.path.join(dest, f"{base:020d}{suffix}"), _copy(paths[kind]))
-    n = _write_atomically(os.path.join(dest, f"{base:020d}.log"), _log_pieces(data, progress))
-    if n != data.size:
-        raise InvalidArgument(f"{data.key}: read {n} bytes where the manifest says {data.size}")
-    return n
+    with ThreadPoolExecutor(1, thread_name_prefix="restore-index") as pool:
+        indexes = [pool.submit(_write_atomically, stem + suffix, _copy(paths[kind]))
+                   for kind, suffix in INDEX_FILES.items() if paths[kind] is not None]
+
+        def last(n: int) -> None:
+            if n != data.size:
+                raise CorruptDataError(data.key, n, f"the segment ends after {n} bytes, its manifest says "
+                                       f"{data.size}")
+            for written in indexes:
+                written.result()
+        return _write_atomically(stem + ".log", _log_pieces(data, progress), before_rename=last)
 
 
 def verify_segment(dest: str, base: int) -> list[str]:
