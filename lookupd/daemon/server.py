@@ -24,6 +24,8 @@ import logging
 import os
 import resource
 import signal
+import socket
+import struct
 import time
 from functools import partial
 from typing import Any, NamedTuple
@@ -36,10 +38,12 @@ from ..log.logmanager import LogManager
 from ..rpc import protocol as rpc
 from ..rpc.address import parse_host_port
 from ..sdnotify import sd_notify
-from .config import Config, read_token
+from .acl import ANONYMOUS, Acl
+from .config import Config, read_token, read_tokens
 from .listeners import Bound, close_listeners, open_listeners
 from .metrics import Collector, RequestMetrics, serve_metrics
 from .reactor import Reactor
+from .tls import TlsError, TlsRelay, TlsServer
 from .workers import supervise
 from .service import METHODS, NEEDS_THREAD, Counters, Service, Session, auth_penalty, error_for
 
@@ -126,8 +130,12 @@ class Daemon:
         self.manager = manager
         self.listeners = listeners
         self.counters = Counters()
+        self.acl = Acl.from_config(cfg.acl)
         self.service = Service(manager, limits=cfg.limits, counters=self.counters, token=token,
-                               inline_hot_lookups=cfg.inline_hot_lookups, worker=worker)
+                               tokens=read_tokens(cfg.auth_tokens_file) if cfg.auth_tokens_file else None,
+                               acl=self.acl, inline_hot_lookups=cfg.inline_hot_lookups, worker=worker)
+        # The TCP listener's TLS context (reloaded on SIGHUP), or None for plaintext.
+        self.tls = TlsServer(cfg.tls_cert_file, cfg.tls_key_file, cfg.tls_client_ca_file) if cfg.tls else None
         self.worker = worker
         # Under a supervisor (workers > 1) readiness goes to it, and systemd hears from it alone.
         self._on_ready = on_ready
@@ -179,8 +187,10 @@ class Daemon:
             if self.request_metrics is not None:
                 host, port = parse_host_port(self.cfg.metrics)
                 spec = f"{host}:{port + self.worker if port else 0}"  # worker N serves port + N
-                self.metrics_server, _ = serve_metrics(spec, Collector(
-                    self.request_metrics, lambda: self.service.call("stats", [], Session(trusted=True)), self.worker))
+                self.metrics_server = serve_metrics(spec, Collector(
+                    self.request_metrics, lambda: self.service.call("stats", [], Session(trusted=True)), self.worker,
+                    denials=self.acl.denials if self.acl is not None else None),
+                    tls=self.tls if self.cfg.metrics_tls else None)
             interval = watchdog_interval() if self._on_ready is None else None
             if interval:
                 root.start_soon(self._watchdog, interval)
@@ -220,6 +230,8 @@ class Daemon:
                 if signum == signal.SIGHUP:
                     log.info("SIGHUP: rescanning the log dirs now")
                     self.rescan()
+                    if self.tls is not None:
+                        self.tls.reload()
                 elif self._stop.is_set() and self._conns is not None:
                     log.warning("%s again: dropping in-flight requests", signal.Signals(signum).name)
                     self._forced = True
@@ -277,7 +289,43 @@ class Daemon:
                                  f"out of file descriptors ({stream.socket.fileno() + 1} of {self.fd_limit} open)")
                 continue
             self.counters.connections += 1
-            conns.start_soon(self._connection, stream, Session(trusted=bound.kind == "unix"), peer)
+            if bound.tls:
+                conns.start_soon(self._tls_connection, stream, peer)
+            elif bound.kind == "unix":
+                conns.start_soon(self._connection, stream, Session(trusted=True, principal=self._unix_principal(stream)),
+                                 peer)
+            else:
+                conns.start_soon(self._connection, stream, Session(trusted=False), peer)
+
+    def _unix_principal(self, stream: trio.SocketStream) -> str:
+        """`unix:<uid>` of the peer (SO_PEERCRED), when ACLs need it."""
+        if self.acl is None:
+            return "unix"
+        try:
+            _, uid, _ = struct.unpack("3i", stream.socket.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+        except OSError:
+            return "unix"  # gone already; no rule names this
+        return f"unix:{uid}"
+
+    async def _tls_connection(self, stream: trio.SocketStream, peer: str) -> None:
+        """A TLS connection: the handshake (closed with the reason logged if it fails), then the engine
+        on the plaintext side of a relay (lookupd.daemon.tls); the principal is the client
+        certificate's subject under mutual TLS."""
+        relay = TlsRelay(stream.socket, self.tls.context)
+        try:
+            try:
+                await relay.handshake()
+            except TlsError as err:
+                self.counters.connections -= 1
+                log.info("%s: %s; closing the connection", peer, err)
+                return
+            principal = relay.principal
+            session = Session(trusted=False, authenticated=principal is not None, principal=principal or ANONYMOUS)
+            why = await relay.serve(self._reactor, lambda inner: self._connection(inner, session, peer))
+            if why:
+                log.info("%s: %s", peer, why)
+        finally:
+            await trio.aclose_forcefully(stream)
 
     def _connection_fd_ceiling(self) -> int:
         """The lowest descriptor number a new connection may not have: what the reserve and the
@@ -576,11 +624,14 @@ def open_manager(cfg: Config) -> LogManager:
 
 
 def build(cfg: Config) -> tuple[LogManager, list[Bound], str | None]:
-    """Open the log dirs and the listeners (in this order: a bad log dir binds nothing)."""
+    """Open the log dirs and the listeners (in this order: a bad log dir, token file or certificate binds nothing)."""
     token = read_token(cfg.auth_token_file) if cfg.auth_token_file else None
+    tokens = read_tokens(cfg.auth_tokens_file) if cfg.auth_tokens_file else None
+    if cfg.tls:
+        TlsServer(cfg.tls_cert_file, cfg.tls_key_file, cfg.tls_client_ca_file)  # InvalidArgument naming the file
     manager = open_manager(cfg)
     try:
-        listeners = open_listeners(cfg, token)
+        listeners = open_listeners(cfg, token or tokens)
     except BaseException:
         manager.close()
         raise
