@@ -21,6 +21,7 @@ from ..rpc import protocol as rpc
 from ..rpc.address import DEFAULT_SOCKET, parse_host_port
 from .acl import Acl
 from .service import Limits
+from .tls import HANDSHAKE_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,7 @@ class Config:
     tls_cert_file: str = ""             # PEM certificate chain: TLS on the tcp listener (TLS 1.2+)
     tls_key_file: str = ""              # its PEM private key
     tls_client_ca_file: str = ""        # PEM CA(s): clients must present a certificate it signed (mutual TLS)
+    tls_handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S  # a TLS client must finish its handshake within this
     allow_plaintext_tcp: bool = False   # allow a non-loopback tcp or metrics address without TLS
     acl: list = field(default_factory=list)  # [[acl]] tables {principal, topics, operations}; none = all allowed
     max_frame_bytes: int = rpc.DEFAULT_MAX_FRAME_BYTES  # longest request; a longer one closes the connection
@@ -84,7 +86,7 @@ class Config:
                     "blocking_threads", "workers"):
             if getattr(self, key) < 1:
                 raise InvalidArgument(f"{key} must be at least 1")
-        for key in ("idle_timeout_s", "rescan_interval_s", "shutdown_grace_s"):
+        for key in ("idle_timeout_s", "rescan_interval_s", "shutdown_grace_s", "tls_handshake_timeout_s"):
             if getattr(self, key) <= 0:
                 raise InvalidArgument(f"{key} must be positive")
         if self.max_frame_bytes < 64:

@@ -33,6 +33,9 @@ OTHER_METHOD = "other"
 METRICS_MAX_THREADS = 4
 # A metrics connection (and its TLS handshake) silent this long is closed, giving its thread back.
 METRICS_TIMEOUT_S = 10.0
+# Connections the kernel queues for the metrics accept(): enough that a burst is accepted (and the
+# excess closed at once) rather than left retrying its SYN.
+METRICS_BACKLOG = 64
 
 
 class _MethodStats:
@@ -136,6 +139,7 @@ class MetricsServer(WSGIServer):
     over TLS when given the daemon's TlsServer (its current context: a SIGHUP reload applies here too)."""
 
     daemon_threads = True
+    request_queue_size = METRICS_BACKLOG
 
     def __init__(self, host: str, port: int, app: Callable, tls: Any = None):
         self.address_family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]

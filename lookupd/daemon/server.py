@@ -314,7 +314,7 @@ class Daemon:
         relay = TlsRelay(stream.socket, self.tls.context)
         try:
             try:
-                await relay.handshake()
+                await relay.handshake(self.cfg.tls_handshake_timeout_s)
             except TlsError as err:
                 self.counters.connections -= 1
                 log.info("%s: %s; closing the connection", peer, err)

@@ -21,6 +21,7 @@ from typing import Any, Awaitable, Callable
 import trio
 
 from ..errors import InvalidArgument
+from ..rpc.tls import tls12_or_newer
 from .reactor import Reactor
 
 log = logging.getLogger(__name__)
@@ -38,16 +39,10 @@ class TlsError(Exception):
     """Why a TLS connection ended (logged with its peer)."""
 
 
-def _tls12_or_newer(ctx: ssl.SSLContext) -> ssl.SSLContext:
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.options |= ssl.OP_NO_RENEGOTIATION | ssl.OP_NO_COMPRESSION
-    return ctx
-
-
 def server_context(cert_file: str, key_file: str, client_ca_file: str = "") -> ssl.SSLContext:
     """The listener's context: TLS 1.2+, the certificate chain and key, and with `client_ca_file`
     a required client certificate signed by it (mutual TLS). InvalidArgument naming the file."""
-    ctx = _tls12_or_newer(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER))
+    ctx = tls12_or_newer(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER))
     try:
         ctx.load_cert_chain(cert_file, key_file)
     except (OSError, ssl.SSLError) as err:
@@ -60,24 +55,6 @@ def server_context(cert_file: str, key_file: str, client_ca_file: str = "") -> s
             raise InvalidArgument(f"cannot load tls_client_ca_file {client_ca_file}: "
                                   f"{getattr(err, 'strerror', None) or err}") from None
         ctx.verify_mode = ssl.CERT_REQUIRED
-    return ctx
-
-
-def client_context(ca: str | None = None, cert: str | None = None, key: str | None = None) -> ssl.SSLContext:
-    """A client's context: TLS 1.2+, the server's certificate and name verified (against `ca`, else the
-    system's CAs), and `cert`/`key` presented for mutual TLS. InvalidArgument naming the file."""
-    try:
-        ctx = _tls12_or_newer(ssl.create_default_context(cafile=ca or None))
-    except (OSError, ssl.SSLError) as err:
-        raise InvalidArgument(f"cannot load TLS CA file {ca}: {getattr(err, 'strerror', None) or err}") from None
-    if cert:
-        try:
-            ctx.load_cert_chain(cert, key or None)
-        except (OSError, ssl.SSLError) as err:
-            raise InvalidArgument(f"cannot load TLS client certificate {cert} (key {key}): "
-                                  f"{getattr(err, 'strerror', None) or err}") from None
-    elif key:
-        raise InvalidArgument("a TLS client key needs its certificate too (tls cert)")
     return ctx
 
 
@@ -207,8 +184,12 @@ class TlsRelay:
 
     async def _from_client(self, reactor: Reactor) -> None:
         ours = self._ours
+        # The handshake's last read may have brought the first requests too: they wait in the BIO.
+        state = self._forward() if self._incoming.pending else None
         while True:
-            if await reactor.park(self._net_fd, self._on_client_readable) == _EOF:
+            if state is None:
+                state = await reactor.park(self._net_fd, self._on_client_readable)
+            if state == _EOF:
                 if not self._to_engine:
                     ours.shutdown(socket.SHUT_WR)  # the engine reads its peer's end
                     return
@@ -216,6 +197,7 @@ class TlsRelay:
             while self._to_engine:
                 await trio.lowlevel.wait_writable(ours)
                 self._write_to_engine(b"")
+            state = None
 
     def _on_client_readable(self) -> str | None:
         """Decrypt what arrived and pass it to the engine; _EOF, _BLOCKED, or None to stay parked."""
@@ -226,6 +208,10 @@ class TlsRelay:
         if not data:
             return _EOF
         self._incoming.write(data)
+        return self._forward()
+
+    def _forward(self) -> str | None:
+        """Decrypt what the incoming BIO holds and pass it to the engine; _EOF, _BLOCKED or None."""
         plain, end = [], False
         try:
             while chunk := self._tls.read(RELAY_BYTES):

@@ -1,0 +1,380 @@
+"""TLS on the TCP listener, named tokens and [[acl]] rules: the real daemon as a subprocess, through each client.
+
+Certificates come from tests/tls_certs.py. One daemon serves mutual TLS with ACLs for most tests;
+others start their own where the setting differs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import warnings
+
+import pytest
+import trio
+
+import reference as R
+from daemon_helpers import REPO, blocking_call
+from tls_certs import make_certs
+
+from lookupd.errors import InvalidArgument, Unavailable
+from lookupd.rpc.client import Client, RemoteError, TrioClient
+
+
+class Daemon:
+    """`lookupd serve` with a config file; its TCP port and metrics port read from its log."""
+
+    def __init__(self, workdir: str, config: str):
+        self.dir = workdir
+        self.sock = os.path.join(workdir, "d.sock")
+        self.log = os.path.join(workdir, "daemon.log")
+        path = os.path.join(workdir, "lookupd.toml")
+        with open(path, "w") as f:
+            f.write(f'log_dirs = ["{R.require() / "logs"}"]\nsocket = "{self.sock}"\n' + config)
+        self._log = open(self.log, "w")
+        self.proc = subprocess.Popen([sys.executable, "-m", "lookupd", "serve", "--config", path], cwd=workdir,
+                                     env=dict(os.environ, PYTHONPATH=REPO), stdout=self._log, stderr=self._log)
+        deadline = time.monotonic() + 30
+        while "serving" not in self.text():
+            assert self.proc.poll() is None, self.text()
+            assert time.monotonic() < deadline, self.text()
+            time.sleep(0.05)
+        m = re.search(r"tcp 127\.0\.0\.1:(\d+)", self.text())
+        self.port = int(m.group(1)) if m else None
+        m = re.search(r"metrics on https?://[^:]+:(\d+)", self.text())
+        self.metrics_port = int(m.group(1)) if m else None
+        self.address = f"tls://127.0.0.1:{self.port}"
+
+    def text(self) -> str:
+        with open(self.log) as f:
+            return f.read()
+
+    def threads(self) -> int:
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            return int(re.search(r"Threads:\s+(\d+)", f.read()).group(1))
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    return make_certs(str(tmp_path_factory.mktemp("certs")))
+
+
+ACLS = f"""
+[[acl]]
+principal = "CN=spark-etl"
+topics = ["plain", "large*"]
+operations = ["describe", "read"]
+
+[[acl]]
+principal = "CN=reader"
+topics = ["plain"]
+operations = ["describe"]
+
+[[acl]]
+principal = "token:ops"
+topics = ["compressed"]
+operations = ["describe"]
+
+[[acl]]
+principal = "unix:{os.getuid()}"
+topics = ["*"]
+operations = ["describe", "read"]
+"""
+
+
+def _tokens_file(directory: str) -> str:
+    path = os.path.join(directory, "tokens")
+    with open(path, "w") as f:
+        f.write("# name:secret\nops:ops-secret-1\n\nbatch:batch-secret-2\n")
+    os.chmod(path, 0o600)
+    return path
+
+
+@pytest.fixture(scope="module")
+def mtls(certs, tmp_path_factory):
+    """Mutual TLS, named tokens, ACLs and metrics over TLS."""
+    d = str(tmp_path_factory.mktemp("mtls"))
+    daemon = Daemon(d, f'tcp = "127.0.0.1:0"\ntls_cert_file = "{certs.pem("server")}"\n'
+                       f'tls_key_file = "{certs.key("server")}"\ntls_client_ca_file = "{certs.pem("ca")}"\n'
+                       f'auth_tokens_file = "{_tokens_file(d)}"\ntls_handshake_timeout_s = 1.0\n'
+                       f'metrics = "127.0.0.1:0"\nmetrics_tls = true\n' + ACLS)
+    yield daemon
+    daemon.stop()
+
+
+# ---------------------------------------------------------------------------------- Python client
+
+
+def test_mutual_tls_principal_and_acl(mtls, certs):
+    with Client(mtls.address, **certs.client("etl")) as c:
+        assert c.ping() == "pong"
+        assert c.lookup_offset("plain", 0, 5) == blocking_call(mtls.sock, "lookup_offset", "plain", 0, 5, "floor")[1]
+        assert c.read("plain", 0, 0, 1)["records"]
+        assert {p["topic"] for p in c.partitions()} == {"plain", "large"}  # only what it may describe
+        with pytest.raises(RemoteError) as e:
+            c.lookup_offset("compressed", 0, 0)
+        assert e.value.code == "UNAUTHORIZED" and "describe" in e.value.message and "'compressed'" in e.value.message
+        assert c.ping() == "pong"  # a denial does not end the connection
+    with Client(mtls.address, **certs.client("reader")) as c:
+        assert c.resolve_offset("plain", 0, 3)["base_offset"] <= 3
+        for call in (lambda: c.read("plain", 0, 0, 1), lambda: c.lookup_offsets("plain", 0, [1, 2])):
+            with pytest.raises(RemoteError, match="UNAUTHORIZED: CN=reader may not read topic 'plain'"):
+                call()
+    # The Unix socket: principal unix:<uid>, allowed everything by its rule; nothing else changed there.
+    err, parts = blocking_call(mtls.sock, "partitions")
+    assert err is None and {p["topic"] for p in parts} > {"plain", "large", "compressed"}
+
+
+def test_named_token_inside_tls_is_the_principal(mtls, certs):
+    with Client(mtls.address, token="ops-secret-1", **certs.client("reader")) as c:
+        assert c.lookup_offset("compressed", 0, 0) is not None  # token:ops may describe compressed
+        with pytest.raises(RemoteError, match="token:ops may not describe topic 'plain'"):
+            c.lookup_offset("plain", 0, 0)
+    with pytest.raises(RemoteError, match="UNAUTHORIZED: wrong token"):
+        Client(mtls.address, token="nope", **certs.client("reader"))
+
+
+@pytest.mark.parametrize("who, why", [("expired", "certificate"), ("stranger", "certificate"), (None, "certificate")])
+def test_refused_client_certificates_are_closed_and_logged(mtls, certs, who, why):
+    with pytest.raises(Unavailable):
+        with Client(mtls.address, timeout=5, **certs.client(who)) as c:
+            c.ping()  # TLS 1.3: a refused client certificate shows at the first read
+    with Client(mtls.address, **certs.client("etl")) as c:
+        assert c.ping() == "pong"  # everyone else is served
+    deadline = time.monotonic() + 5
+    while not re.search(r"TLS handshake failed: .*" + why, mtls.text(), re.I):
+        assert time.monotonic() < deadline, mtls.text()[-3000:]
+        time.sleep(0.05)
+
+
+def test_server_name_and_certificate_are_verified(mtls, certs):
+    with pytest.raises(Unavailable, match="TLS: CERTIFICATE_VERIFY_FAILED"):
+        Client(mtls.address, tls_cert=certs.pem("etl"), tls_key=certs.key("etl"))  # the system CAs: not ours
+    with pytest.raises(Unavailable, match="TLS: CERTIFICATE_VERIFY_FAILED"):
+        Client(mtls.address, **dict(certs.client("etl"), tls_ca=certs.pem("other-ca")))
+    with Client(f"tls://localhost:{mtls.port}", **certs.client("etl")) as c:  # the name in its SAN
+        assert c.ping() == "pong"
+    with pytest.raises(InvalidArgument, match="not a tls://"):
+        Client(f"127.0.0.1:{mtls.port}", tls_ca=certs.pem("ca"))
+
+
+def test_plaintext_garbage_and_slow_handshakes_are_closed(mtls, certs):
+    err = None
+    try:
+        with Client(f"127.0.0.1:{mtls.port}", timeout=5) as c:  # msgpack-rpc in clear on the TLS port
+            c.ping()
+    except Unavailable as e:
+        err = e
+    assert err is not None
+    with socket.create_connection(("127.0.0.1", mtls.port)) as s:  # silent: the handshake deadline closes it
+        s.settimeout(10)
+        t0 = time.monotonic()
+        assert s.recv(100) == b""
+        assert time.monotonic() - t0 < 5
+    with Client(mtls.address, **certs.client("etl")) as c:
+        assert c.ping() == "pong"
+    assert "no TLS handshake within 1 s" in mtls.text()
+
+
+def test_handshake_fuzz_leaves_the_daemon_serving(mtls, certs):
+    """Random bytes and mutated ClientHellos: each connection closed, the daemon serving afterwards."""
+    rnd = random.Random(34)
+    ctx = ssl.create_default_context(cafile=certs.pem("ca"))
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = ctx.wrap_bio(incoming, outgoing, server_hostname="localhost")
+    try:
+        obj.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    hello = outgoing.read()
+    for i in range(150):
+        if i % 3 == 0:
+            data = bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 600)))
+        else:
+            data = bytearray(hello)
+            for _ in range(rnd.randrange(1, 8)):
+                data[rnd.randrange(len(data))] = rnd.randrange(256)
+            data = bytes(data[:rnd.randrange(1, len(data) + 1)])
+        with socket.create_connection(("127.0.0.1", mtls.port)) as s:
+            s.settimeout(5)
+            try:
+                s.sendall(data)
+                s.shutdown(socket.SHUT_WR)
+                while s.recv(4096):
+                    pass
+            except OSError:
+                pass
+    with Client(mtls.address, **certs.client("etl")) as c:
+        assert c.lookup_offset("plain", 0, 5) is not None
+    assert blocking_call(mtls.sock, "ping") == (None, "pong")
+    assert "INTERNAL" not in mtls.text() and "Traceback" not in mtls.text()
+
+
+def test_metrics_over_tls_count_denials_by_principal(mtls, certs):
+    with Client(mtls.address, token="batch-secret-2", **certs.client("reader")) as c:
+        with pytest.raises(RemoteError, match="UNAUTHORIZED"):
+            c.lookup_offset("plain", 0, 0)
+    ctx = ssl.create_default_context(cafile=certs.pem("ca"))
+    ctx.load_cert_chain(certs.pem("etl"), certs.key("etl"))
+    text = urllib.request.urlopen(f"https://127.0.0.1:{mtls.metrics_port}/metrics", context=ctx, timeout=10) \
+        .read().decode()
+    assert re.search(r'lookupd_acl_denials_total\{principal="token:batch",worker="0"\} [1-9]', text), text
+    assert "batch-secret-2" not in text
+    with pytest.raises(OSError):  # plaintext http to the TLS metrics port
+        urllib.request.urlopen(f"http://127.0.0.1:{mtls.metrics_port}/metrics", timeout=5).read()
+
+
+# ---------------------------------------------------------------------------------- other clients
+
+
+def test_cli_query_over_tls(mtls, certs):
+    def query(cert, *args):
+        return subprocess.run([sys.executable, "-m", "lookupd", "query", "--socket", mtls.address,
+                               "--tls-ca", certs.pem("ca"), "--tls-cert", certs.pem(cert), "--tls-key",
+                               certs.key(cert), *args], capture_output=True, text=True, timeout=60,
+                              env=dict(os.environ, PYTHONPATH=REPO))
+    r = query("etl", "lookup_offset", "plain", "0", "5", "floor")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == blocking_call(mtls.sock, "lookup_offset", "plain", 0, 5, "floor")[1]
+    r = query("reader", "read", "plain", "0", "0", "100")
+    assert r.returncode == 1 and "UNAUTHORIZED" in r.stderr and "read topic 'plain'" in r.stderr
+    r = query("expired", "ping")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+
+
+def test_trio_client_over_tls(mtls, certs):
+    async def main():
+        async with await TrioClient.connect(mtls.address, **certs.client("etl")) as c:
+            answers = []
+            async with trio.open_nursery() as n:
+                for o in range(20):
+                    n.start_soon(lambda o=o: _append(answers, c.resolve_offset("plain", 0, o)))
+            assert len(answers) == 20
+            with pytest.raises(RemoteError, match="UNAUTHORIZED"):
+                await c.segments("compressed", 0)
+
+    async def _append(out, aw):
+        out.append(await aw)
+    trio.run(main)
+
+
+# ---------------------------------------------------------------------------------- reload, token-only TLS
+
+
+def test_sighup_reloads_the_certificate_under_load_losing_no_answer(certs, tmp_path):
+    certs2 = make_certs(str(tmp_path / "c"))
+    d = Daemon(str(tmp_path), f'tcp = "127.0.0.1:0"\ntls_cert_file = "{certs2.pem("server")}"\n'
+                              f'tls_key_file = "{certs2.key("server")}"\n')
+    try:
+        expected = blocking_call(d.sock, "resolve_offset", "plain", 0, 7)[1]
+        stop, counts, errors = threading.Event(), [0] * 4, []
+
+        def load(i):
+            try:
+                with Client(d.address, tls_ca=certs2.pem("ca")) as c:  # one connection, open across the reload
+                    while not stop.is_set():
+                        assert c.resolve_offset("plain", 0, 7) == expected
+                        counts[i] += 1
+            except Exception as err:  # noqa: BLE001 - reported below
+                errors.append(err)
+        threads = [threading.Thread(target=load, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)
+        before = list(counts)
+        certs2.renew_server()
+        d.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while "TLS certificate reloaded" not in d.text():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(0.5)
+        stop.set()
+        for t in threads:
+            t.join(30)
+        assert not errors, errors
+        assert all(a > b for a, b in zip(counts, before))  # every open connection went on being answered
+        ctx = ssl.create_default_context(cafile=certs2.pem("ca"))
+        with ctx.wrap_socket(socket.create_connection(("127.0.0.1", d.port)), server_hostname="127.0.0.1") as s:
+            assert ("commonName", "lookupd-renewed") in [a for rdn in s.getpeercert()["subject"] for a in rdn]
+    finally:
+        d.stop()
+
+
+def test_tls_with_a_token_and_no_client_certificate(certs, tmp_path):
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    token.chmod(0o600)
+    d = Daemon(str(tmp_path), f'tcp = "127.0.0.1:0"\ntls_cert_file = "{certs.pem("server")}"\n'
+                              f'tls_key_file = "{certs.key("server")}"\nauth_token_file = "{token}"\n')
+    try:
+        with Client(d.address, tls_ca=certs.pem("ca")) as c:
+            with pytest.raises(RemoteError, match="must call auth"):
+                c.ping()
+        with Client(d.address, tls_ca=certs.pem("ca"), token="s3cret") as c:
+            assert c.lookup_offset("compressed", 0, 0) is not None  # no [[acl]]: everything allowed
+        ver = ssl.create_default_context(cafile=certs.pem("ca"))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # TLS 1.1's name: what the daemon refuses
+            ver.maximum_version = ssl.TLSVersion.TLSv1_1
+        with pytest.raises(ssl.SSLError):  # TLS 1.2 and newer only
+            ver.wrap_socket(socket.create_connection(("127.0.0.1", d.port)), server_hostname="127.0.0.1")
+    finally:
+        d.stop()
+
+
+def test_non_loopback_plaintext_is_refused_at_start_up(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "lookupd", "serve", "--log-dir", str(R.require() / "logs"),
+                        "--socket", str(tmp_path / "s.sock"), "--tcp", "0.0.0.0:0"], capture_output=True,
+                       text=True, timeout=60, env=dict(os.environ, PYTHONPATH=REPO))
+    assert r.returncode != 0 and "without TLS" in r.stderr and "allow_plaintext_tcp" in r.stderr, r.stderr
+
+
+def test_metrics_endpoint_is_bounded(tmp_path):
+    """Issue 29: idle connections to /metrics each held a thread; now at most METRICS_MAX_THREADS do."""
+    from lookupd.daemon.metrics import METRICS_MAX_THREADS
+
+    d = Daemon(str(tmp_path), 'metrics = "127.0.0.1:0"\n')
+    idle = []
+    try:
+        time.sleep(1.5)  # a rescan or two: trio's worker thread is there
+        base = d.threads()
+        for _ in range(300):
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", d.metrics_port))
+            idle.append(s)
+        most, deadline = 0, time.monotonic() + 3
+        while time.monotonic() < deadline:
+            most = max(most, d.threads())
+            time.sleep(0.05)
+        # the cap, and room for trio's worker threads: before it, a thread per connection, never given back
+        assert METRICS_MAX_THREADS == 4 and most <= base + 4 + 2, (base, most)
+        assert blocking_call(d.sock, "resolve_offsets", "plain", 0, [1, 2, 3])[0] is None  # threads still start
+        url = f"http://127.0.0.1:{d.metrics_port}/metrics"
+        for s in idle:
+            s.close()
+        assert b"lookupd_requests_total" in urllib.request.urlopen(url, timeout=30).read()  # served again
+    finally:
+        for s in idle:
+            s.close()
+        d.stop()
