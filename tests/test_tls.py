@@ -25,6 +25,7 @@ import trio
 
 import reference as R
 from daemon_helpers import REPO, blocking_call
+from spark_fixtures import reference_rows, spark  # noqa: F401 - the shared Spark session
 from tls_certs import make_certs
 
 from lookupd.errors import InvalidArgument, Unavailable
@@ -378,3 +379,37 @@ def test_metrics_endpoint_is_bounded(tmp_path):
         for s in idle:
             s.close()
         d.stop()
+
+
+# ---------------------------------------------------------------------------------- Spark and FUSE
+
+
+def test_spark_reads_over_mutual_tls(mtls, certs, spark):
+    def load(cert):
+        return (spark.read.format("kafka-segments").option("lookupd.address", mtls.address)
+                .option("lookupd.tls.ca", certs.pem("ca")).option("lookupd.tls.cert", certs.pem(cert))
+                .option("lookupd.tls.key", certs.key(cert)).option("lookupd.readFrom", "daemon")
+                .option("subscribe", "plain").load())
+    rows = load("etl").select("offset").collect()
+    assert sorted(r.offset for r in rows) == [r[0] for r in reference_rows("plain-0")]
+    with pytest.raises(Exception, match="UNAUTHORIZED: CN=reader may not read topic 'plain'"):
+        load("reader").count()  # it may describe (plan) but not read
+
+
+def test_fuse_mount_over_mutual_tls(mtls, certs, tmp_path):
+    from test_fusefs_helpers import Mount, require_fuse
+
+    require_fuse()
+    m = Mount(mtls.address, str(tmp_path), "--tls-ca", certs.pem("ca"), "--tls-cert", certs.pem("etl"),
+              "--tls-key", certs.key("etl")).start()
+    try:
+        assert sorted(os.listdir(m.root)) == ["large", "plain"]  # what CN=spark-etl may describe
+        with open(os.path.join(m.root, "plain", "0", "00000000000000000000.log"), "rb") as f:
+            assert f.read(1000) == blocking_call(mtls.sock, "read", "plain", 0, 0, 1 << 20)[1]["records"][:1000]
+    finally:
+        m.stop()
+    r = subprocess.run([sys.executable, "-m", "fusefs", "mount", str(tmp_path / "m2"), "--socket", mtls.address,
+                        "--tls-ca", certs.pem("ca"), "--tls-cert", certs.pem("expired"), "--tls-key",
+                        certs.key("expired")], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=REPO))
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
