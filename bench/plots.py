@@ -16,7 +16,7 @@ LINES = {
 }
 # Groups drawn as grouped bars: one cluster per server and method, one bar per load (clients,
 # pipelining, percentile), on a log scale since the values span decades.
-GROUPED = {"daemon-latency", "daemon-placement", "daemon-throughput", "daemon-cpu"}
+GROUPED = {"daemon-latency", "daemon-placement", "daemon-throughput", "daemon-cpu", "daemon-tls"}
 TITLES = {
     "index-latency": "Single floor lookup, in process",
     "index-many": "Many-lookups per call, in process",
@@ -28,6 +28,7 @@ TITLES = {
     "daemon-placement": "Round-trip p50, one client, client and server pinned to one core or two",
     "daemon-throughput": "Requests per second over a Unix socket (closed-loop clients, pipelining, columnar)",
     "daemon-cpu": "Server CPU microseconds per request (from /proc/PID/stat)",
+    "daemon-tls": "Over TLS on loopback TCP, lookupd and redis-server with the same certificate: p50/p99 and lookups/s",
 }
 
 

@@ -154,6 +154,7 @@ class TlsRelay:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         ours.setblocking(False)
         self._ours = ours
+        self._ours_fd = ours.fileno()
         return trio.SocketStream(trio.socket.from_stdlib_socket(theirs))
 
     async def serve(self, reactor: Reactor, engine: Callable[[trio.SocketStream], Awaitable[None]]) -> str | None:
@@ -212,11 +213,17 @@ class TlsRelay:
 
     def _forward(self) -> str | None:
         """Decrypt what the incoming BIO holds and pass it to the engine; _EOF, _BLOCKED or None."""
-        plain, end = [], False
+        tls, incoming = self._tls, self._incoming
+        plain, end = b"", False
         try:
-            while chunk := self._tls.read(RELAY_BYTES):
-                plain.append(chunk)
-            end = True  # b"": the client's close_notify
+            while True:
+                chunk = tls.read(RELAY_BYTES)  # one record's data
+                if not chunk:
+                    end = True  # the client's close_notify
+                    break
+                plain = plain + chunk if plain else chunk
+                if not incoming.pending:
+                    break  # all that arrived is decrypted; no SSLWantReadError raised (and caught) per request
         except ssl.SSLWantReadError:
             pass
         except ssl.SSLZeroReturnError:
@@ -226,7 +233,7 @@ class TlsRelay:
         blocked = False
         if self._outgoing.pending:  # TLS 1.3 post-handshake messages (a key update's answer)
             blocked = not self._write_to_client(self._outgoing.read())
-        if plain and not self._write_to_engine(b"".join(plain)):
+        if plain and not self._write_to_engine(plain):
             blocked = True
         if end:
             return _EOF
@@ -240,7 +247,7 @@ class TlsRelay:
             data = bytes(buf)
             buf.clear()
         try:
-            n = self._ours.send(data)
+            n = os.write(self._ours_fd, data)
         except BlockingIOError:
             n = 0
         if n < len(data):
@@ -252,7 +259,7 @@ class TlsRelay:
 
     async def _to_client_loop(self, reactor: Reactor) -> None:
         while True:
-            done = await reactor.park(self._ours.fileno(), self._on_engine_readable) == _EOF
+            done = await reactor.park(self._ours_fd, self._on_engine_readable) == _EOF
             await self._drain_to_client()
             if done:
                 try:
@@ -267,7 +274,7 @@ class TlsRelay:
     def _on_engine_readable(self) -> str | None:
         """Encrypt the engine's answers and send them; _EOF, _BLOCKED, or None to stay parked."""
         try:
-            data = self._ours.recv(RELAY_BYTES)
+            data = os.read(self._ours_fd, RELAY_BYTES)
         except BlockingIOError:
             return None
         if not data:
