@@ -413,3 +413,61 @@ def test_fuse_mount_over_mutual_tls(mtls, certs, tmp_path):
                         certs.key("expired")], capture_output=True, text=True, timeout=60,
                        env=dict(os.environ, PYTHONPATH=REPO))
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+
+
+# ---------------------------------------------------------------------------------- pure logic and config
+
+
+def test_acl_rules_and_their_errors():
+    from lookupd.daemon.acl import Acl
+    from lookupd.errors import Unauthorized
+
+    acl = Acl.from_config([{"principal": "CN=etl", "topics": ["orders", "pay-*"], "operations": ["read"]},
+                           {"principal": "token:*", "topics": ["*"], "operations": ["describe"]}])
+    assert acl.allowed("CN=etl", "orders", "read") and acl.allowed("CN=etl", "pay-eu", "read")
+    assert not acl.allowed("CN=etl", "orders2", "read") and not acl.allowed("CN=etl", "orders", "describe")
+    assert acl.allowed("token:ops", "anything", "describe") and not acl.allowed("token:ops", "x", "read")
+    with pytest.raises(Unauthorized, match="CN=etl may not describe topic 'orders'"):
+        acl.check("CN=etl", "orders", "describe")
+    acl.check("CN=etl", 5, "read")  # not a topic: left to the method's own INVALID_ARGUMENT
+    assert acl.denials == {"CN=etl": 1}
+    assert Acl.from_config([]) is None
+    for bad, why in (({"principal": "x", "topics": ["t"], "operations": ["write"]}, "unknown operation"),
+                     ({"principal": "x", "topics": [], "operations": ["read"]}, "topics must be a non-empty"),
+                     ({"principal": "", "topics": ["t"], "operations": ["read"]}, "principal must be"),
+                     ({"principal": "x", "topic": ["t"], "operations": ["read"]}, "unknown key")):
+        with pytest.raises(InvalidArgument, match=why):
+            Acl.from_config([bad])
+
+
+def test_tls_config_errors(certs, tmp_path):
+    from lookupd.daemon.config import Config, read_tokens
+
+    def check(**kw):
+        Config(log_dirs=["/x"], **kw).check()
+    with pytest.raises(InvalidArgument, match="both tls_cert_file and tls_key_file"):
+        check(tls_cert_file=certs.pem("server"))
+    with pytest.raises(InvalidArgument, match="tls_client_ca_file"):
+        check(tls_client_ca_file=certs.pem("ca"))
+    with pytest.raises(InvalidArgument, match="metrics_tls needs"):
+        check(metrics="9999", metrics_tls=True)
+    with pytest.raises(InvalidArgument, match=r"\[\[acl\]\] number 1"):
+        check(acl=[{"principal": "x"}])
+    path = tmp_path / "tokens"
+    path.write_text("a:1\nb 2\n")
+    with pytest.raises(InvalidArgument, match="line 2: expected name:secret"):
+        read_tokens(str(path))
+    path.write_text("a:1\na:2\n")
+    with pytest.raises(InvalidArgument, match="appears twice"):
+        read_tokens(str(path))
+    r = subprocess.run([sys.executable, "-m", "lookupd", "serve", "--log-dir", str(R.require() / "logs"),
+                        "--socket", str(tmp_path / "s.sock"), "--tcp", "127.0.0.1:0", "--config",
+                        str(_write(tmp_path / "c.toml", f'tls_cert_file = "{certs.pem("etl")}"\n'
+                                                        f'tls_key_file = "{certs.key("server")}"\n'))],
+                       capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=REPO))
+    assert r.returncode != 0 and "cannot load tls_cert_file" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def _write(path, text: str):
+    path.write_text(text)
+    return path
