@@ -311,20 +311,22 @@ class Daemon:
         """A TLS connection: the handshake (closed with the reason logged if it fails), then the engine
         on the plaintext side of a relay (lookupd.daemon.tls); the principal is the client
         certificate's subject under mutual TLS."""
-        relay = TlsRelay(stream.socket, self.tls.context)
+        relay, counted = TlsRelay(stream.socket, self.tls.context), True
         try:
             try:
                 await relay.handshake(self.cfg.tls_handshake_timeout_s)
             except TlsError as err:
-                self.counters.connections -= 1
                 log.info("%s: %s; closing the connection", peer, err)
                 return
             principal = relay.principal
             session = Session(trusted=False, authenticated=principal is not None, principal=principal or ANONYMOUS)
+            counted = False  # from here the engine's connection counts it (and uncounts it at its end)
             why = await relay.serve(self._reactor, lambda inner: self._connection(inner, session, peer))
             if why:
                 log.info("%s: %s", peer, why)
         finally:
+            if counted:
+                self.counters.connections -= 1
             await trio.aclose_forcefully(stream)
 
     def _connection_fd_ceiling(self) -> int:

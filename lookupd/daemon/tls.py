@@ -145,11 +145,7 @@ class TlsRelay:
         """The client certificate's subject (under mutual TLS), or None."""
         return principal_of(self._tls.getpeercert())
 
-    @property
-    def version(self) -> str | None:
-        return self._tls.version()
-
-    def engine_end(self) -> trio.SocketStream:
+    def _engine_end(self) -> trio.SocketStream:
         """The plaintext side for the engine: one end of a socketpair whose other end this relay drives."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         ours.setblocking(False)
@@ -160,7 +156,7 @@ class TlsRelay:
     async def serve(self, reactor: Reactor, engine: Callable[[trio.SocketStream], Awaitable[None]]) -> str | None:
         """Run `engine` on the plaintext side and relay until the engine has closed it and every answer
         went out; returns why the connection broke off instead (to log), or None."""
-        inner = self.engine_end()
+        inner = self._engine_end()
         failure: list[str] = []
 
         async def guarded(relay: Callable[[Reactor], Awaitable[None]], last: bool) -> None:
@@ -190,14 +186,13 @@ class TlsRelay:
         while True:
             if state is None:
                 state = await reactor.park(self._net_fd, self._on_client_readable)
-            if state == _EOF:
-                if not self._to_engine:
-                    ours.shutdown(socket.SHUT_WR)  # the engine reads its peer's end
-                    return
             await self._drain_to_client()
             while self._to_engine:
                 await trio.lowlevel.wait_writable(ours)
                 self._write_to_engine(b"")
+            if state == _EOF:
+                ours.shutdown(socket.SHUT_WR)  # the engine reads its peer's end
+                return
             state = None
 
     def _on_client_readable(self) -> str | None:
@@ -266,7 +261,7 @@ class TlsRelay:
                     self._tls.unwrap()  # close_notify
                 except ssl.SSLError:
                     pass
-                if self._outgoing.pending and self._write_to_client(self._outgoing.read()) is False:
+                if self._outgoing.pending and not self._write_to_client(self._outgoing.read()):
                     with trio.move_on_after(1.0):
                         await self._drain_to_client()
                 return
