@@ -43,7 +43,7 @@ from .config import Config, read_token, read_tokens
 from .listeners import Bound, close_listeners, open_listeners
 from .metrics import Collector, RequestMetrics, serve_metrics
 from .reactor import Reactor
-from .tls import TlsError, TlsRelay, TlsServer
+from .tls import TlsError, TlsServer, TlsSession, TlsStream
 from .workers import supervise
 from .service import METHODS, NEEDS_THREAD, Counters, Service, Session, auth_penalty, error_for
 
@@ -309,25 +309,24 @@ class Daemon:
 
     async def _tls_connection(self, stream: trio.SocketStream, peer: str) -> None:
         """A TLS connection: the handshake (closed with the reason logged if it fails), then the engine
-        on the plaintext side of a relay (lookupd.daemon.tls); the principal is the client
+        with TLS state on the connection (lookupd.daemon.tls); the principal is the client
         certificate's subject under mutual TLS."""
-        relay, counted = TlsRelay(stream.socket, self.tls.context), True
+        tls = TlsSession(stream.socket, self.tls.context)
         try:
-            try:
-                await relay.handshake(self.cfg.tls_handshake_timeout_s)
-            except TlsError as err:
-                log.info("%s: %s; closing the connection", peer, err)
-                return
-            principal = relay.principal
-            session = Session(trusted=False, authenticated=principal is not None, principal=principal or ANONYMOUS)
-            counted = False  # from here the engine's connection counts it (and uncounts it at its end)
-            why = await relay.serve(self._reactor, lambda inner: self._connection(inner, session, peer))
-            if why:
-                log.info("%s: %s", peer, why)
-        finally:
-            if counted:
-                self.counters.connections -= 1
+            await tls.handshake(self.cfg.tls_handshake_timeout_s)
+            early = tls.decrypt(b"")  # requests that came with the handshake's last read
+        except TlsError as err:
+            log.info("%s: %s; closing the connection", peer, err)
+            self.counters.connections -= 1
             await trio.aclose_forcefully(stream)
+            return
+        except BaseException:
+            self.counters.connections -= 1
+            await trio.aclose_forcefully(stream)
+            raise
+        principal = tls.principal
+        session = Session(trusted=False, authenticated=principal is not None, principal=principal or ANONYMOUS)
+        await self._connection(TlsStream(stream, tls, early), session, peer)
 
     def _connection_fd_ceiling(self) -> int:
         """The lowest descriptor number a new connection may not have: what the reserve and the
@@ -350,6 +349,8 @@ class Daemon:
         """One connection: a reader that starts a task per request, at most max_in_flight at once."""
         conn = rpc.Connection("server", self.cfg.max_frame_bytes)
         state = _ConnState(stream, conn, peer, trio.Semaphore(self.cfg.max_in_flight_per_connection))
+        if state.tls is not None and stream.early:
+            conn.receive_data(stream.early)  # requests that came with the TLS handshake's last read
         reader = trio.CancelScope()
         self._readers.add(reader)
         self._states.add(state)
@@ -409,6 +410,13 @@ class Daemon:
             return None  # spurious wake-up
         except OSError as err:
             return Action(ABORT, f"connection lost ({err.strerror or err})")
+        if st.tls is not None and data:
+            try:
+                data = st.tls.decrypt(data)
+            except TlsError as err:
+                return Action(ABORT, str(err))
+            if data is None:
+                return None  # no whole TLS record yet
         st.last_active = _now()
         st.conn.receive_data(data)
         while True:
@@ -495,7 +503,7 @@ class Daemon:
             rest = _write_at_once(st, data)
         except OSError as err:
             return Action(ABORT, f"went away before reading its responses ({err.strerror})")
-        if not rest:
+        if not rest and not _held(st):
             return None
         out.append(rest)
         return Action(FLUSH)
@@ -559,7 +567,7 @@ class Daemon:
             log.info("%s: went away before reading its responses (%s)", st.peer, err.strerror)
             st.nursery.cancel_scope.cancel()
             return
-        if not data:
+        if not data and not _held(st):
             return
         st.queued_writes += 1
         try:
@@ -583,10 +591,18 @@ def _write_at_once(st: "_ConnState", data: bytes) -> bytes:
     the peer is gone."""
     if st.queued_writes:
         return data
+    if st.tls is not None:
+        st.tls.write_now(data)  # encrypted: what the socket did not take is held in order (_held)
+        return b""
     try:
         return data[os.write(st.fd, data):]
     except BlockingIOError:
         return data
+
+
+def _held(st: "_ConnState") -> bool:
+    """Whether a TLS connection holds ciphertext its socket did not take (written by `_send`'s slow path)."""
+    return st.tls is not None and bool(st.tls.backlog)
 
 
 class _ConnState:
@@ -594,7 +610,7 @@ class _ConnState:
     when a write cannot finish at once or a threaded answer is being written (see `_send`)."""
 
     __slots__ = ("stream", "fd", "conn", "peer", "slots", "send_lock", "queued_writes", "nursery", "last_active",
-                 "waiting")
+                 "waiting", "tls")
 
     def __init__(self, stream: trio.SocketStream, conn: rpc.Connection, peer: str, slots: trio.Semaphore):
         self.stream = stream
@@ -607,6 +623,7 @@ class _ConnState:
         self.nursery: trio.Nursery | None = None
         self.last_active = _now()  # when the peer last sent something (_now's clock)
         self.waiting = False  # the reader waits for the peer (the idle sweep may close it)
+        self.tls = stream.session if isinstance(stream, TlsStream) else None  # TLS state (lookupd.daemon.tls)
 
 
 # ====================================================================== entry point
