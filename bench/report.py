@@ -75,7 +75,7 @@ SENTENCES = {
                   "(resolve_offset {lookupd resolve_offset vs redis over TLS, 8 clients:.2f}x, read of one batch "
                   "{lookupd read one batch vs redis over TLS, 8 clients:.2f}x), and one client's floor lookup takes "
                   "{lookupd lookup_offset floor vs redis over TLS, single-client p50:.2f}x redis's round trip. A TLS "
-                  "connection is relayed to the plaintext engine through a socketpair, in the same reactor pass.",
+                  "connection is served by the same engine and reactor, decrypting what it reads and encrypting what it writes.",
     "daemon-inprocess": "Partition-level calls in process on `lookupd demo-data`, against the targets in their names: the "
                         "index searches (a rolled segment's time index and offset index in one call), the batch-header walk, "
                         "the timestamp scan inside a batch and JSON rendering are C; the rest of each call (the index's "

@@ -130,7 +130,7 @@ def test_mutual_tls_principal_and_acl(mtls, certs):
         assert c.ping() == "pong"
         assert c.lookup_offset("plain", 0, 5) == blocking_call(mtls.sock, "lookup_offset", "plain", 0, 5, "floor")[1]
         assert c.read("plain", 0, 0, 1)["records"]
-        big = c.read("large", 0, 0, 8 << 20)  # megabytes through the relay, both ways in order
+        big = c.read("large", 0, 0, 8 << 20)  # megabytes of records: many TLS records, in order
         assert len(big["records"]) > 1 << 20
         assert big == blocking_call(mtls.sock, "read", "large", 0, 0, 8 << 20)[1]
         assert {p["topic"] for p in c.partitions()} == {"plain", "large"}  # only what it may describe
