@@ -503,7 +503,7 @@ class Daemon:
             rest = _write_at_once(st, data)
         except OSError as err:
             return Action(ABORT, f"went away before reading its responses ({err.strerror})")
-        if not rest and not _held(st):
+        if not rest and (st.tls is None or not st.tls.backlog):  # _held, inlined: this runs per answer
             return None
         out.append(rest)
         return Action(FLUSH)
