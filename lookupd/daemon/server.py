@@ -15,6 +15,9 @@ costs ~100-200 us on 2 cores: bench/bench_daemon.py); one that would wait for th
 every listing and columnar call, runs in a worker thread under a CapacityLimiter of
 `blocking_threads`, so a cold index on a slow disk stalls only its caller.
 `stats` counts `connections` currently open, `requests` and `errors` since start.
+TLS on the TCP listener (lookupd.daemon.tls): the handshake in the connection's task, then the
+same engine, with reads decrypted and writes encrypted at its two I/O points; who may do what
+is lookupd.daemon.acl's.
 """
 
 from __future__ import annotations
