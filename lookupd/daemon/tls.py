@@ -193,11 +193,10 @@ class TlsStream(trio.abc.Stream):
     """The engine's stream for a TLS connection: `send_all` encrypts (behind anything held) and waits until
     the socket took it all; `socket` is the TCP socket the engine parks on."""
 
-    def __init__(self, raw: trio.SocketStream, session: TlsSession, early: bytes | None = None):
+    def __init__(self, raw: trio.SocketStream, session: TlsSession):
         self.raw = raw
         self.socket = raw.socket
         self.session = session
-        self.early = early  # plaintext decrypted with the handshake, for the engine to read first
 
     async def send_all(self, data: bytes) -> None:
         session = self.session
@@ -213,7 +212,16 @@ class TlsStream(trio.abc.Stream):
         await trio.lowlevel.wait_writable(self.session.fd)
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        raise NotImplementedError("the engine reads the socket itself and calls TlsSession.decrypt")
+        """The next plaintext, b"" at the end. The engine reads the socket itself (TlsSession.decrypt);
+        this is for draining the peer before a close."""
+        while True:
+            data = await self.raw.receive_some(RECEIVE_BYTES)
+            try:
+                plain = self.session.decrypt(data) if data else b""
+            except TlsError as err:
+                raise trio.BrokenResourceError(str(err)) from None
+            if plain is not None:
+                return plain
 
     async def send_eof(self) -> None:
         await self.raw.send_eof()
