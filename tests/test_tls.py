@@ -24,7 +24,7 @@ import pytest
 import trio
 
 import reference as R
-from daemon_helpers import REPO, blocking_call
+from daemon_helpers import REPO, RawPeer, blocking_call, running, short_dir  # noqa: F401 - fixture
 from spark_fixtures import reference_rows, spark  # noqa: F401 - the shared Spark session
 from tls_certs import make_certs
 
@@ -474,3 +474,59 @@ def test_tls_config_errors(certs, tmp_path):
 def _write(path, text: str):
     path.write_text(text)
     return path
+
+
+# ---------------------------------------------------------------------------------- TLS within the daemon's limits
+# In process (tests/daemon_helpers.running), so the daemon's accounting can be looked at.
+
+
+async def _tls_peer(d, certs, client: str | None = None, rcvbuf: int | None = None) -> RawPeer:
+    """A msgpack-rpc peer over TLS to the in-process daemon's TCP listener (`rcvbuf`: a small receive window,
+    so unread answers stay in the daemon rather than in the kernel)."""
+    port = next(b.sock.getsockname()[1] for b in d.listeners if b.kind == "tcp")
+    s = socket.socket()
+    if rcvbuf:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    s.setblocking(False)
+    raw = trio.SocketStream(trio.socket.from_stdlib_socket(s))
+    await raw.socket.connect(("127.0.0.1", port))
+    ctx = ssl.create_default_context(cafile=certs.pem("ca"))
+    if client:
+        ctx.load_cert_chain(certs.pem(client), certs.key(client))
+    stream = trio.SSLStream(raw, ctx, server_hostname="127.0.0.1")
+    await stream.do_handshake()
+    return RawPeer(stream)
+
+
+@pytest.mark.trio
+async def test_unsent_tls_ciphertext_counts_against_the_buffer_limits(certs, short_dir):
+    """Ciphertext the socket has not taken is held by the connection like unsent plaintext: one unread 8 MiB
+    answer over TLS counts (muting the connection), and two such connections over max_buffered_bytes get
+    the one holding the most closed, while the other's answer arrives whole once its client reads."""
+    mib = 1 << 20
+    async with running(os.path.join(short_dir, "d.sock"), tcp="127.0.0.1:0", tls_cert_file=certs.pem("server"),
+                       tls_key_file=certs.key("server"), max_buffered_bytes_per_connection=mib,
+                       max_buffered_bytes=3 * mib) as d:
+        first = await _tls_peer(d, certs, rcvbuf=64 << 10)
+        await first.request("read", "large", 0, 0, 8 * mib)
+        with trio.fail_after(20):
+            while d.buffers.total < 2 * mib:  # the answer's ciphertext, held after its thread ended
+                await trio.sleep(0.02)
+        second = await _tls_peer(d, certs, rcvbuf=64 << 10)
+        await second.request("read", "large", 0, 0, 8 * mib)
+        with trio.fail_after(20):
+            while d.counters.connections != 1:  # over 3 MiB together: the biggest holder is closed
+                await trio.sleep(0.02)
+        with open(R.require() / "logs" / "large-0" / "00000000000000000000.log", "rb") as f:
+            want = f.read(8 * mib)
+        answers = []
+        for peer in (first, second):
+            try:
+                with trio.fail_after(20):
+                    msg = await peer.recv()
+            except (trio.BrokenResourceError, ssl.SSLError):
+                msg = None
+            answers.append(msg)
+        whole = [m for m in answers if m is not None and m[:3] == [1, 1, None]]
+        assert len(whole) == 1, [m if m is None else m[:3] for m in answers]  # the survivor's, whole and right
+        assert want.startswith(whole[0][3]["records"]) and len(whole[0][3]["records"]) > 4 * mib

@@ -634,7 +634,7 @@ class Daemon:
         except OSError as err:
             st.gone = True
             return Action(ABORT, f"went away before reading its responses ({err.strerror})")
-        if not rest and (st.tls is None or not st.tls.backlog):  # _held, inlined: this runs per answer
+        if not rest and (st.tls is None or not st.tls.backlog):  # _ciphertext_held, inlined: this runs per answer
             return None
         out.append(rest)
         return Action(FLUSH)
@@ -725,9 +725,9 @@ class Daemon:
         except OSError as err:
             self._gone(st, f"went away before reading its responses ({err.strerror})")
             return
-        if not data and not _held(st):
+        size = len(data) if data else _ciphertext_held(st)  # TLS: what the socket did not take is ciphertext
+        if not size:
             return
-        size = len(data)
         self.buffers.hold(st.holding, answers=size)
         st.queued_writes += 1
         written = False
@@ -770,7 +770,7 @@ def _write_at_once(st: "_ConnState", data: bytes) -> bytes:
     if st.queued_writes:
         return data
     if st.tls is not None:
-        st.tls.write_now(data)  # encrypted: what the socket did not take is held in order (_held)
+        st.tls.write_now(data)  # encrypted: what the socket did not take is held in order (_ciphertext_held)
         return b""
     try:
         n = os.write(st.fd, data)
@@ -779,9 +779,10 @@ def _write_at_once(st: "_ConnState", data: bytes) -> bytes:
     return b"" if n == len(data) else memoryview(data)[n:]
 
 
-def _held(st: "_ConnState") -> bool:
-    """Whether a TLS connection holds ciphertext its socket did not take (written by `_send`'s slow path)."""
-    return st.tls is not None and bool(st.tls.backlog)
+def _ciphertext_held(st: "_ConnState") -> int:
+    """The ciphertext a TLS connection holds that its socket did not take (written by `_send`'s slow path,
+    and counted there as held answers: lookupd.daemon.buffers)."""
+    return len(st.tls.backlog) if st.tls is not None else 0
 
 
 class _ConnState:
