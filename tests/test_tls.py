@@ -530,3 +530,70 @@ async def test_unsent_tls_ciphertext_counts_against_the_buffer_limits(certs, sho
         whole = [m for m in answers if m is not None and m[:3] == [1, 1, None]]
         assert len(whole) == 1, [m if m is None else m[:3] for m in answers]  # the survivor's, whole and right
         assert want.startswith(whole[0][3]["records"]) and len(whole[0][3]["records"]) > 4 * mib
+
+
+async def _raw_tcp(d) -> trio.SocketStream:
+    port = next(b.sock.getsockname()[1] for b in d.listeners if b.kind == "tcp")
+    return await trio.open_tcp_stream("127.0.0.1", port)
+
+
+async def _closed_within(stream: trio.abc.Stream, seconds: float) -> bool:
+    """Whether the daemon closes `stream` within `seconds` (what it sends first is skipped)."""
+    with trio.move_on_after(seconds):
+        try:
+            while await stream.receive_some(1 << 16):
+                pass
+        except trio.BrokenResourceError:
+            pass
+        return True
+    return False
+
+
+@pytest.mark.trio
+async def test_tls_handshakes_are_made_within_the_pre_auth_limits(certs, short_dir):
+    """Under mutual TLS (no token) a connection is unauthenticated until its certificate is verified: a
+    silent handshake gets auth_timeout_s (shorter than tls_handshake_timeout_s here), handshakes count
+    among max_unauthenticated_connections (the oldest closed), and a certificate authenticates: no deadline
+    and full-size messages afterwards."""
+    async with running(os.path.join(short_dir, "d.sock"), tcp="127.0.0.1:0", tls_cert_file=certs.pem("server"),
+                       tls_key_file=certs.key("server"), tls_client_ca_file=certs.pem("ca"),
+                       tls_handshake_timeout_s=30.0, auth_timeout_s=1.0, max_unauthenticated_connections=2) as d:
+        silent = [await _raw_tcp(d) for _ in range(3)]  # one more than the cap: the oldest is closed
+        assert await _closed_within(silent[0], 5)
+        authed = await _tls_peer(d, certs, client="etl")
+        assert await authed.call("ping") == (None, "pong")
+        for late in silent[1:]:  # no handshake within auth_timeout_s
+            assert await _closed_within(late, 5)
+        await trio.sleep(1.3)  # past the deadline: the certificate authenticated this one
+        assert await authed.call("ping") == (None, "pong")
+        offsets = list(range(20_000))  # ~60 KB of msgpack, near the 64 KiB limit before auth
+        err, result = await authed.call("resolve_offsets", "plain", 0, offsets + offsets)
+        assert err is None and len(result["segment"]) == 40_000
+
+
+@pytest.mark.trio
+async def test_failed_handshakes_are_logged_through_the_rate_limited_client_log(certs, short_dir, caplog):
+    """A flood of connections that fail their handshake writes a bounded number of lines, and the
+    lines left out are counted in the next one written."""
+    import logging
+
+    from lookupd.daemon.clientlog import LINES_BURST
+
+    n = 3 * LINES_BURST
+    with caplog.at_level(logging.INFO, logger="lookupd"):
+        async with running(os.path.join(short_dir, "d.sock"), tcp="127.0.0.1:0", tls_cert_file=certs.pem("server"),
+                           tls_key_file=certs.key("server")) as d:
+            async def garbage() -> None:
+                s = await _raw_tcp(d)
+                await s.send_all(b"GET / HTTP/1.0\r\n\r\n")  # not TLS: the handshake fails at once
+                await _closed_within(s, 10)
+                await s.aclose()
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(n):
+                    nursery.start_soon(garbage)
+            await trio.sleep(0.2)  # room in the rate limit for one more line
+            await garbage()
+    lines = [r.getMessage() for r in caplog.records if "TLS handshake" in r.getMessage()]
+    assert len(lines) < n
+    assert any("left out before this one: rate limit" in line for line in lines), lines[-3:]

@@ -377,8 +377,8 @@ class Daemon:
                         trio.Semaphore(min(cfg.blocking_threads_per_connection, cfg.blocking_threads)))
         st.errors = self.client_log.connection(peer)
         st.holding = self.buffers.open(partial(st.end_with, "UNAVAILABLE"))
-        if self.service.tokens and session.needs_auth:
-            self._admit_unauthenticated(st)
+        if session.needs_auth and (self.service.tokens or st.tls is not None and self.tls.mutual):
+            self._admit_unauthenticated(st)  # a TLS handshake is made under these limits too
         self._states.add(st)
         if self._stopping:
             st.reader.cancel()
@@ -403,22 +403,24 @@ class Daemon:
             await self._close(st)
 
     async def _handshake(self, st: "_ConnState", session: Session) -> bool:
-        """A TLS connection's handshake (lookupd.daemon.tls); False, logged, when it failed. Under mutual
-        TLS the client certificate's subject is the principal, and the certificate authenticates."""
+        """A TLS connection's handshake (lookupd.daemon.tls), within the pre-auth limits when clients must
+        authenticate; False when it failed (one rate-limited line, lookupd.daemon.clientlog). Under mutual
+        TLS the client certificate's subject is the principal, and the certificate authenticates: for the
+        pre-auth limits too, whether or not a token is configured, as for every call (Service.authorize)."""
         st.gone = True  # until the handshake is done nothing can be sent on it, not even why it is closed
         try:
             await st.tls.handshake(self.cfg.tls_handshake_timeout_s)
             early = st.tls.decrypt(b"")  # requests that came with the handshake's last read
         except TlsError as err:
-            log.info("%s: %s; closing the connection", st.peer, err)
+            st.errors.error(f"{err}; closing the connection")
             return False
         st.gone = False
-        if early:
-            st.conn.receive_data(early)
         principal = st.tls.principal
         if principal is not None:
             session.principal, session.authenticated = principal, True
             self._lift_pre_auth_limits(st)
+        if early:
+            st.conn.receive_data(early)
         return True
 
     def _admit_unauthenticated(self, st: "_ConnState") -> None:
