@@ -597,3 +597,28 @@ async def test_failed_handshakes_are_logged_through_the_rate_limited_client_log(
     lines = [r.getMessage() for r in caplog.records if "TLS handshake" in r.getMessage()]
     assert len(lines) < n
     assert any("left out before this one: rate limit" in line for line in lines), lines[-3:]
+
+
+@pytest.mark.trio
+async def test_named_tokens_are_throttled_per_address_and_any_bytes_are_a_wrong_token(certs, short_dir):
+    """auth_tokens_file's tokens (no auth_token_file) go through the per-address wait before a token is
+    checked, and token bytes that are not UTF-8 are a wrong token like any other (never INTERNAL)."""
+    from lookupd.daemon.authlimit import delay
+
+    async with running(os.path.join(short_dir, "d.sock"), tcp="127.0.0.1:0", tls_cert_file=certs.pem("server"),
+                       tls_key_file=certs.key("server"), auth_tokens_file=_tokens_file(short_dir)) as d:
+        p = await _tls_peer(d, certs)
+        for msgid, token in ((1, b"\xa3\xff\xfe\x80"), (2, b"\xc4\x03\xff\xfe\x80")):  # str and bin, invalid UTF-8
+            await p.send_bytes(b"\x94\x00" + bytes([msgid]) + b"\xa4auth\x91" + token)
+            msg = await p.recv()
+            assert msg[:2] == [1, msgid] and msg[2]["code"] == "UNAUTHORIZED", msg
+        assert d.counters.errors == 2
+        t0 = trio.current_time()  # the waits count from the last wrong token's answer
+        q = await _tls_peer(d, certs)  # a new connection from the same address waits its turn
+        err, _ = await q.call("auth", "ops-secret-2")
+        assert err["code"] == "UNAUTHORIZED"
+        assert trio.current_time() - t0 >= delay(2) * 0.95, "a new connection started afresh"
+        t0 = trio.current_time()
+        assert await q.call("auth", "batch-secret-2") == (None, True)
+        assert trio.current_time() - t0 >= delay(3) * 0.95
+        assert (await q.call("lookup_offset", "plain", 0, 0, "floor"))[0] is None
