@@ -18,7 +18,7 @@ import tomllib
 from lookupd.errors import InvalidArgument, LookupdError
 from lookupd.format.names import segment_file_name
 from lookupd.log.remote.config import DEFAULT_CACHE_BYTES, RemoteConfig
-from lookupd.log.remote.layout import list_partitions
+from lookupd.log.remote.layout import partition_dirs
 from lookupd.log.remote_metadata import read_leader_epoch_checkpoint, read_topic_id
 from lookupd.log.remotelog import RemoteTier
 from lookupd.log.remotesegment import RemoteSegment, RemoteSegmentInfo
@@ -103,8 +103,8 @@ class RemoteSegments:
                 topic_id = None
             lineage = read_leader_epoch_checkpoint(local_dir)
         store, prefix = self.tier.store, self.tier.config.prefix
-        found = [rp for rp in list_partitions(store, prefix) if rp.topic == topic and rp.partition == partition
-                 and (topic_id is None or rp.topic_id == topic_id)]
+        found = [rp for rp in partition_dirs(store, prefix, topic, partition)
+                 if topic_id is None or rp.topic_id == topic_id]
         out: dict[int, RemoteSegmentInfo] = {}
         if found:
             out = {info.base_offset: info for info in self.tier.list_partition(found[0], None, lineage)}

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from lookupd.log.remote.config import RemoteConfig
-from lookupd.log.remote.layout import RemotePartition, SegmentKeys, list_partitions, list_segments, parse_key
+from lookupd.log.remote.layout import (RemotePartition, SegmentKeys, list_partitions, list_segments, parse_key,
+                                      partition_dirs)
 from lookupd.log.remote.store import ObjectStore
 from s3server import s3_server  # noqa: F401 - fixture
 
@@ -70,5 +71,10 @@ def test_listing_keeps_complete_uploads_and_finds_every_partition(s3_server, tmp
     assert [s.keys.segment_id for s in listed] == [SID, sid2, SID]
     assert listed[0].log_size == len(complete[0].log) and listed[0].manifest_size == len(complete[0].manifest)
     assert list_partitions(store, prefix) == sorted([p0, p3, other])
+    again = RemotePartition("orders", 3, "C" * 22)  # the topic deleted and created again: a second id
+    _put(client, bucket, [SegmentKeys(0, SID, again, prefix).manifest])
+    assert partition_dirs(store, prefix, "orders", 3) == sorted([p3, again])
+    assert partition_dirs(store, prefix, "orders", 0) == [p0]
+    assert partition_dirs(store, prefix, "orders", 1) == [] and partition_dirs(store, prefix, "my", 12) == []
     only_manifest = list_segments(store, prefix, p3)[0]
     assert only_manifest.log_size is None and only_manifest.indexes_size is None

@@ -21,7 +21,7 @@ from typing import Callable
 
 from ..daemon.config import load_remote
 from ..errors import CorruptDataError, InvalidArgument
-from ..log.remote.layout import RemotePartition, list_partitions
+from ..log.remote.layout import RemotePartition, partition_dirs
 from ..log.remotelog import RemoteTier
 from ..log.segment import LogSegment
 from .progress import Progress
@@ -71,7 +71,7 @@ class Counts:
 
 
 def _find_partition(store, prefix: str, topic: str, partition: int, topic_id: str | None) -> RemotePartition:
-    found = [rp for rp in list_partitions(store, prefix) if rp.topic == topic and rp.partition == partition]
+    found = partition_dirs(store, prefix, topic, partition)
     if topic_id is not None:
         found = [rp for rp in found if rp.topic_id == topic_id]
     if not found:

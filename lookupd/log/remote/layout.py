@@ -112,3 +112,14 @@ def list_partitions(store, prefix: str) -> list[RemotePartition]:
             if _PARTITION.fullmatch(number) and int(number) <= 2 ** 31 - 1:
                 out.append(RemotePartition(t["topic"], int(number), t["topic_id"]))
     return sorted(out)
+
+
+def partition_dirs(store, prefix: str, topic: str, partition: int) -> list[RemotePartition]:
+    """One partition's directories in the bucket, one per topic id the topic had: one listing of the topic
+    directories, then one of each that bears the topic's name (not one per topic in the bucket)."""
+    out = []
+    for topic_dir in store.list_dirs(prefix):
+        t = _TOPIC_DIR.fullmatch(topic_dir[len(prefix):].rstrip("/"))
+        if t is not None and t["topic"] == topic and f"{topic_dir}{partition}/" in store.list_dirs(topic_dir):
+            out.append(RemotePartition(topic, partition, t["topic_id"]))
+    return sorted(out)
