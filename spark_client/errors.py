@@ -21,3 +21,7 @@ class DataLossError(RuntimeError):
 
 class SegmentsChanged(OptionError):
     """Segments were rolled or deleted while a read was planned: planning again gives a consistent plan."""
+
+
+class PartitionUnreadable(RuntimeError):
+    """A partition being read that its daemon cannot read (its `partitions` entry carries an `error`)."""
