@@ -77,3 +77,31 @@ def test_remote_io_never_runs_on_the_event_loop(s3_server, tmp_path):  # noqa: F
                 assert local == s.call("resolve_offset", ["plain", 0, 900], TRUSTED)
         finally:
             lm.close()
+
+
+def test_sighup_lists_the_bucket_again(s3_server, short_dir, tmp_path):  # noqa: F811
+    """Retention deleted the oldest remote segment: after SIGHUP the daemon's log start is the next one's."""
+    import signal
+    import time
+
+    R.require()
+    t = tier_partition(tmp_path, R.log_dir("plain-0"), s3_server, cut=3, metadata_topic=False)
+    sock = os.path.join(short_dir, "s")
+    conf = os.path.join(short_dir, "c.toml")
+    _config_file(conf, t.config, sock, t.tiered_dir)
+    proc = start_daemon(["--config", conf], short_dir, sock)
+    try:
+        def log_start():
+            return [p for p in blocking_call(sock, "partitions")[1] if p["topic"] == "plain"][0]["log_start_offset"]
+
+        assert log_start() == 0
+        for key in (t.uploaded[0].manifest_key, t.uploaded[0].log_key, t.uploaded[0].indexes_key):
+            s3_server.client().delete_object(Bucket=t.config.bucket, Key=key)
+        proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 20
+        while log_start() == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert log_start() == t.uploaded[1].facts.base_offset
+    finally:
+        code, stderr = stop_daemon(proc)
+    assert code == 0, stderr
