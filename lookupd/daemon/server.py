@@ -15,6 +15,13 @@ costs ~100-200 us on 2 cores: bench/bench_daemon.py); one that would wait for th
 every listing and columnar call, runs in a worker thread under a CapacityLimiter of
 `blocking_threads`, so a cold index on a slow disk stalls only its caller.
 `stats` counts `connections` currently open, `requests` and `errors` since start.
+
+What clients may hold is bounded: memory per connection and overall (lookupd.daemon.buffers),
+worker threads per connection (`blocking_threads_per_connection`), message size, time and
+number of connections before `auth` (PRE_AUTH_FRAME_BYTES, `auth_timeout_s`,
+`max_unauthenticated_connections`), token guesses per source address (lookupd.daemon.authlimit)
+and log lines about clients (lookupd.daemon.clientlog). On SIGTERM every request already read is
+answered, then each connection is closed without a reset (Daemon._close).
 """
 
 from __future__ import annotations
