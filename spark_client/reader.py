@@ -10,6 +10,10 @@ broker's replica at the same path, does not match; the split then goes on throug
 `read`, from the offset after the last batch used, and stops at the next split's first batch,
 so nothing is read twice.
 
+Pieces of remote (tiered) segments are read straight from the bucket by ranged GETs
+(spark_client.remote), checked against the plan the same way; one whose objects retention deleted
+since planning goes on through the daemon too, which then reports what the log holds.
+
 Offsets the split needs that the log no longer holds (retention below them, or a truncation
 of the log's end) are data loss, handled as Spark's Kafka source does (KafkaDataConsumer):
 with failOnDataLoss the task fails naming the partition and offsets; without, they are
@@ -37,7 +41,6 @@ from lookupd.rpc.client import Client, RemoteError
 from lookupd.errors import CorruptRecordError
 from lookupd.log.filerecords import FileRecords, read_frames
 from lookupd.format.names import segment_file_name
-
 from lookupd.log.remote.store import ObjectNotFound
 
 from .errors import DataLossError
@@ -137,8 +140,9 @@ class _SplitReader:
         yield from self._daemon_chunks()
 
     def _local_piece(self, piece: Piece):
-        """Yield the piece's batches from the local file (a remote segment's: from the bucket), in runs sharing a buffer, while they match the plan;
-        return whether all of them did and they ended exactly at the piece's end.
+        """Yield the piece's batches from the local file (a remote segment's: from the bucket), in runs sharing
+        a buffer, while they match the plan; return whether all of them did and they ended exactly at the
+        piece's end.
 
         A batch matches when the first one sits at the piece's start with the planned base offset, and each
         later one follows the batch before it in offset order and belongs to the split: a file compacted or
