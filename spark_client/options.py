@@ -210,7 +210,8 @@ def _remote(opts: dict[str, str]) -> RemoteOptions:
                 raise ValueError
         except ValueError:
             raise OptionError(f"Expected e.g. {{\"key-1\": \"/etc/lookupd/tiered-key-1.pem\"}} for option "
-                              f"'{REMOTE_KEYS}' (key id -> PEM private key file on the executors), got {keys}") from None
+                              f"'{REMOTE_KEYS}' (key id -> PEM private key file on the executors), "
+                              f"got {keys}") from None
         pairs = tuple(sorted(parsed.items()))
     bucket = opts.get("lookupd.remote.bucket")
     if bucket is not None and not bucket.strip():

@@ -116,8 +116,8 @@ class PartitionRange:
     def path(self, seg: Segment) -> str:
         if seg.key is not None:
             return self.remote.url(seg.key) if self.remote is not None else f"remote segment {seg.key}"
-        segment = seg.base_offset
-        return os.path.join(self.info.log_dir, f"{self.info.topic}-{self.info.partition}", segment_file_name(segment, ".log"))
+        return os.path.join(self.info.log_dir, f"{self.info.topic}-{self.info.partition}",
+                            segment_file_name(seg.base_offset, ".log"))
 
 
 def part_counts(sizes: list[int], min_partitions: int | None) -> list[int]:

@@ -234,8 +234,8 @@ def test_a_stream_from_earliest_walks_from_the_bucket_into_local_segments(spark,
                 os.remove(os.path.join(part, f"{base:020d}{suffix}"))
         conf = os.path.join(root, "d.toml")
         with open(conf, "w") as f:
-            f.write(f'rescan_interval_s = 0.2\n[remote]\nbucket = "{bucket}"\nendpoint_url = "{s3_server.endpoint_url}"\n'
-                    f'cache_dir = "{root}/cache"\n')
+            f.write(f'rescan_interval_s = 0.2\n[remote]\nbucket = "{bucket}"\n'
+                    f'endpoint_url = "{s3_server.endpoint_url}"\ncache_dir = "{root}/cache"\n')
         with running_daemon([root], t.address, config=conf):
             t.wait_visible(0)
             sink = Batches()
