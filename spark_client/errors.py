@@ -35,6 +35,10 @@ class SegmentsChanged(OptionError):
     """Segments were rolled or deleted while a read was planned: planning again gives a consistent plan."""
 
 
+class PartitionUnreadable(RuntimeError):
+    """A partition being read that its daemon cannot read (its `partitions` entry carries an `error`)."""
+
+
 class WorkerPythonError(RuntimeError):
     """Spark's Python workers run an interpreter that cannot import spark_client."""
 

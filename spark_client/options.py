@@ -64,6 +64,18 @@ class Strategy:
 
 
 @dataclass(frozen=True)
+class RemoteOptions:
+    """The lookupd.remote.* options: where executors read remote segments from. None: the daemon's
+    [remote] setting (its `stats` says it), else the default."""
+
+    bucket: str | None = None
+    prefix: str | None = None
+    endpoint_url: str | None = None
+    region: str | None = None
+    encryption_keys: tuple[tuple[str, str], ...] = ()  # key id -> PEM file readable on the executors
+
+
+@dataclass(frozen=True)
 class ReadOptions:
     strategy: Strategy
     starting: Bound
@@ -85,6 +97,7 @@ class ReadOptions:
     max_offsets_per_trigger: int | None = None
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int = 0
+    remote: RemoteOptions = RemoteOptions()
 
 
 ASSIGN, SUBSCRIBE, SUBSCRIBE_PATTERN = "assign", "subscribe", "subscribepattern"
@@ -93,6 +106,7 @@ ADDRESS = "lookupd.address"
 ADDRESS_EXAMPLE = '{"broker-1": "broker-1:9470", "broker-2": "broker-2:9470", "orders-0": "broker-2:9470"}'
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 READ_FROM = ("auto", "files", "daemon")
+REMOTE_KEYS = "lookupd.remote.encryption.keys"
 STREAM_ONLY = ("maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay")
 DEFAULT_MAX_TRIGGER_DELAY = "15m"  # Spark's default for maxTriggerDelay
 _TIME_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -184,9 +198,32 @@ def _settings(opts: dict[str, str]) -> dict:
         read_committed=_isolation_level(opts) == "read_committed",
         address=parse_address(opts.get(ADDRESS)), token_file=opts.get("lookupd.tokenfile") or None,
         read_from=_choice(opts, "lookupd.readfrom", "lookupd.readFrom", READ_FROM, "auto"),
+        remote=_remote(opts),
         tls=tuple((f"tls_{part}", opts[f"lookupd.tls.{part}"]) for part in ("ca", "cert", "key")
                   if opts.get(f"lookupd.tls.{part}")),
     )
+
+
+def _remote(opts: dict[str, str]) -> RemoteOptions:
+    """lookupd.remote.bucket, .prefix, .endpoint_url, .region and .encryption.keys (JSON: key id -> PEM path)."""
+    keys = opts.get(REMOTE_KEYS)
+    pairs: tuple[tuple[str, str], ...] = ()
+    if keys is not None:
+        try:
+            parsed = json.loads(keys)
+            if not isinstance(parsed, dict) or not all(isinstance(v, str) and v for v in parsed.values()):
+                raise ValueError
+        except ValueError:
+            raise OptionError(f"Expected e.g. {{\"key-1\": \"/etc/lookupd/tiered-key-1.pem\"}} for option "
+                              f"'{REMOTE_KEYS}' (key id -> PEM private key file on the executors), "
+                              f"got {keys}") from None
+        pairs = tuple(sorted(parsed.items()))
+    bucket = opts.get("lookupd.remote.bucket")
+    if bucket is not None and not bucket.strip():
+        raise OptionError("lookupd.remote.bucket must name the bucket the tiered segments are in")
+    return RemoteOptions(bucket=bucket and bucket.strip(), prefix=opts.get("lookupd.remote.prefix"),
+                         endpoint_url=opts.get("lookupd.remote.endpoint_url") or None,
+                         region=opts.get("lookupd.remote.region") or None, encryption_keys=pairs)
 
 
 def parse_address(value: str | None) -> str | dict[str, str]:

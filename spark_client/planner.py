@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from .errors import DataLossError, OptionError, SegmentsChanged
 from .options import EARLIEST, LATEST, Bound, ReadOptions, TopicPartition, tp_name, tp_names
+from .remote import resolve_location
 from .routing import Daemons, PartitionInfo, addresses, columnar, discover, route
 from .splits import Batch, PartitionRange, Segment, Split, build_splits, cut_targets, part_counts
 
@@ -41,8 +42,11 @@ def plan_ranges(options: ReadOptions, daemons: Daemons, bounds: list[tuple[Parti
     """The splits reading offsets [start, end) of each (partition, start, end), in the order given.
 
     Offsets outside the partition's log are data loss (failOnDataLoss), as are deleted batches."""
+    locations = {a: resolve_location(options.remote, daemons.client(a).stats().get("remote"))
+                 for a in dict.fromkeys(info.address for info, _, _ in bounds)}
     with ThreadPoolExecutor(min(PLANNING_THREADS, max(len(bounds), 1))) as pool:
-        ranges = [r for r in pool.map(lambda b: resolve_range(options, daemons, *b), bounds) if r is not None]
+        ranges = [replace(r, remote=locations[r.info.address])
+                  for r in pool.map(lambda b: resolve_range(options, daemons, *b), bounds) if r is not None]
         counts = part_counts([r.bytes for r in ranges], options.min_partitions)
 
         def cut(r: PartitionRange, parts: int) -> list[Split]:
@@ -95,8 +99,9 @@ def resolve_range(options: ReadOptions, daemons: Daemons, info: PartitionInfo, s
                           f"partition is broken.")
     if start == end:
         return None
-    listing = [(s["base_offset"], s["size"]) for s in client.segments(info.topic, info.partition)]
-    bases = [b for b, _ in listing]
+    listing = [(s["base_offset"], s["size"], s.get("key") if s.get("tier") == "remote" else None)
+               for s in client.segments(info.topic, info.partition)]
+    bases = [b for b, _, _ in listing]
     at = _batches(daemons, info, [start, end] + bases, keep_missing=True)
     first, last = at[0], at[1]
     if first is None:
@@ -107,7 +112,8 @@ def resolve_range(options: ReadOptions, daemons: Daemons, info: PartitionInfo, s
         return _lost(options, info, start, end, f"no batch holds offset {start} any more")
     firsts = {b: (loc.base_offset if loc is not None and loc.segment == b else -1) for b, loc in zip(bases, at[2:])}
     end_segment = last.segment if last is not None else bases[-1]
-    segments = tuple(Segment(b, size, firsts[b]) for b, size in listing if first.segment <= b <= end_segment)
+    segments = tuple(Segment(b, size, firsts[b], key) for b, size, key in listing
+                     if first.segment <= b <= end_segment)
     if not segments or segments[0].base_offset != first.segment or segments[-1].base_offset != end_segment:
         raise SegmentsChanged(f"the segments of {tp_name(info.tp)} changed while the read was planned; run it again")
     end_position = last.position + last.size if last is not None else segments[-1].size

@@ -10,6 +10,10 @@ broker's replica at the same path, does not match; the split then goes on throug
 `read`, from the offset after the last batch used, and stops at the next split's first batch,
 so nothing is read twice.
 
+Pieces of remote (tiered) segments are read straight from the bucket by ranged GETs
+(spark_client.remote), checked against the plan the same way; one whose objects retention deleted
+since planning goes on through the daemon too, which then reports what the log holds.
+
 Offsets the split needs that the log no longer holds (retention below them, or a truncation
 of the log's end) are data loss, handled as Spark's Kafka source does (KafkaDataConsumer):
 with failOnDataLoss the task fails naming the partition and offsets; without, they are
@@ -37,8 +41,10 @@ from lookupd.rpc.client import Client, RemoteError
 from lookupd.errors import CorruptRecordError
 from lookupd.log.filerecords import FileRecords, read_frames
 from lookupd.format.names import segment_file_name
+from lookupd.log.remote.store import ObjectNotFound
 
 from .errors import DataLossError
+from .remote import RemoteHandle, segment_data
 from .options import EARLIEST, LATEST
 from .splits import Piece, Split
 
@@ -135,18 +141,28 @@ class _SplitReader:
         yield from self._daemon_chunks()
 
     def _local_piece(self, piece: Piece):
-        """Yield the piece's batches from the local file, in runs sharing a buffer, while they match the plan;
-        return whether all of them did and they ended exactly at the piece's end.
+        """Yield the piece's batches from the local file (a remote segment's: from the bucket), in runs sharing
+        a buffer, while they match the plan; return whether all of them did and they ended exactly at the
+        piece's end.
 
         A batch matches when the first one sits at the piece's start with the planned base offset, and each
         later one follows the batch before it in offset order and belongs to the split: a file compacted or
         replaced since planning holds other batches at the planned bytes, and those may reach into the next
         split's offsets. The cursor stays after the last batch yielded, for the daemon to go on from."""
-        log_file = FileRecords(piece.path)
-        try:
-            handle = log_file.handle()
-        except FileNotFoundError:
-            return False
+        if piece.key is not None:
+            if self.split.remote is None:
+                return False  # no bucket named: the daemon reads it
+            try:
+                handle = RemoteHandle(segment_data(self.split.remote, piece.key))
+            except ObjectNotFound:
+                return False  # deleted by retention since planning: the daemon says what the log holds now
+            log_file = None
+        else:
+            log_file = FileRecords(piece.path)
+            try:
+                handle = log_file.handle()
+            except FileNotFoundError:
+                return False
         frames = read_frames(handle, piece.start, piece.end, path=piece.path, chunk=CHUNK_BYTES, whole=True)
         try:
             try:
@@ -167,6 +183,7 @@ class _SplitReader:
                 if last < cursor or cursor > past:
                     break  # not the planned batch: out of order, or past the split's end
                 if buf is not run_buf:
+                    self.cursor = cursor  # after the run yielded, should the rest fail (a remote object deleted)
                     yield run_buf, start, end, run_pos, piece.path
                     run_buf, start, run_pos = buf, off, at - off
                 end = off + size
@@ -174,8 +191,11 @@ class _SplitReader:
                 pos = at + size
             self.cursor = cursor
             yield run_buf, start, end, run_pos, piece.path
+        except ObjectNotFound:
+            return False  # a chunk's object deleted mid-read: the daemon goes on from the cursor
         finally:
-            log_file.close()
+            if log_file is not None:
+                log_file.close()
         return pos == piece.end
 
     def _daemon_chunks(self) -> Iterator[tuple[bytes, int, int, int, str]]:

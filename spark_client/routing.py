@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from lookupd.rpc.client import Client
 from lookupd.errors import UnknownPartition
 
-from .errors import OptionError
+from .errors import OptionError, PartitionUnreadable
 from .options import TopicPartition, tp_name
 
 DAEMON_TIMEOUT_S = 60.0
@@ -39,7 +39,8 @@ class PartitionInfo:
     address: str
     log_dir: str
     log_start_offset: int
-    log_end_offset: int
+    log_end_offset: int | None  # None with `error`
+    error: str | None = None  # why the daemon cannot read the partition ("CODE: message"), if it cannot
 
     @property
     def tp(self) -> TopicPartition:
@@ -107,9 +108,9 @@ def discover(spec: str | dict[str, str], daemons: Daemons) -> dict[TopicPartitio
     for address in addresses(spec):
         for p in daemons.client(address).partitions():
             info = PartitionInfo(p["topic"], p["partition"], address, p["log_dir"],
-                                 p["log_start_offset"], p["log_end_offset"])
+                                 p["log_start_offset"], p.get("log_end_offset"), p.get("error"))
             served.setdefault(info.tp, []).append(info)
-    routes = {tp: max(infos, key=lambda i: (i.log_end_offset, -i.log_start_offset)) for tp, infos in served.items()}
+    routes = {tp: max(infos, key=_preference) for tp, infos in served.items()}
     if isinstance(spec, dict):
         by_name = {tp_name(tp): tp for tp in served}
         for key, address in spec.items():
@@ -124,8 +125,20 @@ def discover(spec: str | dict[str, str], daemons: Daemons) -> dict[TopicPartitio
     return routes
 
 
+def _preference(i: PartitionInfo) -> tuple:
+    """Replicas a daemon can read first, then the longest copy."""
+    readable = i.error is None and i.log_end_offset is not None
+    return readable, i.log_end_offset if readable else -1, -i.log_start_offset
+
+
 def route(routes: dict[TopicPartition, PartitionInfo], tp: TopicPartition, spec: str | dict[str, str]) -> PartitionInfo:
+    """The partition's route; UnknownPartition if no daemon serves it, PartitionUnreadable if its daemon
+    cannot read it (partitions not read are never checked: one broken partition fails only its readers)."""
     info = routes.get(tp)
     if info is None:
         raise UnknownPartition(f"partition {tp_name(tp)} is not served by lookupd at {', '.join(addresses(spec))}")
+    if info.error is not None or info.log_end_offset is None:
+        raise PartitionUnreadable(f"partition {tp_name(tp)} cannot be read: lookupd at {info.address} answers "
+                                  f"{info.error or 'no log end offset'}. Repair or remove it, or leave it out of "
+                                  f"assign/subscribe/subscribePattern.")
     return info

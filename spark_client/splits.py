@@ -20,6 +20,7 @@ from lookupd.format.batch import LOG_OVERHEAD, RECORD_OVERHEAD_V0
 from lookupd.format.names import segment_file_name
 from pyspark.sql.datasource import InputPartition
 
+from .remote import RemoteLocation
 from .routing import PartitionInfo
 
 SMALLEST_BATCH = LOG_OVERHEAD + RECORD_OVERHEAD_V0  # bytes of the smallest possible batch (a v0 message)
@@ -36,22 +37,26 @@ class Batch(NamedTuple):
 
 
 class Segment(NamedTuple):
-    """A segment in a range: base offset, size at planning, base offset of its first batch (-1: none)."""
+    """A segment in a range: base offset, size at planning, base offset of its first batch (-1: none), and
+    for a remote segment its `.log` object's key in the bucket (None: a local segment)."""
 
     base_offset: int
     size: int
     first_batch: int
+    key: str | None = None
 
 
 @dataclass(frozen=True)
 class Piece:
-    """Whole batches in one segment file: bytes [start, end), the first one with base offset first_base."""
+    """Whole batches in one segment file: bytes [start, end), the first one with base offset first_base.
+    A remote segment's piece has its `.log` object's key, and its `s3://` URL as path."""
 
     segment: int
     path: str
     start: int
     end: int
     first_base: int
+    key: str | None = None
 
 
 class Split(InputPartition):
@@ -65,7 +70,8 @@ class Split(InputPartition):
     """
 
     def __init__(self, info: PartitionInfo, start: int, end: int, pieces: tuple[Piece, ...],
-                 stop: tuple[int, int] | None, aborted: tuple[tuple[int, int, int], ...]):
+                 stop: tuple[int, int] | None, aborted: tuple[tuple[int, int, int], ...],
+                 remote: RemoteLocation | None = None):
         super().__init__((info.topic, info.partition, start, end))
         self.topic = info.topic
         self.partition = info.partition
@@ -74,6 +80,7 @@ class Split(InputPartition):
         self.pieces = pieces
         self.stop = stop
         self.aborted = aborted  # (producer id, first offset, last offset) of aborted transactions
+        self.remote = remote  # where remote pieces are read from (None: through the daemon)
 
     def __repr__(self) -> str:
         return f"Split({self.topic}-{self.partition} [{self.start}, {self.end}), {self.bytes} bytes)"
@@ -94,6 +101,7 @@ class PartitionRange:
     segments: tuple[Segment, ...]  # from first.segment to the last segment read
     end_position: int  # bytes of the last segment that are read
     aborted: tuple[tuple[int, int, int], ...]
+    remote: RemoteLocation | None = None
 
     def spans(self) -> list[tuple[int, int]]:
         """Byte span [lo, hi) read in each segment."""
@@ -105,8 +113,11 @@ class PartitionRange:
     def bytes(self) -> int:
         return sum(hi - lo for lo, hi in self.spans())
 
-    def path(self, segment: int) -> str:
-        return os.path.join(self.info.log_dir, f"{self.info.topic}-{self.info.partition}", segment_file_name(segment, ".log"))
+    def path(self, seg: Segment) -> str:
+        if seg.key is not None:
+            return self.remote.url(seg.key) if self.remote is not None else f"remote segment {seg.key}"
+        return os.path.join(self.info.log_dir, f"{self.info.topic}-{self.info.partition}",
+                            segment_file_name(seg.base_offset, ".log"))
 
 
 def part_counts(sizes: list[int], min_partitions: int | None) -> list[int]:
@@ -173,11 +184,11 @@ def build_splits(r: PartitionRange, cuts: list[Batch]) -> list[Split]:
             lo = a.position if i == ia else 0
             hi = b_pos if i == ib else (r.end_position if i == len(r.segments) - 1 else seg.size)
             if hi > lo:
-                pieces.append(Piece(seg.base_offset, r.path(seg.base_offset), lo, hi,
-                                    a.base_offset if i == ia else seg.first_batch))
+                pieces.append(Piece(seg.base_offset, r.path(seg), lo, hi,
+                                    a.base_offset if i == ia else seg.first_batch, seg.key))
         start = r.start if k == 0 else a.base_offset
         end = b.base_offset if b else r.end
         aborted = tuple(t for t in r.aborted if t[2] >= start and t[1] < end)
         splits.append(Split(r.info, start, end, tuple(pieces),
-                            (b.base_offset, b.last_offset) if b else None, aborted))
+                            (b.base_offset, b.last_offset) if b else None, aborted, r.remote))
     return splits

@@ -140,7 +140,8 @@ class KafkaSegmentsStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
     def _partitions(self, daemons: Daemons) -> dict[TopicPartition, PartitionInfo]:
         """The partitions the strategy names that the daemons serve now (new ones included)."""
         routes = discover(self.options.address, daemons)
-        return {tp: routes[tp] for tp in select(self.options, routes, need_topics=False) if tp in routes}
+        return {tp: route(routes, tp, self.options.address)
+                for tp in select(self.options, routes, need_topics=False) if tp in routes}
 
     # ------------------------------------------------------------- micro-batches
 
@@ -169,6 +170,7 @@ class KafkaSegmentsStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
             if info is None:
                 self._lost(f"{tp_name(tp)} is gone: no daemon serves it any more. Some data may have been missed.")
                 continue
+            info = route(routes, tp, self.options.address)  # PartitionUnreadable if its daemon cannot read it
             start = begin.get(tp)
             if start is None:  # added since the last micro-batch: from its earliest offset, which should be 0
                 start = info.log_start_offset

@@ -45,7 +45,8 @@ def test_ping_and_stats(service):
     assert call(service, "ping") == "pong"
     s = call(service, "stats")
     assert set(s) == {"worker", "uptime", "requests", "errors", "connections", "partitions", "segments", "open_indexes",
-                      "mapped_bytes", "lazy_loads", "evictions"}
+                      "mapped_bytes", "lazy_loads", "evictions", "remote"}
+    assert s["remote"] is None  # no [remote] tier configured
     assert s["requests"] == 7 and s["partitions"] == len(R.PARTITIONS) and s["segments"] > len(R.PARTITIONS)
 
 

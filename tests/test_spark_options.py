@@ -130,3 +130,22 @@ def test_address_forms():
     spec = '{"broker-1": "broker-1:9470", "orders-0": " /run/b2.sock "}'
     assert parse_options(opts(**{"lookupd.address": spec})).address == \
         {"broker-1": "broker-1:9470", "orders-0": "/run/b2.sock"}
+
+
+def test_remote_options_default_to_the_daemons_each_one():
+    from spark_client.remote import resolve_location
+
+    daemon = {"bucket": "tiered", "prefix": "p/", "endpoint_url": "http://store:8333", "region": "eu-west-1"}
+    o = parse_options(opts(**{"lookupd.remote.endpoint_url": "http://other:9000",
+                              "lookupd.remote.encryption.keys": '{"key-1": "key-1.pem"}'}))
+    got = resolve_location(o.remote, daemon)
+    assert (got.bucket, got.prefix, got.endpoint_url, got.region) == ("tiered", "p/", "http://other:9000", "eu-west-1")
+    assert got.encryption_keys == (("key-1", "key-1.pem"),)
+    assert resolve_location(parse_options(opts()).remote, None) is None  # no bucket anywhere: through the daemon
+    alone = resolve_location(parse_options(opts(**{"lookupd.remote.bucket": "b"})).remote, None)
+    assert (alone.bucket, alone.prefix, alone.endpoint_url, alone.region) == ("b", "", None, "us-east-1")
+    for bad in ('["key-1.pem"]', '{"key-1": 7}', "not json"):
+        with pytest.raises(OptionError, match="lookupd.remote.encryption.keys"):
+            parse_options(opts(**{"lookupd.remote.encryption.keys": bad}))
+    with pytest.raises(OptionError, match="lookupd.remote.bucket"):
+        parse_options(opts(**{"lookupd.remote.bucket": " "}))

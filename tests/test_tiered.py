@@ -61,7 +61,8 @@ def _compare(local: Service, tiered: Service, topic: str, partition: str, upload
     assert tp["local_log_start_offset"] == (ls[uploaded]["base_offset"] if uploaded < len(ls) else lp["log_end_offset"])
     for a, b in zip(ls, ts):
         assert {k: v for k, v in a.items() if k not in ("tier", "active")} == \
-            {k: v for k, v in b.items() if k not in ("tier", "active")}
+            {k: v for k, v in b.items() if k not in ("tier", "active", "key")}
+        assert ("key" in b) == (b["tier"] == "remote")  # the `.log` object's key, for the Spark source
     offsets, stamps = _probes(partition, lp["log_start_offset"], lp["log_end_offset"], random.Random(partition))
     for o in offsets:
         for call in (("lookup_offset", o, "floor"), ("lookup_offset", o, "ceiling"), ("resolve_offset", o),

@@ -27,10 +27,14 @@ LATENCY_BUCKETS = (25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e
 # bound, so every name that is not a daemon method is counted as this one.
 OTHER_METHOD = "other"
 
-# The metrics endpoint serves this many connections at once, each in its own thread; more are closed at
-# once. Prometheus scrapes one at a time: without a cap, idle connections each held a thread, and
-# under systemd's TasksMax the daemon could not start the threads lookups need.
+# The metrics endpoint serves this many connections at once, each in its own thread. Prometheus scrapes
+# one at a time: without a cap, idle connections each held a thread, and under systemd's TasksMax the
+# daemon could not start the threads lookups need.
 METRICS_MAX_THREADS = 4
+# A connection accepted while every slot is busy waits this long for one, then is closed: long enough
+# that a scrape right behind a burst of closed connections is served, short enough that the accept
+# loop (and the daemon's shutdown, which waits for it) is never held for long.
+METRICS_SLOT_WAIT_S = 1.0
 # A metrics connection (and its TLS handshake) silent this long is closed, giving its thread back.
 METRICS_TIMEOUT_S = 10.0
 # Connections the kernel queues for the metrics accept(): enough that a burst is accepted (and the
@@ -151,8 +155,8 @@ class MetricsServer(WSGIServer):
         self._thread.start()
 
     def process_request(self, request: socket.socket, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            self.shutdown_request(request)  # every slot busy: closed at once, nothing held
+        if not self._slots.acquire(timeout=METRICS_SLOT_WAIT_S):
+            self.shutdown_request(request)  # every slot still busy: closed, nothing held
             return
         threading.Thread(target=self._serve_one, args=(request, client_address), daemon=True).start()
 

@@ -233,7 +233,16 @@ def _stats(s: Service, p: list) -> dict:
             "errors": c.errors,
             "connections": c.connections, "partitions": len(m.logs()), "segments": m.segment_count,
             "open_indexes": cache.open_count, "mapped_bytes": cache.mapped_bytes,
-            "lazy_loads": cache.lazy_loads, "evictions": cache.evictions}
+            "lazy_loads": cache.lazy_loads, "evictions": cache.evictions, "remote": _remote_location(m)}
+
+
+def _remote_location(m) -> dict | None:
+    """Where the [remote] tier is (never credentials nor key files), so that clients reading the bucket
+    themselves (the Spark source) default to it; None without one."""
+    if m.remote is None:
+        return None
+    c = m.remote.config
+    return {"bucket": c.bucket, "prefix": c.prefix, "endpoint_url": c.endpoint_url, "region": c.region}
 
 
 def _partitions(s: Service, p: list) -> list:

@@ -253,4 +253,5 @@ class RemoteSegment(LogSegment):
     def info(self) -> dict:
         out = super().info()
         out["tier"] = TIER_REMOTE
+        out["key"] = self.info_.log_key  # the `.log` object, for readers that go to the bucket themselves
         return out
