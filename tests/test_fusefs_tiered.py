@@ -38,7 +38,12 @@ class TieredMount:
 
     def __enter__(self) -> Mount:
         self.daemon.start()
-        self.mount.start()
+        try:
+            self.mount.start()
+        except BaseException:
+            self.mount.stop()
+            self.daemon.stop()  # nothing left running when the mount does not come up
+            raise
         return self.mount
 
     def __exit__(self, *exc) -> None:
