@@ -24,7 +24,10 @@ SPARK_DAEMON := $(PY) -m spark_client.examples.with_daemon --log-dir $(LOG_DIR) 
 
 all: venv
 
-$(STAMP): pyproject.toml lookupd/log/_native.c lookupd/format/_decode.c
+# Every C source and header (the extensions pyproject.toml lists): a change to any of them rebuilds.
+C_SOURCES := $(wildcard lookupd/*/*.c lookupd/*/*.h fusefs/*.c fusefs/*.h)
+
+$(STAMP): pyproject.toml $(C_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet -e '.[test,bench]'

@@ -277,7 +277,8 @@ def lines(data: bytes, native: bool) -> list:
 
 def seeds() -> list[bytes]:
     out = []
-    logs = os.path.join(os.path.dirname(REPO), "shared", "kafka-reference", "logs")
+    root = os.environ.get("KAFKA_REFERENCE", os.path.join(os.path.dirname(REPO), "shared", "kafka-reference"))
+    logs = os.path.join(root, "logs")
     for part in sorted(os.listdir(logs)):
         for name in sorted(os.listdir(os.path.join(logs, part))):
             if name.endswith(".log"):
