@@ -144,7 +144,7 @@ class Service:
             return NEEDS_THREAD
         if not session.trusted:  # a trusted session may call anything: no call to authorize
             self.authorize(session, name)
-        nonblocking_mode.on = True  # what `with nonblocking()` does, without its three Python calls
+        nonblocking_mode.on = True  # this thread's reads raise WouldBlock until reset below (fileio.mode)
         try:
             return self._run(m, name, params, session)
         except WouldBlock:
@@ -230,19 +230,23 @@ def _segments(s: Service, p: list) -> list:
     return s._log(p).segments_info()
 
 
+# The single lookups answer their NamedTuple as a map, `dict(zip(r._fields, r))` written out in each:
+# a shared helper would add a Python frame to every hot lookup.
+
+
 def _lookup_offset(s: Service, p: list) -> dict | None:
     r = s.manager.get(p[0], p[1]).lookup_offset(p[2], p[3])
-    return None if r is None else dict(zip(r._fields, r))  # as a map; written out, no helper frame
+    return None if r is None else dict(zip(r._fields, r))
 
 
 def _lookup_timestamp(s: Service, p: list) -> dict | None:
     r = s.manager.get(p[0], p[1]).lookup_timestamp(p[2], p[3])
-    return None if r is None else dict(zip(r._fields, r))  # as a map; written out, no helper frame
+    return None if r is None else dict(zip(r._fields, r))
 
 
 def _resolve_offset(s: Service, p: list) -> dict | None:
     r = s.manager.get(p[0], p[1]).resolve_offset(p[2])
-    return None if r is None else dict(zip(r._fields, r))  # as a map; written out, no helper frame
+    return None if r is None else dict(zip(r._fields, r))
 
 
 def _offset_for_timestamp(s: Service, p: list) -> dict | None:
@@ -261,7 +265,7 @@ def _read(s: Service, p: list) -> dict:
         raise TooLarge(f"max_bytes {max_bytes} is above the daemon's limit of {s.limits.max_read_bytes} "
                        f"(max_read_bytes): read in smaller pieces")
     r = s.manager.get(p[0], p[1]).read(p[2], max_bytes)
-    return dict(zip(r._fields, r))  # as a map; written out, no helper frame
+    return dict(zip(r._fields, r))
 
 
 def _lookup_offsets(s: Service, p: list) -> dict:

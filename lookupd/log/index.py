@@ -189,7 +189,7 @@ class AbstractIndex:
         self._rejected: tuple[int, bytes] | None = None
         self._checked: _State | None = None  # the last state whose last entry passed `_verify`
         self._resident_checked: tuple[object, float] | None = None  # (mapping, when mincore said resident)
-        self._native_cols: tuple[object, int, np.ndarray, np.ndarray] | None = None
+        self._host_order_cols: tuple[object, int, np.ndarray, np.ndarray] | None = None
         self.warm_entries = WARM_SECTION_BYTES // self.ENTRY_SIZE
         self._ZERO = bytes(self.ENTRY_SIZE)
 
@@ -223,7 +223,7 @@ class AbstractIndex:
         """Drop the mapping; the next lookup maps the file again (what the cache's eviction calls)."""
         with self._lock:
             self._state = None
-            self._native_cols = None
+            self._host_order_cols = None
 
     def set_live(self, live: bool, verify: Callable[[int, int], bool] | None = None) -> None:
         """Mark whether this belongs to the active segment (whose index may still grow); `verify`
@@ -664,15 +664,15 @@ class AbstractIndex:
 
     # ----------------------------------------------------------------- vectorised
 
-    def _native(self, mm, n: int) -> tuple[np.ndarray, np.ndarray]:
+    def _host_order_columns(self, mm, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Native-order copies of both columns of the first `n` entries of map `mm`, kept
         while the index stays mapped (what bulk searches run on)."""
-        cols = self._native_cols
+        cols = self._host_order_cols
         if cols is None or cols[0] is not mm or cols[1] != n:
             arr = np.frombuffer(mm, dtype=self._DTYPE, count=n) if n else np.empty(0, self._DTYPE)
             cols = (mm, n, arr["key"].astype(self._DTYPE["key"].newbyteorder("=")),
                     arr["value"].astype(self._DTYPE["value"].newbyteorder("=")))
-            self._native_cols = cols
+            self._host_order_cols = cols
         return cols[2], cols[3]
 
     def _bulk(self, targets, limit: int | None, ceiling: bool):
@@ -680,7 +680,7 @@ class AbstractIndex:
         t = self._search_targets(np.asarray(targets, dtype=np.int64))
 
         def search(mm, n):
-            keys, values = self._native(mm, n)
+            keys, values = self._host_order_columns(mm, n)
             slots = search_sorted(keys, t, ceiling)
             if ceiling:
                 none = slots >= n

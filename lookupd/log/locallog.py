@@ -302,7 +302,7 @@ class LocalLog:
 
     @_one_listing
     def lookup_offset_reference(self, v: SegmentList, offset: int, mode: str = "floor") -> IndexPoint | None:
-        """`lookup_offset` in Python alone: the answer of record, which the native path must equal."""
+        """`lookup_offset` as Kafka answers it, step by step: the answer of record, which the fast path must equal."""
         offset = self._check_offset(offset)
         _check_mode(mode)
         i = v.floor_slot(offset)
@@ -375,7 +375,7 @@ class LocalLog:
 
     @_one_listing
     def lookup_timestamp_reference(self, v: SegmentList, timestamp: int, mode: str = "floor") -> TimeIndexPoint | None:
-        """`lookup_timestamp` in Python alone: the answer of record, which the native path must equal."""
+        """`lookup_timestamp` as Kafka answers it, step by step: the answer of record, which the fast path must equal."""
         timestamp = _check_timestamp(timestamp)
         _check_mode(mode)
         i = self._timestamp_segment(v, timestamp)
@@ -425,7 +425,7 @@ class LocalLog:
 
     @_one_listing
     def resolve_offset_reference(self, v: SegmentList, offset: int) -> BatchLocation | None:
-        """`resolve_offset` in Python alone: the answer of record, which the native path must equal."""
+        """`resolve_offset` as Kafka answers it, step by step: the answer of record, which the fast path must equal."""
         offset = self._check_offset(offset)
         end = self._check_in_range(v, offset)
         if offset == end:
@@ -449,7 +449,7 @@ class LocalLog:
 
     @_one_listing
     def offset_for_timestamp_reference(self, v: SegmentList, timestamp: int) -> OffsetAndTimestamp | None:
-        """`offset_for_timestamp` in Python alone: the answer of record, which the native path must equal."""
+        """`offset_for_timestamp` as Kafka answers it, step by step: the answer of record, which the fast path must equal."""
         timestamp = _check_timestamp(timestamp)
         return self._offset_for_timestamp(v, timestamp)
 
@@ -533,7 +533,7 @@ class LocalLog:
 
     @_one_listing
     def read_reference(self, v: SegmentList, offset: int, max_bytes: int) -> ReadResult:
-        """`read` in Python alone: the answer of record, which the native path must equal."""
+        """`read` as Kafka answers it, step by step: the answer of record, which the fast path must equal."""
         offset = self._check_offset(offset)
         max_bytes = check_int64(max_bytes, "max_bytes")
         if max_bytes < 0:
