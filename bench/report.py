@@ -1,11 +1,12 @@
-"""Write the README's Performance section from one results file (the newest by default).
+"""Write the README's Performance summary and docs/performance.md from one results file (the newest by default).
 
     python bench/report.py [RESULTS.json]
 
-Everything between the `bench:begin`/`bench:end` markers in README.md is replaced: the
+Everything between the `bench:begin`/`bench:end` markers is replaced. In docs/performance.md: the
 machine, one sentence per plot on what it means for a user, the plots, and a table of every
-figure and ratio quoted, each straight from the results file (tests/test_bench_results.py
-checks that they still match it).
+figure and ratio. In README.md: the machine, the headline ratios and a few plots, with a link to
+the full page. Each number comes straight from the results file (tests/test_bench_results.py
+checks that both still match it).
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import re
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-README = os.path.join(os.path.dirname(HERE), "README.md")
+REPO = os.path.dirname(HERE)
+README = os.path.join(REPO, "README.md")
+PERFORMANCE = os.path.join(REPO, "docs", "performance.md")
 BEGIN = "<!-- bench:begin -->"
 END = "<!-- bench:end -->"
 
@@ -97,6 +100,21 @@ SENTENCES = {
 }
 
 
+# The README's summary: the ratios a newcomer asks about first (lookupd against its anchors), and the
+# plots that read at a glance; everything else is in docs/performance.md.
+HEADLINE_RATIOS = [
+    "lookupd vs redis, single-client p50 latency",
+    "lookupd vs redis, 8 clients",
+    "inline vs threaded hot lookups, 8 clients",
+    "columnar decode vs aiokafka, plain-0",
+    "columnar decode vs aiokafka, compressed-0",
+    "fuse read throughput vs disk",
+    "spark source vs aiokafka in one process",
+    "spark-positions-speedup",
+]
+SUMMARY_PLOTS = ["daemon-throughput", "decode-records", "spark-read"]
+
+
 def newest(results_dir: str = os.path.join(HERE, "results")) -> str:
     """The results file with the latest run date, full runs before quick ones (a fresh checkout
     gives every file the same mtime, so the date inside the file decides)."""
@@ -114,20 +132,35 @@ def _fmt(v: float) -> str:
     return f"{v:,.0f}" if abs(v) >= 100 else f"{v:,.3g}"
 
 
-def section(path: str) -> str:
+def _load(path: str) -> dict:
     with open(path) as f:
-        doc = json.load(f)
+        return json.load(f)
+
+
+def _header(doc: dict, path: str, base: str) -> list[str]:
+    """The results file (linked relative to the page at `base`) and the machine it ran on."""
     m = doc["machine"]
-    rel = os.path.relpath(path, os.path.dirname(README))
-    stem = rel[:-len(".json")]
+    rel = os.path.relpath(path, base)
+    return [f"Results file: [`{os.path.relpath(path, REPO)}`]({rel}) ({'quick run' if doc['quick'] else 'full run'}, {doc['date']}).",
+            f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_bytes'] / 2**30:.0f} GiB, Linux {m['kernel']}, "
+            f"Python {m['python']}; {m.get('java', '')}.", ""]
+
+
+def _plot(path: str, group: str, base: str) -> list[str]:
+    """The plot of one group, linked relative to the page at `base`; nothing when the run made none."""
+    png = f"{path[:-len('.json')]}-{group}.png"
+    return [f"![{group}]({os.path.relpath(png, base)})", ""] if os.path.exists(png) else []
+
+
+def section(path: str) -> str:
+    """docs/performance.md's block: a sentence and a plot per group, then every figure and ratio."""
+    doc = _load(path)
+    base = os.path.dirname(PERFORMANCE)
     ratios = {r["name"]: r["value"] for r in doc["ratios"]}
     groups: dict[str, list[dict]] = {}
     for fig in doc["figures"]:
         groups.setdefault(fig["group"], []).append(fig)
-    lines = [BEGIN, "",
-             f"Results file: [`{rel}`]({rel}) ({'quick run' if doc['quick'] else 'full run'}, {doc['date']}).",
-             f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_bytes'] / 2**30:.0f} GiB, Linux {m['kernel']}, "
-             f"Python {m['python']}; {m.get('java', '')}.", ""]
+    lines = [BEGIN, ""] + _header(doc, path, base)
     for group, figs in groups.items():
         sentence = SENTENCES.get(group)
         if sentence is None:
@@ -138,9 +171,7 @@ def section(path: str) -> str:
             text = re.sub(r"\s*\([^()]*\{[^}]*\}[^()]*\)", "", sentence)  # a ratio this run did not measure
             text = re.sub(r"\{[^}]*\}x? ?", "", text)
         lines += [f"**{group}.** {text}", ""]
-        png = f"{stem}-{group}.png"
-        if os.path.exists(os.path.join(os.path.dirname(README), png)):
-            lines += [f"![{group}]({png})", ""]
+        lines += _plot(path, group, base)
     lines += ["| figure | median | min | max | unit |", "|---|---:|---:|---:|---|"]
     for fig in doc["figures"]:
         lines.append(f"| {fig['name']} | {_fmt(fig['median'])} | {_fmt(fig['min'])} | {_fmt(fig['max'])} | {fig['unit']} |")
@@ -151,21 +182,45 @@ def section(path: str) -> str:
     return "\n".join(lines)
 
 
+def summary(path: str) -> str:
+    """The README's block: the machine, the headline ratios this run measured, a few plots, a link to the rest."""
+    doc = _load(path)
+    base = REPO
+    ratios = {r["name"]: r for r in doc["ratios"]}
+    lines = [BEGIN, ""] + _header(doc, path, base)
+    lines += ["| ratio (same run) | value | meaning |", "|---|---:|---|"]
+    for name in HEADLINE_RATIOS:
+        if name in ratios:
+            lines.append(f"| {name} | {ratios[name]['value']:.2f}x | {ratios[name]['meaning']} |")
+    lines.append("")
+    for group in SUMMARY_PLOTS:
+        lines += _plot(path, group, base)
+    lines += ["Every plot, figure and ratio of this run, each with what it means for a user: "
+              "[docs/performance.md](docs/performance.md).", "", END]
+    return "\n".join(lines)
+
+
+def _replace_block(page: str, block: str) -> str:
+    with open(page) as f:
+        text = f.read()
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"{page} has no {BEGIN} ... {END} block to fill")
+    start, end = text.index(BEGIN), text.index(END) + len(END)
+    return text[:start] + block + text[end:]
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("results", nargs="?", help="a results file (default: the newest in bench/results/)")
     path = ap.parse_args(argv).results or newest()
-    with open(README) as f:
-        text = f.read()
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"{README} has no {BEGIN} ... {END} block to fill")
-    start, end = text.index(BEGIN), text.index(END) + len(END)
-    new = text[:start] + section(path) + text[end:]  # made in full first: a bad results file leaves README as it was
-    tmp = README + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(new)
-    os.replace(tmp, README)
-    print(f"README.md Performance section written from {os.path.relpath(path)}")
+    # Both pages are made in full first: a bad results file leaves them as they were.
+    pages = {README: _replace_block(README, summary(path)), PERFORMANCE: _replace_block(PERFORMANCE, section(path))}
+    for page, text in pages.items():
+        tmp = page + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, page)
+    print(f"README.md's Performance summary and docs/performance.md written from {os.path.relpath(path)}")
     return 0
 
 

@@ -361,8 +361,9 @@ def test_blocking_client_says_why_a_request_is_too_large(tmp_path):
         proc.wait(30)
 
 
-def _readme_config_table() -> dict[str, str]:
-    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")) as f:
+def _documented_config_table() -> dict[str, str]:
+    """The configuration table of docs/configuration.md, key to stated default."""
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "configuration.md")) as f:
         text = f.read()
     table = text[text.index("| key | default | meaning |"):]
     rows = {}
@@ -374,16 +375,16 @@ def _readme_config_table() -> dict[str, str]:
     return rows
 
 
-def test_config_defaults_are_stated_alike_in_the_readme_and_the_example_file():
-    """Config holds every default; the README's table and systemd/lookupd.toml.example must say the same."""
+def test_config_defaults_are_stated_alike_in_the_docs_and_the_example_file():
+    """Config holds every default; docs/configuration.md's table and systemd/lookupd.toml.example must say the same."""
     import dataclasses
     import tomllib
 
     defaults = {f.name: (f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)
                 for f in dataclasses.fields(Config)}
-    readme = _readme_config_table()
-    assert set(readme) == set(defaults), set(readme) ^ set(defaults)
-    for key, stated in readme.items():
+    documented = _documented_config_table()
+    assert set(documented) == set(defaults), set(documented) ^ set(defaults)
+    for key, stated in documented.items():
         value = tomllib.loads(f"v = {stated.strip('`')}")["v"]
         assert value == defaults[key], (key, stated, defaults[key])
     example = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "systemd",

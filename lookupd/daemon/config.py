@@ -1,7 +1,7 @@
 """The daemon's configuration: every key and its default, in one place.
 
 `lookupd serve --config FILE` reads TOML; `--log-dir`, `--socket` and `--tcp` override the
-file. Every key is optional. The README's configuration table and
+file. Every key is optional. The configuration table of docs/configuration.md and
 `systemd/lookupd.toml.example` state these defaults too; tests/test_server.py checks that all
 three agree.
 """
