@@ -49,10 +49,7 @@ from .search import Layout, kafka_slot, search_sorted
 from .cache import tick
 from .fileio import WouldBlock, is_nonblocking, mode as _nonblocking
 
-try:
-    from . import _native
-except ImportError:  # built without a C compiler: Python searches, size checks before reads
-    _native = None
+from . import _accel  # without the C extension: Python searches, size checks before reads
 
 if TYPE_CHECKING:
     from .cache import IndexCache
@@ -69,17 +66,13 @@ _RETRIES = 5
 RESIDENCY_RECHECK_S = 0.05
 
 
-def _no_faults() -> int:
-    return 0
-
-
-_faults: Callable[[], int] = _native.faults if _native is not None else _no_faults
-SIGBUS_GUARD = _native is not None
+_faults: Callable[[], int] = _accel.faults
+SIGBUS_GUARD = _accel.NATIVE
 
 
 def _release(mm: mmap.mmap, guard_slot: int) -> None:
     if guard_slot >= 0:
-        _native.unregister(guard_slot)
+        _accel.unregister(guard_slot)
     try:
         mm.close()
     except BufferError:
@@ -124,17 +117,17 @@ class IndexMapping:
         self.address = 0
         if mm is not None:
             slot = -1
-            if _native is not None:
-                _native.install()
+            if SIGBUS_GUARD:
+                _accel.install()
                 self.address = np.frombuffer(mm, np.uint8).ctypes.data
-                slot = _native.register(self.address, length)
+                slot = _accel.register(self.address, length)
             weakref.finalize(self, _release, mm, slot)
 
     def resident(self) -> bool:
         """Whether every page of the map is in memory (False when that cannot be asked)."""
         if self.mm is None:
             return True
-        return _native is not None and _native.resident(self.address, self.length)
+        return _accel.resident(self.address, self.length)
 
     def size(self) -> int:
         """The file's size now (an fstat)."""
@@ -523,7 +516,7 @@ class AbstractIndex:
 
     def native_view(self) -> _State | None:
         """The current state when the native one-call searches may use it: mapped, sound and, if live,
-        checked against the `.log`, with at least 2 entries (`_native.entry` says why); None when `_run`
+        checked against the `.log`, with at least 2 entries (`_accel.entry` says why); None when `_run`
         must answer. In non-blocking mode, WouldBlock unless its pages are in memory (as `_view`)."""
         st = self._state
         if st is None or st.entries < 2 or st.fault is not None or not SIGBUS_GUARD or \
@@ -539,14 +532,14 @@ class AbstractIndex:
 
     def _entry_fast(self, target: int, ceiling: bool, value_limit: int) -> tuple[int, int, int] | None:
         """(slot, key, value) of the floor (`ceiling`: least >=) entry by key, slot -1 if none, in one native
-        call (`_native.entry`), entries with a value >= `value_limit` being past the `.log`; None when `_run`
-        must answer (see `native_view`, or in doubt)."""
-        if not INT64_MIN <= target <= INT64_MAX:
+        call (`_accel.entry`), entries with a value >= `value_limit` being past the `.log`; None when `_run`
+        must answer (see `native_view`, in doubt, or while a reference path runs)."""
+        if _accel.mode.python or not INT64_MIN <= target <= INT64_MAX:
             return None
         st = self.native_view()
         if st is None:
             return None
-        return _native.entry(st.mapping.mm, st.entries, self.ENTRY_SIZE, self._KEY.size, target, self.warm_entries,
+        return _accel.entry(st.mapping.mm, st.entries, self.ENTRY_SIZE, self._KEY.size, target, self.warm_entries,
                              ceiling, value_limit, self._live)
 
     def _entry_raw(self, mm, slot: int) -> tuple[int, int]:

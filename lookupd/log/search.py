@@ -16,10 +16,7 @@ import numpy as np
 
 from ..errors import INT64_MAX, INT64_MIN
 
-try:
-    from . import _native
-except ImportError:  # built without a C compiler: the Python versions below
-    _native = None
+from . import _accel  # the C searches, unless a reference path runs: the Python versions below
 
 
 class Layout(NamedTuple):
@@ -38,8 +35,8 @@ def kafka_slot(buf, n: int, layout: Layout, target: int, by_value: bool, upper: 
     field = layout.value if by_value else layout.key
     skip = layout.key.size if by_value else 0
     E = layout.entry_size
-    if _native is not None:
-        return _native.slot(buf, n, E, skip, field.size, min(max(target, INT64_MIN), INT64_MAX), warm_entries, upper)
+    if _accel.NATIVE and not _accel.mode.python:
+        return _accel.slot(buf, n, E, skip, field.size, min(max(target, INT64_MIN), INT64_MAX), warm_entries, upper)
     unpack = field.unpack_from
     first_hot = max(0, n - 1 - warm_entries)
     if unpack(buf, first_hot * E + skip)[0] < target:
@@ -65,8 +62,8 @@ def kafka_slot(buf, n: int, layout: Layout, target: int, by_value: bool, upper: 
 def plain_floor_slot(buf, n: int, layout: Layout, target: int) -> int:
     """Textbook binary search over all `n` keys: the baseline the warm section is measured against."""
     E = layout.entry_size
-    if _native is not None and n:
-        return _native.plain_slot(buf, n, E, 0, layout.key.size, min(max(target, INT64_MIN), INT64_MAX))
+    if _accel.NATIVE and not _accel.mode.python and n:
+        return _accel.plain_slot(buf, n, E, 0, layout.key.size, min(max(target, INT64_MIN), INT64_MAX))
     unpack = layout.key.unpack_from
     lo, hi = 0, n - 1
     while lo <= hi:
