@@ -18,11 +18,16 @@
   the next piece from an offset, as libfuse only passes attributes on in that mode. The
   loop over entries, and getattr's `struct stat`, are C (fusefs/_fill.c) when it is built;
   `fill_dir` and `fill_stat` here are their reference.
+* **Attributes dropped on demand.** The kernel keeps a file's attributes for a second; a
+  generated file that grew while being read (its size is what has been produced: see
+  fusefs.stream) has them dropped with libfuse's `fuse_invalidate_path` (`KafkaFS.invalidate`),
+  so a `tail -f` that read to its end stats the new size, not the 0 it saw at open.
 """
 
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
 import errno
 import functools
 import os
@@ -124,6 +129,12 @@ _libc.malloc.restype = ctypes.c_void_p  # libfuse frees what read_buf hands it w
 _libc.malloc.argtypes = [ctypes.c_size_t]
 _libc.free.argtypes = [ctypes.c_void_p]
 
+# libfuse 3 itself, for what mfusepy does not wrap (dlopen gives the copy mfusepy loaded).
+_fuse3 = ctypes.CDLL(ctypes.util.find_library("fuse3"))
+_fuse3.fuse_get_context.restype = ctypes.POINTER(ctypes.c_void_p)  # struct fuse_context, whose first member is the struct fuse *
+_fuse3.fuse_invalidate_path.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+_fuse3.fuse_invalidate_path.restype = ctypes.c_int
+
 _READDIR_PLUS = 1 << 0  # enum fuse_readdir_flags: the kernel asked for READDIRPLUS
 _FILL_DIR_PLUS = 1 << 1  # enum fuse_fill_dir_flags: this entry's attributes are complete
 
@@ -146,6 +157,7 @@ class KafkaFUSE(FUSE):
 
     def __init__(self, fs: Operations, mountpoint: str, *, max_read: int, **options):
         self._max_read = max_read
+        self._fs = fs
         self._served = False  # init ran: the mount was in place
         try:
             super().__init__(_Calls(fs), mountpoint, max_read=max_read, **options)
@@ -156,6 +168,8 @@ class KafkaFUSE(FUSE):
 
     def init_fuse_3(self, conn, config):
         self._served = True
+        fuse = _fuse3.fuse_get_context().contents.value  # this mount's struct fuse *, for fuse_invalidate_path
+        self._fs.invalidate = lambda path: _fuse3.fuse_invalidate_path(fuse, path.encode(self.encoding, self.errors))
         conn.contents.max_read = self._max_read  # libfuse 3 refuses to mount unless init asks what the option did
         conn.contents.want |= conn.contents.capable & _CAP_SPLICE_WRITE
         return super().init_fuse_3(conn, config)

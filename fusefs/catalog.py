@@ -121,6 +121,7 @@ class Catalog:
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
         self.same_host = same_host
         self._cache = TTLCache(ttl)
+        self._hidden: set[tuple[str, int]] = set()  # partitions left out for an error, as last fetched
 
     def _local_dir(self, row: dict) -> str | None:
         name = f"{row['topic']}-{row['partition']}"
@@ -132,9 +133,19 @@ class Catalog:
         return None
 
     def _fetch_partitions(self) -> dict[tuple[str, int], PartitionInfo]:
-        return {(r["topic"], r["partition"]): PartitionInfo(r["topic"], r["partition"], r["log_start_offset"],
-                                                            r["log_end_offset"], r["log_dir"], self._local_dir(r))
-                for r in self.daemon.call("partitions")}
+        """The daemon's partitions; one it cannot read (an `error` in its entry) is left out, and said so once."""
+        out = {}
+        hidden = set()
+        for r in self.daemon.call("partitions"):
+            if r.get("error") is not None:
+                hidden.add((r["topic"], r["partition"]))
+                if (r["topic"], r["partition"]) not in self._hidden:
+                    log.warning("%s-%d is not shown: %s", r["topic"], r["partition"], r["error"])
+                continue
+            out[(r["topic"], r["partition"])] = PartitionInfo(r["topic"], r["partition"], r["log_start_offset"],
+                                                              r["log_end_offset"], r["log_dir"], self._local_dir(r))
+        self._hidden = hidden
+        return out
 
     def partitions(self) -> dict[tuple[str, int], PartitionInfo]:
         return self._cache.get("partitions", self._fetch_partitions)

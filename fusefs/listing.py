@@ -12,6 +12,7 @@ The active segment's files are always listed anew: they grow.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -19,11 +20,15 @@ from collections import OrderedDict
 from typing import Callable
 
 from lookupd.format.names import segment_file_name
+from lookupd.log.fileio import RefusedFile, regular_stat
 
 from . import tree
 from .catalog import SegmentInfo
 
+log = logging.getLogger(__name__)
+
 RACY_NS = 100_000_000  # 100 ms: far above any file system's timestamp granularity (ext4's is a jiffy)
+MAX_WARNED = 10_000  # refused files remembered as warned of; past that, forgotten and warned of again
 MAX_KEPT = 200_000  # entries kept over all partitions (about 350 bytes each: 70 MB); least recently listed go first
 
 Entry = tuple[str, "dict | None"]  # name, attributes (None: left to a lookup)
@@ -41,8 +46,9 @@ def remote_entries(segments: list[SegmentInfo], file_attrs: FileAttrs) -> list[E
 
 
 def local_entries(segments: list[SegmentInfo], stat_of: Callable[[str], os.stat_result | None],
-                  file_attrs: FileAttrs) -> list[Entry]:
-    """Each segment's raw files that `stat_of` finds (None: not there) and the views made from them."""
+                  file_attrs: FileAttrs, refused: Callable[[RefusedFile], None]) -> list[Entry]:
+    """Each segment's raw files that `stat_of` finds (None: not there) and the views made from them; a file
+    that is a symbolic link or not a regular file (RefusedFile) is not listed, and passed to `refused`."""
     out: list[Entry] = []
     for seg in segments:
         mtime_ns = seg.largest_timestamp * 1_000_000
@@ -51,6 +57,9 @@ def local_entries(segments: list[SegmentInfo], stat_of: Callable[[str], os.stat_
             name = segment_file_name(seg.base_offset, "." + suffix)
             try:
                 st = stat_of(name)
+            except RefusedFile as err:
+                refused(err)
+                continue
             except OSError:  # deleted since the scan: left to a lookup, which says ENOENT
                 out.append((name, None))
                 raw.add(suffix)
@@ -72,6 +81,7 @@ class Listings:
         self._kept: OrderedDict[str, tuple[tuple, list[Entry]]] = OrderedDict()
         self._count = 0
         self._lock = threading.Lock()
+        self._warned: set[str] = set()  # files said to be refused (RefusedFile)
 
     def entries(self, directory: str, segments: list[SegmentInfo], file_attrs: FileAttrs) -> list[Entry]:
         rolled = [s for s in segments if not s.active]
@@ -85,12 +95,25 @@ class Listings:
             else:
                 entries = None
         if entries is None:
-            on_disk = {e.name: e for e in os.scandir(directory)}
-            entries = local_entries(rolled, lambda n: on_disk[n].stat() if n in on_disk else None, file_attrs)
+            with os.scandir(directory) as scan:
+                on_disk = {e.name: e for e in scan}
+            entries = local_entries(rolled, lambda n: _entry_stat(on_disk[n]) if n in on_disk else None, file_attrs,
+                                    self._refused)
             if time.time_ns() - d.st_mtime_ns > RACY_NS:
                 self._keep(directory, key, entries)
         active = [s for s in segments if s.active]
-        return entries + local_entries(active, lambda n: _stat_or_none(os.path.join(directory, n)), file_attrs)
+        return entries + local_entries(active, lambda n: _stat_or_none(os.path.join(directory, n)), file_attrs,
+                                       self._refused)
+
+    def _refused(self, err: RefusedFile) -> None:
+        """Say once per file that it is not listed (every listing of its directory meets it again)."""
+        with self._lock:
+            if err.filename in self._warned:
+                return
+            if len(self._warned) >= MAX_WARNED:
+                self._warned.clear()
+            self._warned.add(err.filename)
+        log.warning("%s is %s; not listed", err.filename, err.strerror)
 
     def _keep(self, directory: str, key: tuple, entries: list[Entry]) -> None:
         with self._lock:
@@ -107,7 +130,17 @@ class Listings:
 
 
 def _stat_or_none(path: str) -> os.stat_result | None:
+    """The file's lstat, None if it is not there; RefusedFile if it is not a regular file (lookupd.log.fileio)."""
     try:
-        return os.stat(path)
+        return regular_stat(path)
+    except RefusedFile:
+        raise
     except FileNotFoundError:
         return None
+
+
+def _entry_stat(entry: os.DirEntry) -> os.stat_result:
+    """A scanned file's lstat; RefusedFile if it is not a regular file (the type comes with the entry)."""
+    if not entry.is_file(follow_symlinks=False):
+        raise RefusedFile(entry.path, entry.is_symlink())
+    return entry.stat(follow_symlinks=False)

@@ -30,10 +30,11 @@ import stat
 import threading
 import time
 from collections import OrderedDict
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from lookupd.rpc.client import RemoteError
 from lookupd.errors import LookupdError
+from lookupd.log.fileio import regular_stat
 from lookupd.sdnotify import sd_notify
 
 from . import listing, tree
@@ -54,6 +55,14 @@ MAX_IDENTITIES = 1 << 16  # raw files whose last open is remembered (forgotten: 
 _NOT_THERE = {"UNKNOWN_PARTITION", "OFFSET_OUT_OF_RANGE"}
 
 
+def _grows(node: tree.Node) -> bool:
+    """Whether a generated file grows as the broker appends (views of records; not partition.json, whose
+    bytes change, nor an index view, read when opened)."""
+    if isinstance(node, tree.SegmentFile):
+        return node.suffix == "records.jsonl"
+    return isinstance(node, (tree.AtOffset, tree.AtTime, tree.ByKey))
+
+
 def _nothing(cursor: None) -> Pieces:
     yield from ()
 
@@ -69,6 +78,8 @@ class OpenFile(NamedTuple):
     def stat(self) -> dict:
         if isinstance(self.content, LocalFile):  # a segment file may grow while open
             return {**self.attrs, "st_size": self.content.size()}
+        if isinstance(self.content, Stream):  # what is produced so far, and a little past the latest read
+            return {**self.attrs, "st_size": self.content.grow()}
         return self.attrs
 
 
@@ -86,6 +97,12 @@ class KafkaFS(Operations):
         self.mounted_ns = time.time_ns()
         self._owner = {"st_uid": os.getuid(), "st_gid": os.getgid()}
         self._files: dict[int, OpenFile] = {}
+        # Generated files open now, by path: their size is what the furthest open has produced (Stream.grow),
+        # so a `tail -f` polling the size with fstat (no file handle) sees it grow, never shrink.
+        self._streams: dict[str, list[Stream]] = {}
+        self._streams_lock = threading.Lock()
+        # Drops the kernel's cached attributes of a path: set by fusefs.binding once mounted.
+        self.invalidate: Callable[[str], object] = lambda path: None
         self._listings: dict[int, list | None] = {}  # open directory -> its entries, made at the first readdir
         self._fh = itertools.count(1)
         self._identities: OrderedDict[str, tuple] = OrderedDict()  # path -> identity at its last open
@@ -142,7 +159,18 @@ class KafkaFS(Operations):
         opened = self._files.get(fh.fh) if fh is not None else None
         if opened is not None:  # fstat: what was opened, even if it is gone from the log dir since
             return opened.stat()
-        return self._stat(tree.parse(path))
+        attrs = self._stat(tree.parse(path))
+        if self._streams:
+            size = self._open_size(path)
+            if size:
+                attrs = {**attrs, "st_size": size}
+        return attrs
+
+    def _open_size(self, path: str) -> int:
+        """The size of generated file `path` as its open streams know it (Stream.grow), 0 if none is open."""
+        with self._streams_lock:
+            streams = list(self._streams.get(path, ()))
+        return max((s.grow() for s in streams), default=0)
 
     def opendir(self, path: str) -> int:
         fh = next(self._fh)
@@ -156,6 +184,10 @@ class KafkaFS(Operations):
         listing = self._listings.get(fh)
         if listing is None:
             listing = [(".", None), ("..", None), *self._listing(path, tree.parse(path))]
+            if self._streams:  # a generated file open now has the size getattr gives it
+                base = path.rstrip("/") + "/"
+                listing = [(n, {**a, "st_size": size} if a is not None and (size := self._open_size(base + n)) else a)
+                           for n, a in listing]
             if fh in self._listings:
                 self._listings[fh] = listing
         return listing
@@ -192,8 +224,10 @@ class KafkaFS(Operations):
                 rolled = not self.catalog.segment(part, node.base_offset).active
                 fi.keep_cache = int(self._cache_kept(path, content.identity(), rolled))
         else:
-            content = Stream(*self._producer(node))
+            content = Stream(*self._producer(node), resumable=_grows(node))
             fi.direct_io = 1
+            with self._streams_lock:
+                self._streams.setdefault(path, []).append(content)
         fi.fh = next(self._fh)
         self._files[fi.fh] = OpenFile(content, attrs)
         return 0
@@ -222,14 +256,25 @@ class KafkaFS(Operations):
     def read(self, path: str, buf: memoryview, offset: int, fi) -> int:
         """Fill `buf` (a buffer libfuse sends on) from `offset` of a generated file or a `.log` read through
         the daemon; how many bytes went in."""
-        data = self._files[fi.fh].content.read(len(buf), offset)
+        content = self._files[fi.fh].content
+        data = content.read(len(buf), offset)
         buf[:len(data)] = data
+        if len(data) < len(buf) and isinstance(content, Stream):
+            # At the end of what is made so far: the kernel may still hold the size it got before (0 at
+            # open), and a reader polling the size (`tail -f`) would take the file for truncated.
+            self.invalidate(path)
         return len(data)
 
     def release(self, path: str, fi) -> int:
         opened = self._files.pop(fi.fh, None)
         if opened is not None and isinstance(opened.content, Stream):
             opened.content.close()
+            with self._streams_lock:
+                streams = self._streams.get(path, [])
+                if opened.content in streams:
+                    streams.remove(opened.content)
+                if not streams:
+                    self._streams.pop(path, None)
         return 0
 
     # ------------------------------------------------------------------ refused (fusepy allows these by default)
@@ -316,7 +361,7 @@ class KafkaFS(Operations):
         seg = self.catalog.segment(part, node.base_offset)
         mtime_ns = seg.largest_timestamp * 1_000_000
         if part.local_dir is not None:
-            st = os.stat(LocalSource(part, self.catalog, self.handles).path(node.base_offset, node.disk_suffix))
+            st = regular_stat(LocalSource(part, self.catalog, self.handles).path(node.base_offset, node.disk_suffix))
             size, blocks = st.st_size, st.st_blocks
         elif node.disk_suffix == "log":
             size, blocks = seg.size, (seg.size + 511) // 512

@@ -18,7 +18,7 @@ from collections import OrderedDict
 from typing import Iterator, NamedTuple
 
 from lookupd.format.batch import BatchHeader, parse_header, whole_frames
-from lookupd.log.fileio import FileHandle
+from lookupd.log.fileio import FileHandle, regular_stat
 from lookupd.log.filerecords import read_frames
 from lookupd.format.names import segment_file_name
 from lookupd.errors import OffsetOutOfRange
@@ -61,7 +61,7 @@ class Handles:
         self._open: OrderedDict[str, tuple[FileHandle, int, int]] = OrderedDict()
 
     def open(self, path: str) -> FileHandle:
-        st = os.stat(path)  # FileNotFoundError when the broker deleted it
+        st = regular_stat(path)  # FileNotFoundError when the broker deleted it (RefusedFile: not a regular file)
         with self._lock:
             cached = self._open.get(path)
             if cached is not None and cached[1:] == (st.st_dev, st.st_ino):

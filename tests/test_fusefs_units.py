@@ -79,12 +79,14 @@ def test_names_that_cannot_be(path, code):
 def test_listing_names():
     """A segment lists its files on disk, then the views made from them."""
     on_disk = {"00000000000000000007.log": 3, "00000000000000000007.timeindex": 12}
+    refused: list = []
     entries = local_entries([SegmentInfo(7, 3, False, 5, 0, 1)],
                             lambda name: os.stat_result((0,) * 6 + (on_disk[name],) + (0,) * 3) if name in on_disk else None,
-                            lambda size, blocks, mtime_ns: (size, mtime_ns))
+                            lambda size, blocks, mtime_ns: (size, mtime_ns), refused.append)
     assert entries == [("00000000000000000007.log", (3, 5_000_000)), ("00000000000000000007.timeindex", (12, 5_000_000)),
                        ("00000000000000000007.records.jsonl", (0, 5_000_000)),
                        ("00000000000000000007.timeindex.txt", (0, 5_000_000))]
+    assert refused == []
 
 
 def numbered(cursor: int):
@@ -125,6 +127,26 @@ def test_stream_answers_reads_at_random_offsets():
         assert s.read(size, pos) == WHOLE[pos:pos + size]
         pos += size
     s.close()
+
+
+def test_a_resumable_stream_grows_with_its_source():
+    """A view of a growing source: a read past the end, or grow(), picks up what was appended, from the
+    cursor after the last piece; the size grow() gives never shrinks. A stream not resumable ends."""
+    source = [b"a\n", b"b\n"]
+
+    def lines(cursor: int):
+        for i in range(cursor, len(source)):
+            yield source[i], i + 1
+
+    s, fixed = Stream(lines, 0, resumable=True), Stream(lines, 0)
+    assert s.grow() == 0  # nothing read yet: nothing made
+    assert s.read(100, 0) == b"a\nb\n" and fixed.read(100, 0) == b"a\nb\n"
+    assert s.grow() == 4
+    source.append(b"c\n")
+    assert s.grow() == 6 and s.read(100, 4) == b"c\n"
+    source.append(b"d\n")
+    assert s.read(100, 6) == b"d\n" and fixed.read(100, 4) == b""
+    assert s.grow() == 8 and s.read(100, 0) == b"a\nb\nc\nd\n"
 
 
 def test_stream_error_with_nothing_to_give_fails_the_read():

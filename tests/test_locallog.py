@@ -53,6 +53,11 @@ def test_names_on_disk(tmp_path, caplog):
     (tmp_path / "moving-0.abc123-future").mkdir()
     (tmp_path / "no_partition_number").mkdir()
     (tmp_path / "bad name!-0").mkdir()
+    (tmp_path / "good.topic_1-1\n").mkdir()  # a trailing newline is no partition 1 of good.topic_1
+    (d / "00000000000000000005.log\n").write_bytes(b"")
+    (d / "0000000000000000000\u00b2.log").write_bytes(b"")  # isdigit() but not a base offset
+    (d / "0000000000000000000\u0663.index").write_bytes(b"")  # an Arabic-Indic digit
+    (tmp_path / "log-start-offset-checkpoint").write_text("0\n2\ngood.topic_1 \u00b2 5\ngood.topic_1 0 \u0663\n")
     with caplog.at_level(logging.DEBUG, logger="lookupd"):
         lm = LogManager([tmp_path])
         assert [(l.topic, l.partition) for l in lm.logs()] == [("good.topic_1", 0)]
@@ -60,7 +65,7 @@ def test_names_on_disk(tmp_path, caplog):
     text = caplog.text
     assert "123.log" in text and "00000000000000000000.log.deleted" in text and "being deleted or rewritten" in text
     assert "old-0.abc123-delete" in text and "being deleted or moved" in text
-    for topic in ("../etc", "", ".", "..", "a/b", "x" * 250, "bad name!", None, 5):
+    for topic in ("../etc", "", ".", "..", "a/b", "x" * 250, "bad name!", None, 5, "good.topic_1\n", "\u0663"):
         with pytest.raises(InvalidArgument):
             lm.get(topic, 0)
     for part in (-1, 1 << 31, "0", 1.5, True):

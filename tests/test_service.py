@@ -102,6 +102,7 @@ def test_columnar(service):
     ("lookup_offset", ["plain", 0, "1", "floor"], "INVALID_ARGUMENT"),
     ("lookup_offset", ["plain", 0, 1 << 63, "floor"], "INVALID_ARGUMENT"),
     ("lookup_offset", ["../etc", 0, 1, "floor"], "INVALID_ARGUMENT"),
+    ("lookup_offset", ["plain\n", 0, 1, "floor"], "INVALID_ARGUMENT"),  # `$` would accept the newline
     ("lookup_offset", ["plain", "0", 1, "floor"], "INVALID_ARGUMENT"),
     ("lookup_offset", ["nosuch", 0, 1, "floor"], "UNKNOWN_PARTITION"),
     ("lookup_offset", ["plain", 7, 1, "floor"], "UNKNOWN_PARTITION"),

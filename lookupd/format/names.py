@@ -26,12 +26,14 @@ TRANSIENT_FILE_SUFFIXES = (".deleted", ".cleaned", ".swap", ".tmp")
 # Directories a broker is deleting or moving between log dirs.
 TRANSIENT_DIR_SUFFIXES = ("-delete", "-future", "-stray")
 # Other files a broker keeps in a partition directory, which carry no segment data.
-KNOWN_OTHER_FILES = re.compile(r"^(\d{20}\.snapshot|leader-epoch-checkpoint|partition\.metadata)$")
+KNOWN_OTHER_FILES = re.compile(r"[0-9]{20}\.snapshot|leader-epoch-checkpoint|partition\.metadata")
 
 MAX_TOPIC_LENGTH = 249
-_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
-_PARTITION_DIR = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]+)-(?P<partition>0|[1-9][0-9]{0,9})$")
-_SEGMENT_FILE = re.compile(r"^(?P<base>\d{20})(?P<suffix>\.log|\.index|\.timeindex|\.txnindex)$")
+# Names are checked with fullmatch (a `$` would accept a trailing newline), digits as [0-9] (`\d` and
+# str.isdigit take other scripts' digits too).
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
+_PARTITION_DIR = re.compile(r"(?P<topic>[a-zA-Z0-9._-]+)-(?P<partition>0|[1-9][0-9]{0,9})")
+_SEGMENT_FILE = re.compile(r"(?P<base>[0-9]{20})(?P<suffix>\.log|\.index|\.timeindex|\.txnindex)")
 _MAX_PARTITION = (1 << 31) - 1
 
 
@@ -45,7 +47,7 @@ def validate_topic(topic: object) -> str:
         raise InvalidArgument(f"topic name cannot be {topic!r}")
     if len(topic) > MAX_TOPIC_LENGTH:
         raise InvalidArgument(f"topic name is {len(topic)} characters, the limit is {MAX_TOPIC_LENGTH}")
-    if not _LEGAL_TOPIC.match(topic):
+    if not _LEGAL_TOPIC.fullmatch(topic):
         raise InvalidArgument(
             f"topic name {topic!r} is illegal: only ASCII letters, digits, '.', '_' and '-' are allowed"
         )
@@ -65,7 +67,7 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
     if name.endswith(TRANSIENT_DIR_SUFFIXES):
         log.debug("skipping %s: directory is being deleted or moved by the broker", name)
         return None
-    m = _PARTITION_DIR.match(name)
+    m = _PARTITION_DIR.fullmatch(name)
     if m is None:
         return None
     topic, partition = m["topic"], int(m["partition"])
@@ -85,11 +87,11 @@ def segment_file_name(base_offset: int, suffix: str) -> str:
 
 def parse_segment_file(name: str) -> tuple[int, str] | None:
     """(base offset, suffix) for a segment file name; None (with a debug log) for anything else."""
-    m = _SEGMENT_FILE.match(name)
+    m = _SEGMENT_FILE.fullmatch(name)
     if m is not None:
         return int(m["base"]), m["suffix"]
     if name.endswith(TRANSIENT_FILE_SUFFIXES):
         log.debug("skipping %s: file is being deleted or rewritten by the broker", name)
-    elif not KNOWN_OTHER_FILES.match(name):
+    elif not KNOWN_OTHER_FILES.fullmatch(name):
         log.debug("skipping %s: not a segment file (expected a 20-digit base offset and a known suffix)", name)
     return None

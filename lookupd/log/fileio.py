@@ -11,11 +11,18 @@ which returns at once with EAGAIN when the data is not in the page cache (about 
 on ext4), and indexes that are not mapped or not resident raise `WouldBlock` instead of
 touching the disk; the daemon then runs the lookup again in a worker thread. Lookups only
 read, so starting one over is harmless.
+
+Only regular files are read (`open_regular`): a log dir is writable by the broker's account, and
+a symbolic link there named like a segment file would otherwise make the daemon, or a root FUSE
+mount, serve any file they can read. Such a file is refused as if it were absent (`RefusedFile`).
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
+import stat
 import threading
 import weakref
 
@@ -44,14 +51,58 @@ def is_nonblocking() -> bool:
     return mode.on
 
 
+class RefusedFile(FileNotFoundError):
+    """A file in a log dir that is a symbolic link or not a regular file: never read, and treated as
+    absent (so a segment whose `.log` it is drops out of the listing, as a deleted one does)."""
+
+    def __init__(self, path: str, symlink: bool):
+        super().__init__(errno.ELOOP if symlink else errno.EINVAL,
+                         f"{'a symbolic link' if symlink else 'not a regular file'}: not read (files in a "
+                         f"log dir must be regular files)", path)
+
+
+# O_NOFOLLOW: a symbolic link fails the open (ELOOP) instead of being followed. O_NONBLOCK: opening a
+# FIFO does not wait for a writer (it is then refused by its type); cleared again for a regular file
+# (one fcntl).
+_OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+
+
+def open_regular(path: str) -> tuple[int, os.stat_result]:
+    """An `O_RDONLY` descriptor for `path` and its fstat, if it is a regular file; RefusedFile if it is a
+    symbolic link or anything else, FileNotFoundError if it does not exist."""
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise RefusedFile(path, True) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise RefusedFile(path, False)
+        fcntl.fcntl(fd, fcntl.F_SETFL, 0)  # O_NONBLOCK off: F_SETFL sets only status flags, none of which we want
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def regular_stat(path: str) -> os.stat_result:
+    """`lstat(path)` if it is a regular file; RefusedFile if it is a symbolic link or anything else."""
+    st = os.lstat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise RefusedFile(path, stat.S_ISLNK(st.st_mode))
+    return st
+
+
 class FileHandle:
-    """An `O_RDONLY` descriptor for one file, with `pread`-based reads."""
+    """An `O_RDONLY` descriptor for one regular file (`open_regular`), with `pread`-based reads."""
 
     __slots__ = ("path", "fd", "__weakref__")
 
     def __init__(self, path: str):
         self.path = path
-        self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        self.fd = open_regular(path)[0]
         weakref.finalize(self, os.close, self.fd)
 
     def size(self) -> int:

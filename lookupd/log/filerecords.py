@@ -8,14 +8,13 @@ the FUSE mount, the Spark reader) goes through it.
 
 from __future__ import annotations
 
-import os
 import struct
 from typing import Callable, Iterator, NamedTuple
 
-from ..format.batch import (HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, MAGIC_OFFSET, V2_HEADER_SIZE, BatchHeader,
-                            frame_size, last_offset_at, max_timestamp_at, parse_header)
+from ..format.batch import (HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, MAGIC_OFFSET, RECORD_OVERHEAD_V0, V2_HEADER_SIZE,
+                            BatchHeader, frame_size, last_offset_at, max_timestamp_at, parse_header)
 from ..errors import INT64_MAX, INT64_MIN, CorruptRecordError
-from .fileio import FileHandle, LazyHandle
+from .fileio import FileHandle, LazyHandle, regular_stat
 
 from . import _accel  # the header walk in C, unless a reference path runs: read_frames walks in Python
 
@@ -34,6 +33,9 @@ _BASE = struct.Struct(">q")
 # bytes even from a batch too short to hold them; only the end of the file stops it, as an error.
 _KEY_BYTES = {False: (12, 12, 27), True: (17, 26, 43)}
 _SIZE = struct.Struct(">i")
+# A preallocated `.log` (log.preallocate=true) is zero-filled past its data: a batch's offset and size
+# fields all zero are where the data ends (no batch has size 0).
+ZERO_HEADER = bytes(LOG_OVERHEAD)
 
 
 def read_frames(handle: FileHandle, start: int, end: int, *, path: str, chunk: int = HEADER_SCAN_BYTES,
@@ -47,7 +49,8 @@ def read_frames(handle: FileHandle, start: int, end: int, *, path: str, chunk: i
     FileLogInputStream, at a batch that runs past `end`; with `strict` that is reported as
     a cut-off batch instead, which is right for a rolled segment and wrong for the active
     one, whose last batch may be mid-append. A size field below the smallest legal batch
-    is corruption either way.
+    is corruption either way, except that without `strict` an all-zero header (ZERO_HEADER: a
+    preallocated active segment's tail) ends the walk.
     """
     pos = start
     buf = b""
@@ -65,7 +68,12 @@ def read_frames(handle: FileHandle, start: int, end: int, *, path: str, chunk: i
                 if strict:
                     raise CorruptRecordError(path, pos, "log file ended before the batch it was sized to hold")
                 return
-        size = frame_size(buf, off, off + end - pos, pos, path)
+        try:
+            size = frame_size(buf, off, off + end - pos, pos, path)
+        except CorruptRecordError:
+            if not strict and buf[off:off + LOG_OVERHEAD] == ZERO_HEADER:
+                return  # a preallocated active segment's zero-filled tail: the data ends here
+            raise
         if size is None:  # runs past `end` (too few bytes for a header was ruled out above)
             if strict:
                 declared = _SIZE.unpack_from(buf, off + 8)[0] + LOG_OVERHEAD
@@ -113,7 +121,7 @@ class FileRecords:
         a listing of 10,000 segments then opens none of their logs, nor churns the IndexCache."""
         if self._file.is_open:
             return self._file.get().size()
-        return os.stat(self.path).st_size
+        return regular_stat(self.path).st_size
 
     def read(self, position: int, size: int) -> bytes:
         """Bytes [position, position + size), fewer at end of file."""
@@ -174,6 +182,27 @@ class FileRecords:
             return None
         buf, off, pos, size = found
         return LogOffsetPosition(last_offset_at(buf, off), pos, size, _BASE.unpack_from(buf, off)[0])
+
+    def data_end(self, start: int, end: int) -> int:
+        """Where the data of a preallocated `.log` ends: the position of the first batch from `start` (a batch
+        boundary) whose offset and size fields are all zero (ZERO_HEADER), else `end`. Only sizes are
+        read, a chunk at a time; a size below the smallest batch is left to the walks, which name it."""
+        h = self._file.get()
+        pos = start
+        while pos <= end - LOG_OVERHEAD:
+            buf = h.pread(min(HEADER_SCAN_BYTES, end - pos), pos)
+            off = 0
+            while off <= len(buf) - LOG_OVERHEAD:
+                if buf[off:off + LOG_OVERHEAD] == ZERO_HEADER:
+                    return pos + off
+                size = _SIZE.unpack_from(buf, off + 8)[0]
+                if size < RECORD_OVERHEAD_V0:
+                    return end
+                off += size + LOG_OVERHEAD
+            if off == 0:
+                break  # the file shrank under us: no header left
+            pos += off
+        return end
 
     def largest_timestamp_after(self, start: int, *, end: int | None = None) -> tuple[int, int, int]:
         """FileRecords.largestTimestampAfter: (max timestamp, last offset of its first batch, position)."""

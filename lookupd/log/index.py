@@ -47,7 +47,7 @@ import numpy as np
 from ..errors import INT64_MAX, INT64_MIN, CorruptIndexError
 from .search import Layout, kafka_slot, search_sorted
 from .cache import tick
-from .fileio import WouldBlock, is_nonblocking, mode as _nonblocking
+from .fileio import RefusedFile, WouldBlock, is_nonblocking, mode as _nonblocking, open_regular, regular_stat
 
 from . import _accel  # without the C extension: Python searches, size checks before reads
 
@@ -104,9 +104,9 @@ class IndexMapping:
     __slots__ = ("mm", "length", "address", "__weakref__")
 
     def __init__(self, path: str):
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd, st = open_regular(path)
         try:
-            length = os.fstat(fd).st_size
+            length = st.st_size
             mm = mmap.mmap(fd, length, mmap.MAP_SHARED, mmap.PROT_READ) if length else None
             if mm is not None:
                 _page_in(fd, length)
@@ -248,6 +248,9 @@ class AbstractIndex:
             before = _faults()
             try:
                 m = IndexMapping(self.path)
+            except RefusedFile as err:  # a symbolic link: not read, and the index is not to be trusted
+                self._state = st = _State(_MISSING, 0, CorruptIndexError(self.path, None, err.strerror))
+                return st
             except FileNotFoundError:
                 m = _MISSING  # LazyIndex creates the file on first access; until then it is empty
             except ValueError:  # mmap: the file shrank between IndexMapping's fstat and its map; look again
@@ -449,8 +452,8 @@ class AbstractIndex:
 
     def _reload_if_changed(self, st: _State) -> _State:
         try:
-            size = os.stat(self.path).st_size
-        except FileNotFoundError:
+            size = regular_stat(self.path).st_size
+        except FileNotFoundError:  # RefusedFile too: mapping it reports why
             size = 0
         return self._reload("appeared") if size else st
 
@@ -554,11 +557,11 @@ class AbstractIndex:
         if is_nonblocking():
             raise WouldBlock()
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
+            fd, st = open_regular(self.path)
+        except FileNotFoundError:  # RefusedFile too: mapping it reports why
             return None
         try:
-            n = os.fstat(fd).st_size // self.ENTRY_SIZE
+            n = st.st_size // self.ENTRY_SIZE
             raw = os.pread(fd, self.ENTRY_SIZE, (n - 1) * self.ENTRY_SIZE) if n else b""
         finally:
             os.close(fd)

@@ -74,20 +74,38 @@ _tuple = tuple.__new__
 _OTHER_SEGMENT_FILES = frozenset(("index", "timeindex", "txnindex", "snapshot"))
 
 
-def list_segments(directory: str) -> list[int]:
-    """Sorted base offsets of the segments (those with a `.log`) in a partition directory."""
+def scan_segments(directory: str) -> tuple[list[int], frozenset[str]]:
+    """Sorted base offsets of the segments (those with a `.log`) in a partition directory, and the names of
+    segment files that are symbolic links or not regular files: never read (lookupd.log.fileio), and a
+    segment whose `.log` is one is not listed. The file type comes with the directory entry (no stat)."""
     bases = []
-    for name in os.listdir(directory):
-        stem, _, suffix = name.partition(".")
-        if len(stem) == 20 and stem.isdigit():
-            if suffix == "log":
-                bases.append(int(stem))
-                continue
-            if suffix in _OTHER_SEGMENT_FILES:
-                continue
-        parse_segment_file(name)  # debug-logs what is skipped and why
+    refused = []
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            name = entry.name
+            stem, _, suffix = name.partition(".")
+            if len(stem) == 20 and stem.isascii() and stem.isdigit():
+                if suffix == "log" or suffix in _OTHER_SEGMENT_FILES:
+                    if not entry.is_file(follow_symlinks=False):
+                        refused.append(name)
+                    elif suffix == "log":
+                        bases.append(int(stem))
+                    continue
+            parse_segment_file(name)  # debug-logs what is skipped and why
     bases.sort()
-    return bases
+    return bases, frozenset(refused)
+
+
+def list_segments(directory: str) -> list[int]:
+    """Sorted base offsets of the segments in a partition directory (`scan_segments`)."""
+    return scan_segments(directory)[0]
+
+
+def _warn_refused(directory: str, names: frozenset[str]) -> None:
+    for name in sorted(names):
+        what = "its segment is not served" if name.endswith(".log") else "the segment is answered without it"
+        log.warning("%s is a symbolic link or not a regular file: not read, %s (files in a log dir must be "
+                    "regular files)", os.path.join(directory, name), what)
 
 
 class SegmentList:
@@ -204,6 +222,7 @@ class LocalLog:
         self.checkpointed_log_start = log_start_offset
         self._lock = threading.Lock()
         self._bases: list[int] = []
+        self._refused: frozenset[str] = frozenset()  # segment files not read, as last listed (warned once)
         # (listing, running maximum of its rolled segments' largest timestamps, as far as computed);
         # replaced whole, never changed in place, so threads share it without a lock
         self._largest: tuple[list[int] | None, list[int]] = (None, [])
@@ -223,7 +242,10 @@ class LocalLog:
         Segments changing role (rolled, newly active) are told so after the lock is released:
         that remaps their indexes, which may take a while on a slow disk.
         """
-        bases = list_segments(self.dir)
+        bases, refused = scan_segments(self.dir)
+        if refused != self._refused:
+            _warn_refused(self.dir, refused - self._refused)
+            self._refused = refused
         replaced = {b for b, seg in list(self._segments.items()) if seg.replaced()}
         with self._lock:
             if bases == self._bases and not replaced:
@@ -564,8 +586,18 @@ class LocalLog:
 
     @_one_listing
     def info(self, v: SegmentList) -> dict:
-        return {"topic": self.topic, "partition": self.partition, "log_dir": os.path.dirname(self.dir),
-                "segments": len(v), "log_start_offset": v.log_start_offset, "log_end_offset": v.log_end_offset}
+        """The partition's listing. When its log end offset cannot be read (corrupt data, an I/O error),
+        that is null and `error` says why ("CODE: message"): one partition never fails a listing of all."""
+        out = {"topic": self.topic, "partition": self.partition, "log_dir": os.path.dirname(self.dir),
+               "segments": len(v), "log_start_offset": v.log_start_offset}
+        try:
+            out["log_end_offset"] = v.log_end_offset
+        except FileNotFoundError:
+            raise  # a segment deleted meanwhile: listed again (_one_listing)
+        except (CorruptDataError, OSError) as err:
+            out["log_end_offset"] = None
+            out["error"] = f"{getattr(err, 'code', Unavailable.code)}: {err}"
+        return out
 
     @_one_listing
     def segments_info(self, v: SegmentList) -> list[dict]:

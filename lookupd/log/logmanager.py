@@ -7,6 +7,7 @@ import os
 import threading
 
 from .cache import IndexCache
+from .fileio import RefusedFile, open_regular
 from ..errors import UnknownPartition
 from .locallog import LocalLog
 from ..format.names import parse_partition_dir, validate_partition, validate_topic
@@ -19,19 +20,24 @@ LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 def read_offset_checkpoint(path: str) -> dict[tuple[str, int], int]:
     """Parse a broker offset checkpoint file (version 0: a count, then `topic partition offset` lines).
 
-    A missing or malformed file yields what could be read: it is advisory here.
+    A missing or malformed file yields what could be read: it is advisory here. A symbolic link or
+    anything but a regular file is not read: RefusedFile (lookupd.log.fileio).
     """
     out: dict[tuple[str, int], int] = {}
     try:
-        with open(path, "rb") as f:
+        fd, _ = open_regular(path)
+        with open(fd, "rb") as f:
             lines = f.read().decode("utf-8", "replace").splitlines()
+    except RefusedFile:
+        raise
     except OSError:
         return out
     if len(lines) < 2 or lines[0].strip() != "0":
         return out
     for line in lines[2:]:
         parts = line.split()
-        if len(parts) == 3 and parts[1].isdigit() and parts[2].lstrip("-").isdigit():
+        if len(parts) == 3 and parts[1].isascii() and parts[1].isdigit() and parts[2].isascii() and \
+                parts[2].lstrip("-").isdigit():
             out[(parts[0], int(parts[1]))] = int(parts[2])
     return out
 
@@ -48,6 +54,7 @@ class LogManager:
         self._dir_mtimes: dict[str, int] = {}
         self._dir_ids: dict[tuple[str, int], tuple[int, int]] = {}  # a partition dir's (device, inode)
         self._lock = threading.Lock()
+        self._refused: set[str] = set()
         self.refresh()
 
     def refresh(self) -> dict[str, int]:
@@ -61,6 +68,7 @@ class LogManager:
         found: dict[tuple[str, int], str] = {}
         starts: dict[tuple[str, int], int] = {}
         unlisted: list[str] = []  # log dirs whose partitions stay as they were
+        refused: set[str] = set()  # checkpoint files not read (warned of when first found)
         for root in self.log_dirs:
             try:
                 entries = list(os.scandir(root))
@@ -71,7 +79,13 @@ class LogManager:
                 log.warning("cannot list log dir %s: %s; serving its last listing", root, err)
                 unlisted.append(root + os.sep)
                 continue
-            starts.update(read_offset_checkpoint(os.path.join(root, LOG_START_OFFSET_CHECKPOINT)))
+            checkpoint = os.path.join(root, LOG_START_OFFSET_CHECKPOINT)
+            try:
+                starts.update(read_offset_checkpoint(checkpoint))
+            except RefusedFile as err:
+                if checkpoint not in self._refused:
+                    log.warning("%s: %s", checkpoint, err.strerror)
+                refused.add(checkpoint)
             for entry in entries:
                 parsed = parse_partition_dir(entry.name)
                 if parsed is None or not entry.is_dir(follow_symlinks=False):
@@ -114,6 +128,7 @@ class LogManager:
                     removed += 1
         with self._lock:
             self._logs = current
+        self._refused = refused
         return {"added": added, "removed": removed, "changed": changed}
 
     def get(self, topic: object, partition: object) -> LocalLog:

@@ -12,11 +12,11 @@ import logging
 import os
 from typing import NamedTuple
 
-from ..format.batch import V2_HEADER_SIZE, parse_header
+from ..format.batch import LOG_OVERHEAD, V2_HEADER_SIZE, parse_header
 from ..format.records import find_timestamp, find_timestamp_fast
 from ..errors import INT64_MAX, CorruptIndexError, CorruptRecordError, LookupdError
-from .fileio import WouldBlock, mode as _nonblocking
-from .filerecords import FileRecords, LogOffsetPosition
+from .fileio import WouldBlock, mode as _nonblocking, regular_stat
+from .filerecords import ZERO_HEADER, FileRecords, LogOffsetPosition
 from .index import OffsetIndex, TimeIndex
 from ..format.names import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, segment_file_name
 from .txnindex import AbortedTxn, TransactionIndex
@@ -64,8 +64,9 @@ class LogSegment:
         # compares against this to notice.
         self._identity = self._file_ids()
         self._warned: set[str] = set()
-        self._cached_next_offset: tuple[int, int] | None = None  # (log size, next offset)
-        self._cached_max_ts: tuple[int, tuple[int, int]] | None = None  # (log size, (timestamp, offset))
+        self._cached_end: tuple[int, int] | None = None  # (log size, data end): the active segment's `_data_end`
+        self._cached_next_offset: tuple[int, int] | None = None  # (data end, next offset)
+        self._cached_max_ts: tuple[int, tuple[int, int]] | None = None  # (data end, (timestamp, offset))
         self.set_live(live)
 
     def __repr__(self) -> str:
@@ -92,7 +93,7 @@ class LogSegment:
         ids = []
         for path in (self.log.path, self.offset_index.path, self.time_index.path, self.txn_index.path):
             try:
-                st = os.stat(path)
+                st = os.lstat(path)  # a symbolic link put in a file's place is another file
                 ids.append((st.st_dev, st.st_ino))
             except FileNotFoundError:
                 ids.append(None)
@@ -111,7 +112,37 @@ class LogSegment:
         self.txn_index.close()
 
     def size(self) -> int:
-        return self.log.size()
+        """Where the segment's data ends: the `.log`'s size, or for the active segment of a preallocated
+        log (log.preallocate=true) where its zero-filled tail starts (`_data_end`)."""
+        file_size = self.log.size()
+        if not self.live:
+            return file_size
+        kept = self._cached_end
+        if kept is not None and kept[0] == file_size == kept[1]:
+            return file_size  # not preallocated: _data_end's first test, without its call
+        return self._data_end(file_size)
+
+    def _peek_size(self) -> int:
+        """`size()`, without opening a rolled segment's `.log` (a stat of its path)."""
+        return self.size() if self.live else self.log.peek_size()
+
+    def _data_end(self, size: int) -> int:
+        """The active segment's data end for a `.log` of `size` bytes. As Kafka's recovery does (the first
+        invalid batch ends the log), an all-zero batch header ends the data: the broker appends into a
+        preallocated file without changing its size. Kept while the size is the same and the header at
+        the kept end is still zero (the broker's next append is there); else found again by walking the
+        batch sizes from the kept end or the last offset-index entry."""
+        kept = self._cached_end
+        if kept is not None and kept[0] == size:
+            end = kept[1]
+            if end == size or self.log.read(end, LOG_OVERHEAD) == ZERO_HEADER:
+                return end
+            start = end  # appended to: a batch starts there
+        else:
+            start = self._start_position(INT64_MAX, size)
+        end = self.log.data_end(start, size)
+        self._cached_end = (size, end)
+        return end
 
     # ------------------------------------------------------------- index access
 
@@ -122,7 +153,7 @@ class LogSegment:
 
     def offset_index_lookup(self, offset: int, log_size: int | None = None) -> tuple[int, int]:
         """OffsetIndex.lookup over the valid entries (those inside the `.log`)."""
-        return self.offset_index.lookup(offset, limit=self.log.size() if log_size is None else log_size)
+        return self.offset_index.lookup(offset, limit=self.size() if log_size is None else log_size)
 
     def time_index_limit(self, log_size: int) -> int | None:
         """Bound on live time-index entries: the broker writes the offset-index entry first."""
@@ -132,7 +163,7 @@ class LogSegment:
 
     def time_index_lookup(self, timestamp: int, log_size: int | None = None) -> tuple[int, int]:
         """TimeIndex.lookup over the valid entries."""
-        size = self.log.size() if log_size is None else log_size
+        size = self.size() if log_size is None else log_size
         return self.time_index.lookup(timestamp, limit=self.time_index_limit(size))
 
     def _start_position(self, offset: int, log_size: int) -> int:
@@ -169,7 +200,22 @@ class LogSegment:
                               self.log.handle().fd, self.base_offset, offset, extra, _nonblocking.on)
         if found is False:
             raise WouldBlock()
+        if kind == LOCATE_READ and self.live and found is not None:
+            return self._within_data(found)
         return found
+
+    def _within_data(self, found: tuple) -> tuple | None:
+        """A LOCATE_READ answer of the active segment cut at its data end (the native walk ends at a zero
+        header, but reads `extra` bytes past the batch it found, into a preallocated tail). Bytes before
+        the data end last found are data (a zero tail only ever starts later) and need no look at the file."""
+        base, position, data = found
+        kept = self._cached_end
+        if kept is not None and position + len(data) <= kept[1]:
+            return found
+        end = self.size()
+        if position >= end:
+            return None
+        return found if position + len(data) <= end else (base, position, data[:end - position])
 
     def _time_floor_fast(self, timestamp: int) -> tuple[int, int] | None:
         """`_time_floor` in one native call (two in the active segment), None when the Python path must
@@ -177,7 +223,7 @@ class LogSegment:
         if not 0 <= timestamp <= INT64_MAX:
             return None
         try:
-            limit = self.time_index_limit(self.log.size()) if self.live else None
+            limit = self.time_index_limit(self.size()) if self.live else None
             return self.time_index.lookup_fast(timestamp, limit)
         except CorruptIndexError:
             return None
@@ -238,13 +284,13 @@ class LogSegment:
 
     def translate_offset(self, offset: int, starting_position: int = 0) -> LogOffsetPosition | None:
         """LogSegment.translateOffset: the first batch whose last offset >= `offset`, or None."""
-        size = self.log.size()
+        size = self.size()
         start = max(self._start_position(offset, size), starting_position)
         return self.log.search_for_offset_with_size(offset, start, strict=not self.live, end=size)
 
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> TimestampAndOffset | None:
         """LogSegment.findOffsetByTimestamp: first record with timestamp >= target and offset >= start."""
-        size = self.log.size()
+        size = self.size()
         floor = self._time_floor(timestamp, size)
         position = self._start_position(max(floor[1], starting_offset), size)
         while (batch := self.log.find_batch(timestamp, position, size, by_timestamp=True, strict=not self.live)):
@@ -268,13 +314,13 @@ class LogSegment:
         adjusted = max(max_size, found.size) if min_one_message else max_size
         if adjusted == 0:
             return FetchData(start_offset, found.position, b"", False)
-        limit = self.log.size() if max_position is None else max_position
+        limit = self.size() if max_position is None else max_position
         fetch_size = min(limit - found.position, adjusted)
         return FetchData(start_offset, found.position, self.log.read(found.position, fetch_size), adjusted < found.size)
 
     def read_next_offset(self) -> int:
         """LogSegment.readNextOffset: one past the last offset in the segment (base offset if empty)."""
-        size = self.log.size()
+        size = self.size()
         cached = self._cached_next_offset
         if cached is not None and cached[0] == size:
             return cached[1]
@@ -300,7 +346,7 @@ class LogSegment:
         active segment's does not yet, so the batches after its last entry are scanned too
         (LogSegment.readLargestTimestamp).
         """
-        size = self.log.peek_size() if size is None else size
+        size = self._peek_size() if size is None else size
         cached = self._cached_max_ts
         if cached is not None and cached[0] == size:
             return cached[1]
@@ -327,14 +373,14 @@ class LogSegment:
         ts = self.max_timestamp_so_far(size)[0]
         if ts >= 0:
             return ts
-        return int(os.stat(self.log.path).st_mtime * 1000)
+        return int(regular_stat(self.log.path).st_mtime * 1000)
 
     def collect_aborted_txns(self, fetch_offset: int, upper_bound_offset: int) -> tuple[list[AbortedTxn], bool]:
         return self.txn_index.collect_aborted_txns(fetch_offset, upper_bound_offset)
 
     def info(self) -> dict:
         """Summary for listings: counts of valid index entries, size, largest timestamp."""
-        size = self.log.peek_size()
+        size = self._peek_size()
         # A rolled segment's trimmed indexes are counted from their sizes, without mapping them.
         oi = None if self.live else self.offset_index.peek_entries()
         ti = None if self.live else self.time_index.peek_entries()

@@ -14,7 +14,7 @@ from typing import NamedTuple, TYPE_CHECKING
 import numpy as np
 
 from ..errors import CorruptIndexError
-from .fileio import LazyHandle
+from .fileio import LazyHandle, RefusedFile
 
 if TYPE_CHECKING:
     from .cache import IndexCache
@@ -48,6 +48,8 @@ class TransactionIndex:
     def _read(self) -> bytes:
         try:
             handle = self._file.get()
+        except RefusedFile as err:  # a symbolic link: not read, and the aborted transactions are unknown
+            raise CorruptIndexError(self.path, None, err.strerror) from None
         except FileNotFoundError:
             return b""  # created only on the segment's first aborted transaction
         return handle.pread(handle.size(), 0)
