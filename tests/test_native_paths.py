@@ -19,6 +19,7 @@ import pytest
 
 import reference as R
 from lookupd.format import _accel as format_accel
+from lookupd.format.batch import whole_batches, whole_batches_reference
 from lookupd.log import _accel
 from lookupd.log.locallog import LocalLog
 from lookupd.log.logmanager import LogManager
@@ -184,11 +185,9 @@ def test_native_and_python_paths_agree_on_damaged_logs(demo, tmp_path, seed):
 
 
 def test_reads_batch_walk_in_c_agrees_with_python():
-    """`read`'s walk over the batches it hands out (`_whole_batches`: `_accel.sound_batches` in one C call)
+    """`read`'s walk over the batches it hands out (`batch.whole_batches`: `_accel.sound_batches` in one C call)
     against the Python walk, on pieces of every Kafka-written `.log` cut at batch edges and inside batches,
     and on damaged copies: the same (bytes, next offset) or the same error; C must take the sound pieces."""
-    from lookupd.log import locallog
-
     R.require()
     rnd = random.Random(11)
     taken = pieces = 0
@@ -207,8 +206,8 @@ def test_reads_batch_walk_in_c_agrees_with_python():
                     if piece and rnd.random() < 0.3:
                         piece[rnd.randrange(len(piece))] ^= 1 << rnd.randrange(8)
                     piece = bytes(piece)
-                    fast = outcome(locallog._whole_batches, piece, start, seg)
-                    assert fast == reference(locallog._whole_batches_python, piece, start, seg), (p, name, start)
+                    fast = outcome(whole_batches, piece, start, seg.log.path)
+                    assert fast == reference(whole_batches_reference, piece, start, seg.log.path), (p, name, start)
                     pieces += 1
                     taken += format_accel.sound_batches(piece) is not None
             finally:

@@ -16,13 +16,12 @@ from typing import Callable, Iterator, NamedTuple, TypeVar
 
 import numpy as np
 
-from ..format.batch import ensure_valid, parse_header, sound_v2_last_offset, whole_frames
+from ..format.batch import parse_header, whole_batches
 from ..errors import INT64_MAX, CorruptDataError, InvalidArgument, OffsetOutOfRange, Unavailable, check_int64
 from ..format.names import parse_segment_file
 from .segment import LOCATE_BATCH, LOCATE_CEILING, LOCATE_ENTRY, LOCATE_READ, LogSegment
 from .txnindex import AbortedTxn
 
-from ..format import _accel  # read's batch walk in one C call (`sound_batches`)
 
 log = logging.getLogger(__name__)
 
@@ -558,7 +557,7 @@ class LocalLog:
         if found is None:
             return None
         _, position, records = found
-        whole, next_offset = _whole_batches(records, position, seg)
+        whole, next_offset = whole_batches(records, position, seg.log.path)
         return _tuple(ReadResult, (seg.base_offset, position, next_offset if whole else offset, records[:whole]))
 
     @_one_listing
@@ -574,7 +573,7 @@ class LocalLog:
                 fetched = seg.read(offset, max_bytes, min_one_message=True)
                 if fetched is None:
                     continue
-                whole, next_offset = _whole_batches(fetched.records, fetched.position, seg)
+                whole, next_offset = whole_batches(fetched.records, fetched.position, seg.log.path)
                 return ReadResult(seg.base_offset, fetched.position, next_offset if whole else offset,
                                   fetched.records[:whole])
         active = v.active
@@ -793,28 +792,3 @@ def _log_start(bases: list[int], checkpointed: int | None) -> int:
     if higher (0 for an empty listing)."""
     first = bases[0] if bases else 0
     return max(first, checkpointed) if checkpointed is not None else first
-
-
-def _whole_batches(data: bytes, position: int, seg: LogSegment) -> tuple[int, int]:
-    """(bytes of whole batches at the front of `data`, next offset after them); each batch's checksum
-    is checked, so `read` never hands out a batch whose bytes were damaged on disk. Sound v2 batches
-    are passed in one C call (`_accel.sound_batches`); any other is parsed and checked in full, which
-    names its fault (`_whole_batches_python`, the reference)."""
-    if not _accel.mode.python:
-        found = _accel.sound_batches(data)
-        if found is not None:
-            return found[0], (found[1] + 1 if found[0] else -1)
-    return _whole_batches_python(data, position, seg)
-
-
-def _whole_batches_python(data: bytes, position: int, seg: LogSegment) -> tuple[int, int]:
-    """`_whole_batches` in Python alone: a sound v2 batch in a few operations, any other in full."""
-    whole, next_offset = 0, -1
-    for off, size in whole_frames(data, position, seg.log.path):
-        last = sound_v2_last_offset(data, off, size)
-        if last is None:
-            header = parse_header(data, off, position + off, seg.log.path)
-            ensure_valid(header, memoryview(data)[off:off + size], seg.log.path)
-            last = header.last_offset
-        whole, next_offset = off + size, last + 1
-    return whole, next_offset
