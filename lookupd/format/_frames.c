@@ -107,7 +107,7 @@ decode_frames(PyObject *self, PyObject *args)
 /*
  * sound_batches(buffer) -> (bytes of the whole batches at its front, last offset of the last of them) | None
  *
- * The walk of `read`'s answer (lookupd.log.locallog._whole_batches) over batches it can pass in a
+ * The walk of `read`'s answer (lookupd.format.batch.whole_batches) over batches it can pass in a
  * few operations: each whole batch at the front (FileLogInputStream's framing: fewer than 17 bytes
  * left, or a batch running past the end, ends the walk) a v2 batch whose size holds its header, whose
  * record count is not negative and whose CRC32C matches. The last offset is -1 when no batch is
