@@ -40,7 +40,7 @@ import numpy as np
 
 from ..errors import InvalidArgument, LookupdError, TooLarge, Unauthorized, Unavailable
 from ..log.fileio import CAN_READ_NOWAIT, WouldBlock, mode as nonblocking_mode
-from ..log.locallog import int64_array
+from ..log.bulk import int64_array
 from ..log.logmanager import LogManager
 
 log = logging.getLogger(__name__)
