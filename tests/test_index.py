@@ -414,10 +414,10 @@ def test_index_lookups_agree_with_and_without_the_one_call_path(tmp_path, monkey
 
 
 def test_an_index_that_shrinks_between_its_fstat_and_its_map_is_mapped_again(tmp_path, monkeypatch):
-    from lookupd.log import index
+    from lookupd.log import mapping
 
     write_offset_index(tmp_path / "s.index", [(5, 100), (9, 200)])
-    real, calls = index.mmap.mmap, []
+    real, calls = mapping.mmap.mmap, []
 
     def shrank_once(*args):
         calls.append(args[1])
@@ -425,7 +425,7 @@ def test_an_index_that_shrinks_between_its_fstat_and_its_map_is_mapped_again(tmp
             raise ValueError("mmap length is greater than file size")
         return real(*args)
 
-    monkeypatch.setattr(index.mmap, "mmap", shrank_once)
+    monkeypatch.setattr(mapping.mmap, "mmap", shrank_once)
     assert OffsetIndex(tmp_path / "s.index", 0).lookup(9) == (9, 200) and len(calls) == 2
 
 
