@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Callable, TypeVar
 import numpy as np
 
 from ..errors import INT64_MAX, INT64_MIN, CorruptIndexError
-from .search import Layout, kafka_slot, search_sorted
+from .search import Layout, bulk_slots, ceiling_slot, host_order_columns, kafka_slot
 from .cache import tick
 from .fileio import RefusedFile, WouldBlock, is_nonblocking, mode as _nonblocking, open_regular, regular_stat
 from .mapping import NO_MAPPING, SIGBUS_GUARD, IndexMapping, IndexState, NoMapping, guard_faults
@@ -526,16 +526,8 @@ class AbstractIndex:
 
     def _ceiling_search(self, t: int, by_value: bool) -> Callable[[object, int], int]:
         """A search(mm, n) for the least slot whose key (or value) is >= t (a search target), -1 if none."""
-        unpack = self._VALUE.unpack_from if by_value else self._KEY.unpack_from
-        skip = self._KEY.size if by_value else 0
-
-        def search(mm, n):
-            s = self._kafka_slot(mm, n, t, by_value, False)
-            if s >= 0 and unpack(mm, s * self.ENTRY_SIZE + skip)[0] == t:
-                return s
-            return s + 1 if s + 1 < n else -1
-
-        return search
+        layout, warm = self.LAYOUT, self.warm_entries
+        return lambda mm, n: ceiling_slot(mm, n, layout, t, by_value, warm)
 
     def _search_target(self, target: int, by_value: bool) -> int:
         return target
@@ -570,13 +562,11 @@ class AbstractIndex:
     # ----------------------------------------------------------------- vectorised
 
     def _host_order_columns(self, mm, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Native-order copies of both columns of the first `n` entries of map `mm`, kept
-        while the index stays mapped (what bulk searches run on)."""
+        """`host_order_columns` of the first `n` entries of map `mm`, kept while the index stays mapped
+        (what bulk searches run on)."""
         cols = self._host_order_cols
         if cols is None or cols[0] is not mm or cols[1] != n:
-            arr = np.frombuffer(mm, dtype=self._DTYPE, count=n) if n else np.empty(0, self._DTYPE)
-            cols = (mm, n, arr["key"].astype(self._DTYPE["key"].newbyteorder("=")),
-                    arr["value"].astype(self._DTYPE["value"].newbyteorder("=")))
+            cols = (mm, n, *host_order_columns(mm, n, self._DTYPE))
             self._host_order_cols = cols
         return cols[2], cols[3]
 
@@ -586,13 +576,7 @@ class AbstractIndex:
 
         def search(mm, n):
             keys, values = self._host_order_columns(mm, n)
-            slots = search_sorted(keys, t, ceiling)
-            if ceiling:
-                none = slots >= n
-            else:
-                slots -= 1
-                none = slots < 0
-            return slots, none, keys, values
+            return (*bulk_slots(keys, t, ceiling), keys, values)
 
         return self._run(limit, search)
 
