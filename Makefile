@@ -3,9 +3,15 @@ PYTHON  ?= python3
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
 PIP     := $(VENV)/bin/pip
+# Runtime dependencies only (what `make run` needs); each extra of pyproject.toml gets its own stamp and is
+# installed by the targets that need it: test and bench for `make test` and `make bench`, spark for spark-*.
 STAMP   := $(VENV)/.installed
-# The log dir `make run` serves; a sample is generated there when it does not exist.
-LOG_DIR ?= sample-data
+EXTRA   := $(VENV)/.installed-extra
+# The log dir `make run` serves. Sample data is generated only into the default, sample-data; any
+# other LOG_DIR must exist (a mistyped path is refused, not filled with sample data).
+SAMPLE_DATA := sample-data
+LOG_DIR ?= $(SAMPLE_DATA)
+LOG_DIR_READY := $(if $(filter $(SAMPLE_DATA),$(LOG_DIR)),$(SAMPLE_DATA),log-dir-exists)
 SOCKET  ?= run/lookupd.sock
 # Debian packages the tests and benchmarks drive for real: FUSE (fuse3: fusermount3 and libfuse3, which mfusepy loads),
 # jq and less (run against the mount), redis-server (the benchmark's reference service), util-linux's
@@ -20,7 +26,13 @@ SPARK_TO     ?= 2026-01-01T12:00:00Z
 SPARK_OUT    ?= run/replay-orders
 SPARK_DAEMON := $(PY) -m spark_client.examples.with_daemon --log-dir $(LOG_DIR) --socket $(SPARK_SOCKET) --
 
-.PHONY: all venv run test bench bench-quick system-deps node-deps spark-replay spark-hourly spark-stream clean
+.PHONY: all venv run test reference-corpus bench bench-quick system-deps node-deps log-dir-exists \
+	install install-package install-commands spark-replay spark-hourly spark-stream clean
+
+# `make install` (as root): the package in a virtualenv of its own (Debian's Python refuses system-wide pip
+# installs, PEP 668) and its commands linked into BINDIR, where systemd/*.service run them from.
+INSTALL_DIR ?= /opt/kafka-lookupd
+BINDIR      ?= /usr/local/bin
 
 all: venv
 
@@ -30,18 +42,29 @@ C_SOURCES := $(wildcard lookupd/*/*.c lookupd/*/*.h fusefs/*.c fusefs/*.h)
 $(STAMP): pyproject.toml $(C_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet -e '.[test,bench]'
+	$(PIP) install --quiet -e .
 	touch $@
 
-venv: $(STAMP)
+# One extra's requirements, read from pyproject.toml (the package itself is already installed, editable).
+$(EXTRA)-%: $(STAMP)
+	$(PY) -c 'import sys, tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"][sys.argv[1]]))' $* \
+	  | xargs -d '\n' $(PIP) install --quiet
+	touch $@
 
-$(LOG_DIR):
-	$(PY) -m lookupd demo-data $(LOG_DIR)
+# The development environment: the package and everything the tests and benchmarks use.
+venv: $(STAMP) $(EXTRA)-test $(EXTRA)-bench
 
-run: venv $(LOG_DIR)
+$(SAMPLE_DATA): | $(STAMP)
+	$(PY) -m lookupd demo-data $(SAMPLE_DATA)
+
+log-dir-exists:
+	$(if $(wildcard $(LOG_DIR)/.),,$(error LOG_DIR=$(LOG_DIR) is not a directory: give an existing Kafka log dir (sample data is generated only into the default, $(SAMPLE_DATA))))
+	@:
+
+run: $(LOG_DIR_READY) $(STAMP)
 	@echo "lookupd serves $(LOG_DIR) on $(SOCKET); in another terminal try:"
 	@echo "  $(VENV)/bin/lookupd query --socket $(SOCKET) partitions"
-	@echo "  $(VENV)/bin/lookupd query --socket $(SOCKET) offset_for_timestamp orders 0 1767261600000"
+	@echo "  $(VENV)/bin/lookupd query --socket $(SOCKET) offset_for_timestamp orders 0 2026-01-01T10:00:00Z"
 	@echo "  $(VENV)/bin/lookupd query --socket $(SOCKET) resolve_offset orders 0 1234"
 	@echo "(Ctrl-C stops it)"
 	$(PY) -m lookupd serve --log-dir $(LOG_DIR) --socket $(SOCKET)
@@ -65,6 +88,10 @@ node-deps:
 	@if command -v npm >/dev/null 2>&1 && [ ! -d tests/node/node_modules/msgpack5rpc ]; then \
 	  npm ci --prefix tests/node --no-audit --no-fund --loglevel=error; fi
 
+# The Kafka-written reference corpus the conformance tests compare against, from tests/data/kafka-reference.tar.zst.
+reference-corpus: $(STAMP)
+	$(PY) tests/reference.py
+
 # The format, log, conformance and daemon tests again with LOOKUPD_PURE_PYTHON=1: the whole process in
 # Python, as on a machine without a compiler, must give the same answers and errors (the files and
 # the tests marked `native` that compare the C paths with the Python ones are left out of that pass;
@@ -74,32 +101,42 @@ PURE_PYTHON_TESTS := tests/test_records.py tests/test_compression.py tests/test_
 	tests/test_corrupt_answers.py tests/test_conformance.py \
 	tests/test_server.py tests/test_service.py tests/test_rpc.py tests/test_daemon_hostile.py tests/test_reactor.py
 
-test: venv system-deps node-deps
+test: venv system-deps node-deps reference-corpus
 	$(PY) -m pytest -q
 	LOOKUPD_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider -m "not native" $(PURE_PYTHON_TESTS)
 
-bench: venv system-deps
+bench: venv system-deps reference-corpus
 	$(PY) bench/run.py
 	$(PY) bench/report.py
 
-bench-quick: venv system-deps
+bench-quick: venv system-deps reference-corpus
 	$(PY) bench/run.py --quick
 
-spark-replay: venv $(LOG_DIR)
+spark-replay: $(LOG_DIR_READY) $(EXTRA)-spark
 	$(SPARK_DAEMON) $(PY) -m spark_client.examples.replay --address $(SPARK_SOCKET) --topic orders \
 	  --from $(SPARK_FROM) --to $(SPARK_TO) --out $(SPARK_OUT) --overwrite
 
-spark-hourly: venv $(LOG_DIR)
+spark-hourly: $(LOG_DIR_READY) $(EXTRA)-spark
 	$(SPARK_DAEMON) $(PY) -m spark_client.examples.hourly --address $(SPARK_SOCKET) \
 	  --topic orders,payments,clicks --isolation-level read_committed
 
 # A streaming query following a copy of $(LOG_DIR) (run/stream-data) while records are appended to it
 # for 60 s: records per minute and topic, printed every micro-batch. The copy keeps $(LOG_DIR) as made.
-spark-stream: venv $(LOG_DIR)
+spark-stream: $(LOG_DIR_READY) $(EXTRA)-spark
 	rm -rf run/stream-data && mkdir -p run && cp -r $(LOG_DIR) run/stream-data
 	$(PY) -m spark_client.examples.with_daemon --log-dir run/stream-data --socket $(SPARK_SOCKET) -- \
 	  $(PY) -m spark_client.examples.follow --address $(SPARK_SOCKET) --topic orders,payments,clicks \
 	  --append-to run/stream-data --seconds 60
 
+install: install-package install-commands
+
+install-package:
+	$(PYTHON) -m venv $(INSTALL_DIR)
+	$(INSTALL_DIR)/bin/pip install --quiet .
+
+install-commands:
+	install -d $(BINDIR)
+	ln -sf $(INSTALL_DIR)/bin/lookupd $(INSTALL_DIR)/bin/fusefs $(BINDIR)/
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis lookupd/*/*.so
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis lookupd/*/*.so fusefs/*.so tests/data/kafka-reference

@@ -50,13 +50,15 @@ import msgpack
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "tests"))
+import reference  # noqa: E402
 from common import Figure, dump, print_table, ratio  # noqa: E402
 
 from lookupd.tools.demo import generate  # noqa: E402
 
 TOPIC, PARTITION = "large", 0
 REDIS_KEY = b"idx:large-0"
-DEFAULT_LOGS = os.path.join(os.path.dirname(REPO), "shared", "kafka-reference", "logs")
+DEFAULT_LOGS = str(reference.LOGS)
 LAST_OFFSET = 200_025  # large-0 holds offsets [0, LAST_OFFSET)
 CLIENTS = (1, 8, 64)
 PIPELINE_DEPTH = 64

@@ -1,7 +1,14 @@
-"""PNG plots of one results file: one chart per figure group, medians with min-max whiskers."""
+"""PNG plots of one results file: one chart per figure group, medians with min-max whiskers.
+
+    python bench/plots.py RESULTS.json      # draw a results file's plots again, beside it
+
+(bench/run.py draws them after a run; drawing them again is for a change to how they are drawn.)
+"""
 
 from __future__ import annotations
 
+import json
+import sys
 from collections import defaultdict
 
 import matplotlib
@@ -17,6 +24,7 @@ LINES = {
 # Groups drawn as grouped bars: one cluster per server and method, one bar per load (clients,
 # pipelining, percentile), on a log scale since the values span decades.
 GROUPED = {"daemon-latency", "daemon-placement", "daemon-throughput", "daemon-cpu"}
+LABEL_ROOM = 1.18  # a bar chart's x axis runs this far past the longest whisker, for the median written after it
 TITLES = {
     "index-latency": "Single floor lookup, in process",
     "index-many": "Many-lookups per call, in process",
@@ -43,8 +51,11 @@ def _bars(ax, figs) -> None:
     ax.invert_yaxis()
     units = sorted({f["unit"] for f in figs})
     ax.set_xlabel(", ".join(units))
-    for i, v in enumerate(med):
-        ax.text(v, i, f" {v:,.3g}", va="center", fontsize=7)
+    # Each median is written past its bar's whisker, not over it, with room kept for the text.
+    ends = [f["max"] for f in figs]
+    for i, (v, end) in enumerate(zip(med, ends)):
+        ax.text(end, i, f"  {v:,.3g}", va="center", fontsize=7)
+    ax.set_xlim(0, max(ends, default=1) * LABEL_ROOM or 1)
 
 
 def _lines(ax, figs, x_param, series_param, x_label, scale) -> None:
@@ -128,3 +139,10 @@ def plot_all(doc: dict, stem: str) -> list[str]:
         plt.close(fig)
         out.append(path)
     return out
+
+
+if __name__ == "__main__":
+    for results in sys.argv[1:]:
+        with open(results) as f:
+            for png in plot_all(json.load(f), results[:-len(".json")]):
+                print("plot:", png)

@@ -30,12 +30,18 @@ class UsageError(Exception):
     pass
 
 
+def _verbose_after(command: argparse.ArgumentParser) -> None:
+    """-v after the subcommand too (not set unless given, so a -v before it counts when none follows)."""
+    command.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help="as fusefs -v")
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fusefs", description="Kafka log dirs as a read-only file tree, via lookupd.")
     p.add_argument("-v", "--verbose", action="count", default=0, help="debug logging (-vv: fusepy's too)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     m = sub.add_parser("mount", help="mount the tree (topics / partitions / segments) on an empty directory")
+    _verbose_after(m)
     m.add_argument("mountpoint", metavar="MOUNTPOINT")
     m.add_argument("--socket", metavar="ADDRESS", default=None,
                    help="lookupd's Unix socket or HOST:PORT (default $LOOKUPD_SOCKET or run/lookupd.sock)")
@@ -53,6 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--log-file", metavar="FILE", help="log here instead of stderr (foreground) or syslog")
 
     u = sub.add_parser("umount", help="unmount a fusefs mount")
+    _verbose_after(u)
     u.add_argument("mountpoint", metavar="MOUNTPOINT")
     u.add_argument("--lazy", action="store_true", help="detach now even if files are open (umount -l)")
     return p

@@ -186,8 +186,11 @@ class KafkaFS(Operations):
             listing = [(".", None), ("..", None), *self._listing(path, tree.parse(path))]
             if self._streams:  # a generated file open now has the size getattr gives it
                 base = path.rstrip("/") + "/"
-                listing = [(n, {**a, "st_size": size} if a is not None and (size := self._open_size(base + n)) else a)
-                           for n, a in listing]
+                with self._streams_lock:
+                    here = [p[len(base):] for p in self._streams if p.startswith(base)]
+                sizes = {name: size for name in here if (size := self._open_size(base + name))}
+                if sizes:
+                    listing = [(n, {**a, "st_size": sizes[n]} if a is not None and n in sizes else a) for n, a in listing]
             if fh in self._listings:
                 self._listings[fh] = listing
         return listing

@@ -13,7 +13,8 @@
         <base>.txnindex.txt             `version: V producerId: P firstOffset: F lastOffset: L lastStableOffset: S`
         partition.json                  log start/end offsets, segments with offset and time ranges
         at-offset/                      navigation: names are resolved on lookup, never listed
-            <offset>.jsonl              records from <offset> to the end of the partition
+            <offset>.jsonl              records from <offset> to the end of the partition (.jsonl optional
+                                        in at-offset/ and at-time/: at-offset/1234 is the same file)
             <from>-<to>.jsonl           records with from <= offset < to
         at-time/
             <time>.jsonl                records from the first one with timestamp >= <time>
@@ -30,8 +31,9 @@ is ENOENT; the log end itself is an empty file. `at-time` resolves through the d
 ListOffsets (the first segment whose largest timestamp >= time, then its first record at
 or after it); what follows is in offset order, out-of-order timestamps included, and a
 time range is the offset range between the two answers (to the end when `to` finds no
-record). Times are epoch milliseconds or ISO-8601 (`2026-01-01T10:00:00Z`,
-`2026-01-01T10:00:00.250+00:00`, `2026-01-01`; no zone means UTC).
+record). Times are those of lookupd.format.times: epoch milliseconds, ISO-8601
+(`2026-01-01T10:00:00Z`, `2026-01-01T10:00:00.250+00:00`, `2026-01-01`; no zone means UTC), a
+time before now (`-1h`) or `now`, and ListOffsets' `earliest`, `latest`, `max`.
 
 A key is named by its text when it is valid UTF-8 and a legal file name (not "." or "..", no
 "/" or NUL, at most 255 bytes with ".jsonl", not starting with "base64:"); any other key is
@@ -50,10 +52,10 @@ import base64
 import binascii
 import errno
 import re
-from datetime import datetime, timedelta, timezone
 from typing import NamedTuple
 
 from lookupd.errors import INT64_MAX, InvalidArgument
+from lookupd.format import times
 from lookupd.format.names import validate_topic
 
 from .binding import FuseOSError
@@ -72,10 +74,8 @@ NAME_MAX = 255
 
 _PARTITION = re.compile(r"0|[1-9][0-9]{0,9}")
 _SEGMENT = re.compile(r"([0-9]{20})\.(" + "|".join(re.escape(s) for s in (*RAW, *VIEWS)) + r")")
-_AT_OFFSET = re.compile(r"([0-9]+)(?:-([0-9]+))?\.jsonl")
-_DIGITS = re.compile(r"[0-9]+")
+_AT_OFFSET = re.compile(r"([0-9]+)(?:-([0-9]+))?")
 _URLSAFE = re.compile(r"[A-Za-z0-9_-]*={0,2}")
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 class Root(NamedTuple):
@@ -196,41 +196,36 @@ def _int64(text: str) -> int:
 
 
 def parse_time(text: str) -> int:
-    """Epoch milliseconds from digits or an ISO-8601 time (UTC unless it says otherwise)."""
-    if _DIGITS.fullmatch(text):
-        return _int64(text)
+    """Epoch milliseconds (or ListOffsets' -2, -1, -3) from a name: the grammar of lookupd.format.times."""
     try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
+        return times.parse_time(text)
+    except times.NotATime:
         raise _missing() from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    ms = (when - _EPOCH) // timedelta(milliseconds=1)
-    if ms < 0:
-        raise FuseOSError(errno.EINVAL)
-    return ms
+    except InvalidArgument:
+        raise FuseOSError(errno.EINVAL) from None
 
 
 def _range(start: int, end: int | None) -> tuple[int, int | None]:
-    if end is not None and end < start:
+    """A range's bounds; EINVAL when it ends before it starts (ListOffsets' negative sentinels are not times)."""
+    if end is not None and 0 <= end < start:
         raise FuseOSError(errno.EINVAL)
     return start, end
 
 
 def _nav(topic: str, partition: int, kind: str, name: str) -> AtOffset | AtTime:
+    """A navigation name, its `.jsonl` optional (`at-offset/1234` is `at-offset/1234.jsonl`)."""
+    stem = name[:-len(JSONL)] if name.endswith(JSONL) else name
     if kind == AT_OFFSET:
-        m = _AT_OFFSET.fullmatch(name)
+        m = _AT_OFFSET.fullmatch(stem)
         if m is None:
             raise _missing()
         end = m[2]
         return AtOffset(topic, partition, *_range(_int64(m[1]), None if end is None else _int64(end)))
-    if not name.endswith(".jsonl"):
-        raise _missing()
-    parts = name[:-len(".jsonl")].split("--")
+    parts = stem.split("--")
     if len(parts) > 2 or not all(parts):
         raise _missing()
-    times = [parse_time(p) for p in parts]
-    return AtTime(topic, partition, *_range(times[0], times[1] if len(times) == 2 else None))
+    bounds = [parse_time(p) for p in parts]
+    return AtTime(topic, partition, *_range(bounds[0], bounds[1] if len(bounds) == 2 else None))
 
 
 def parse(path: str) -> Node:

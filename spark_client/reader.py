@@ -1,22 +1,31 @@
 """Reading one split on an executor: batches from the segment files or the daemon, rows as Arrow.
 
-Local files are read with pread through lookupd's FileRecords, in large chunks, and trusted
-only while they match the plan: the first batch of each piece must sit at the planned byte
-with the planned base offset, and the batches must end exactly at the piece's end. A file
-that is missing, or is another broker's replica at the same path, does not match; the split
-then goes on through the daemon's `read`, from the offset after the last batch used, and
-stops at the next split's first batch, so nothing is read twice.
+A split returns exactly the records of its own offsets [start, end), whatever the files hold
+when it runs. Local files are read with pread through lookupd's FileRecords, in large chunks,
+and trusted only while they match the plan: the first batch of each piece must sit at the
+planned byte with the planned base offset, every later one must follow the one before it in
+offset order without reaching past the split's end, and the batches must end exactly at the
+piece's end. A file that is missing, compacted by the log cleaner since planning, or another
+broker's replica at the same path, does not match; the split then goes on through the daemon's
+`read`, from the offset after the last batch used, and stops at the next split's first batch,
+so nothing is read twice.
+
+Offsets the split needs that the log no longer holds (retention below them, or a truncation
+of the log's end) are data loss, handled as Spark's Kafka source does (KafkaDataConsumer):
+with failOnDataLoss the task fails naming the partition and offsets; without, they are
+skipped with a warning.
 
 Like a Kafka consumer, every batch's CRC is checked, control batches are never returned, and
 with read_committed the batches of aborted transactions (the daemon's aborted_transactions
 answers, shipped in the split) are dropped. Records are decoded straight into Arrow columns
-by lookupd.format.columnar (native C, many batches per call), and the split's offset range
+by lookupd.format.columnar (native C, many batches per call), and the split's own offsets
 and aborted transactions are applied as masks over those columns.
 """
 
 from __future__ import annotations
 
 import logging
+import struct
 from typing import Iterator
 
 import numpy as np
@@ -30,6 +39,7 @@ from lookupd.log.filerecords import FileRecords, read_frames
 from lookupd.format.names import segment_file_name
 
 from .errors import DataLossError
+from .options import EARLIEST, LATEST
 from .splits import Piece, Split
 
 log = logging.getLogger(__name__)
@@ -39,6 +49,13 @@ DAEMON_READ_BYTES = 4 << 20  # max_bytes of each `read` (the daemon's default ca
 MIN_DAEMON_READ_BYTES = 64 << 10
 ROWS_PER_BATCH = 32_768
 MAX_TIMESTAMP_MS = (1 << 63) // 1000  # Spark's microseconds overflow past this
+# `read` found nothing at an offset the log's bounds say it holds: the log changed between the two
+# answers (a truncation, then new appends). Spark's Kafka source reads again; a few times is enough
+# for a log that settles, more means the daemon's answers disagree.
+MOVED_RETRIES = 3
+# Base offset, magic and last offset delta of a v2 batch in one unpack, for the local reader's loop over
+# every batch (lookupd.format.batch.last_offset_at reads the same fields in two, for any magic).
+_BATCH_OFFSETS = struct.Struct(">q8xb6xi")
 
 
 class ReadSettings:
@@ -68,6 +85,10 @@ class _SplitReader:
         self.split = split
         self.settings = settings
         self.cursor = split.start  # offset after the last batch used
+        self._moved = 0  # times the log's bounds disagreed with a `read` (see _out_of_range)
+        # A batch following one whose last offset reaches this is not the split's: the next split's first
+        # batch starts at `end`; the last split also reads the batch holding the range's end.
+        self._past = split.end - 1 if split.stop else split.end
         self._client: Client | None = None
         aborted: dict[int, list[tuple[int, int]]] = {}
         for pid, first, last in split.aborted:
@@ -83,7 +104,7 @@ class _SplitReader:
     def record_batches(self) -> Iterator[pa.RecordBatch]:
         s = self.split
         rows = ColumnRows(self.settings.arrow_schema, s.topic, s.partition, self.settings.include_headers,
-                          s.lo, s.hi, self._aborted)
+                          s.start, s.end, self._aborted)
         for buf, start, end, position, where in self.chunks():
             if rows.full(end - start):
                 yield rows.flush()
@@ -113,46 +134,45 @@ class _SplitReader:
         yield from self._daemon_chunks()
 
     def _local_piece(self, piece: Piece):
-        """Yield the piece's batches from the local file in runs; return whether all of them matched the plan."""
+        """Yield the piece's batches from the local file, in runs sharing a buffer, while they match the plan;
+        return whether all of them did and they ended exactly at the piece's end.
+
+        A batch matches when the first one sits at the piece's start with the planned base offset, and each
+        later one follows the batch before it in offset order and belongs to the split: a file compacted or
+        replaced since planning holds other batches at the planned bytes, and those may reach into the next
+        split's offsets. The cursor stays after the last batch yielded, for the daemon to go on from."""
         log_file = FileRecords(piece.path)
         try:
             handle = log_file.handle()
         except FileNotFoundError:
             return False
-        pos, checked = piece.start, False
         frames = read_frames(handle, piece.start, piece.end, path=piece.path, chunk=CHUNK_BYTES, whole=True)
-        run: list = []  # [buffer, start, end, last frame's offset in it]
-
-        def flush():
-            buf, start, end, last = run
-            self.cursor = last_offset_at(buf, last) + 1
-            run.clear()
-            return buf, start, end, pos_of_buf, piece.path
-
         try:
-            while True:
+            try:
+                frame = next(frames, None)
+                if frame is None or parse_header(*frame[:3], piece.path).base_offset != piece.first_base:
+                    return False
+            except CorruptRecordError:
+                return False  # not a batch where the plan has one
+            run_buf, start, at, size = frame  # the run of batches sharing a buffer, not yielded yet
+            run_pos, end, pos = at - start, start + size, at + size
+            cursor, past = last_offset_at(run_buf, start) + 1, self._past
+            for buf, off, at, size in frames:
                 try:
-                    frame = next(frames, None)
-                    if frame is None:
-                        break
-                    buf, off, pos, size = frame
-                    if not checked:
-                        if parse_header(buf, off, pos, piece.path).base_offset != piece.first_base:
-                            return False
-                        checked = True
-                except CorruptRecordError:
-                    if checked:
-                        raise
-                    return False  # not a batch where the plan has one
-                if run and run[0] is not buf:
-                    yield flush()
-                if not run:
-                    run[:] = [buf, off, off, off]
-                    pos_of_buf = pos - off
-                run[2], run[3] = off + size, off
-                pos += size
-            if run:
-                yield flush()
+                    base, magic, delta = _BATCH_OFFSETS.unpack_from(buf, off)
+                    last = base + delta if magic >= 2 else base
+                except struct.error:  # fewer than 27 bytes left: a legacy message, or a batch cut short
+                    last = _last_offset(buf, off, at, size, piece.path)
+                if last < cursor or cursor > past:
+                    break  # not the planned batch: out of order, or past the split's end
+                if buf is not run_buf:
+                    yield run_buf, start, end, run_pos, piece.path
+                    run_buf, start, run_pos = buf, off, at - off
+                end = off + size
+                cursor = last + 1
+                pos = at + size
+            self.cursor = cursor
+            yield run_buf, start, end, run_pos, piece.path
         finally:
             log_file.close()
         return pos == piece.end
@@ -160,53 +180,60 @@ class _SplitReader:
     def _daemon_chunks(self) -> Iterator[tuple[bytes, int, int, int, str]]:
         """Batches from the cursor through the daemon's `read`, up to the next split's first batch."""
         s = self.split
-        limit = s.stop[0] if s.stop else s.hi
         max_bytes = DAEMON_READ_BYTES
         client = self._connect()
-        while self.cursor < limit:
+        while self.cursor < s.end:
             try:
                 answer = client.read(s.topic, s.partition, self.cursor, max_bytes)
             except RemoteError as err:
                 if err.code == "TOO_LARGE" and max_bytes > MIN_DAEMON_READ_BYTES:
                     max_bytes //= 4
                     continue
-                if err.code == "OFFSET_OUT_OF_RANGE":
-                    self._skip_deleted(client)
-                    continue
-                raise
-            data = answer["records"]
-            if not data:
-                return
+                if err.code != "OFFSET_OUT_OF_RANGE":
+                    raise
+                answer = None
+            data = answer["records"] if answer is not None else b""
+            if not data:  # nothing at the cursor: below the log start, or at or past the log end
+                self._out_of_range(client)
+                continue
             where = f"{s.topic}-{s.partition}/{segment_file_name(answer['segment'], '.log')} through lookupd at {s.address}"
-            end, done = 0, False
+            end = 0
             for off, size in whole_frames(data, answer["position"], where):
                 header = parse_header(data, off, answer["position"] + off, where)
-                if s.stop is not None and (header.base_offset, header.last_offset) == s.stop:
-                    done = True
+                if header.base_offset >= s.end:  # the next split's first batch
+                    self.cursor = s.end
                     break
                 end = off + size
                 self.cursor = header.last_offset + 1
-                if self.cursor >= limit:
-                    done = True
+                if self.cursor >= s.end:
                     break
+            if not end and self.cursor < s.end:
+                raise CorruptRecordError(where, answer["position"], "lookupd's `read` answered no whole batch")
             if end:
                 yield data, 0, end, answer["position"], where
-            if done or not end:
-                return
 
-    def _skip_deleted(self, client: Client) -> None:
-        """The cursor is below the log start now (retention ran after planning)."""
+    def _out_of_range(self, client: Client) -> None:
+        """The log holds nothing at the cursor though the split needs [cursor, end): retention deleted it, or
+        the log's end was truncated below it (unclean leader election, a follower's truncation). As Spark's
+        KafkaDataConsumer on OffsetOutOfRangeException: with failOnDataLoss, fail naming the offsets; without,
+        warn and go on at the log start if it is inside the split, else skip the rest of the split."""
         s = self.split
-        earliest = client.offset_for_timestamp(s.topic, s.partition, -2)["offset"]
-        if earliest <= self.cursor:
-            raise RemoteError("OFFSET_OUT_OF_RANGE", f"offset {self.cursor} of {s.topic}-{s.partition} is out of "
-                                                     f"range though the log starts at {earliest}")
-        reason = (f"Could not read records in offset [{self.cursor}, {min(earliest, s.end)}) for topic partition "
-                  f"{s.topic}-{s.partition}: the log now starts at {earliest}.")
+        earliest, latest = client.offsets_for_timestamps(s.topic, s.partition, [EARLIEST, LATEST])["offset"]
+        held = f"the log now holds offsets [{earliest}, {latest})"
         if self.settings.fail_on_data_loss:
-            raise DataLossError(reason)
-        log.warning("%s Skipping them (failOnDataLoss is false).", reason)
-        self.cursor = earliest
+            raise DataLossError(f"Could not read records in offset [{self.cursor}, {s.end}) for topic partition "
+                                f"{s.topic}-{s.partition}: {held}.")
+        if earliest <= self.cursor < latest:
+            # The log moved between the two answers (it was truncated and written again, say): read again.
+            self._moved += 1
+            if self._moved > MOVED_RETRIES:
+                raise RemoteError("OFFSET_OUT_OF_RANGE", f"lookupd at {s.address} has no batch at offset "
+                                                         f"{self.cursor} of {s.topic}-{s.partition}, though {held}")
+            return
+        skip_to = earliest if self.cursor < earliest < s.end else s.end
+        log.warning("Records in offset [%d, %d) of topic partition %s-%d are skipped: %s. Some data may have been "
+                    "lost (failOnDataLoss is false).", self.cursor, skip_to, s.topic, s.partition, held)
+        self.cursor = skip_to
 
     def _connect(self) -> Client:
         if self._client is None:
@@ -214,18 +241,27 @@ class _SplitReader:
         return self._client
 
 
+def _last_offset(buf, off: int, at: int, size: int, path: str) -> int:
+    """Last offset of a batch too short for _BATCH_OFFSETS: a legacy message has one; a v2 batch that short
+    is corrupt."""
+    try:
+        return last_offset_at(buf, off)
+    except struct.error:
+        raise CorruptRecordError(path, at, f"batch of {size} bytes is shorter than its header") from None
+
+
 class ColumnRows:
     """Records of one split gathered as columns (lookupd.format.columnar, native where built), flushed as
-    Arrow record batches of the data source's schema. The split's offset range [lo, hi) and, with
+    Arrow record batches of the data source's schema. The split's own offsets [start, end) and, with
     read_committed, aborted transactions are applied as masks over the columns."""
 
-    def __init__(self, schema: pa.Schema, topic: str, partition: int, include_headers: bool, lo: int, hi: int,
+    def __init__(self, schema: pa.Schema, topic: str, partition: int, include_headers: bool, start: int, end: int,
                  aborted: dict[int, list[tuple[int, int]]]):
         self.schema = schema
         self.topic = pa.scalar(topic, pa.string())
         self.partition = pa.scalar(partition, pa.int32())
         self.headers_type = schema.field("headers").type if include_headers else None
-        self.lo, self.hi, self.aborted = lo, hi, aborted
+        self.start, self.end, self.aborted = start, end, aborted
         self.builder = ColumnBuilder(include_headers)
 
     @property
@@ -244,7 +280,7 @@ class ColumnRows:
         cols = self.builder.arrays(self.headers_type)
         n = len(cols["offset"])
         offsets = cols["offset"].to_numpy(zero_copy_only=True)
-        in_range = (offsets >= self.lo) & (offsets < self.hi)
+        in_range = (offsets >= self.start) & (offsets < self.end)
         keep = in_range if keep is None else keep & in_range
         ts = cols["timestamp"].to_numpy(zero_copy_only=True)
         if n and (ts.max() >= MAX_TIMESTAMP_MS or ts.min() < -MAX_TIMESTAMP_MS):

@@ -59,17 +59,18 @@ class Split(InputPartition):
 
     Records come from the batches of `pieces`, or, read through the daemon, from the batches
     from offset `start` up to the batch `stop` (base and last offset of the next split's first
-    batch; None for the last split). Either way only records with lo <= offset < hi are kept:
-    [lo, hi) is the whole range, so only its first and last batch lose records.
+    batch; None for the last split). Either way only records with start <= offset < end are
+    kept: the next split starts at `end`, so no record is read by two splits, however the files
+    changed since planning.
     """
 
-    def __init__(self, info: PartitionInfo, start: int, end: int, lo: int, hi: int, pieces: tuple[Piece, ...],
+    def __init__(self, info: PartitionInfo, start: int, end: int, pieces: tuple[Piece, ...],
                  stop: tuple[int, int] | None, aborted: tuple[tuple[int, int, int], ...]):
         super().__init__((info.topic, info.partition, start, end))
         self.topic = info.topic
         self.partition = info.partition
         self.address = info.address
-        self.start, self.end, self.lo, self.hi = start, end, lo, hi
+        self.start, self.end = start, end
         self.pieces = pieces
         self.stop = stop
         self.aborted = aborted  # (producer id, first offset, last offset) of aborted transactions
@@ -177,6 +178,6 @@ def build_splits(r: PartitionRange, cuts: list[Batch]) -> list[Split]:
         start = r.start if k == 0 else a.base_offset
         end = b.base_offset if b else r.end
         aborted = tuple(t for t in r.aborted if t[2] >= start and t[1] < end)
-        splits.append(Split(r.info, start, end, r.start, r.end, tuple(pieces),
+        splits.append(Split(r.info, start, end, tuple(pieces),
                             (b.base_offset, b.last_offset) if b else None, aborted))
     return splits

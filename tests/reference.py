@@ -1,30 +1,92 @@
-"""Access to ../shared/kafka-reference: partitions written by Apache Kafka and the answers its code gave.
+"""The Kafka reference corpus: partitions written by Apache Kafka and the answers its code gave.
 
-Tests import this module; when the corpus is missing they skip with a message saying where
-it was looked for (set KAFKA_REFERENCE to point elsewhere).
+The corpus ships in the repository as tests/data/kafka-reference.tar.zst and is unpacked into
+tests/data/kafka-reference/ (ignored by git) by `make test`, or when this module is first imported,
+so a clone alone runs every conformance check. KAFKA_REFERENCE points the tests at another copy
+(they skip, saying where they looked, when it is missing).
+
+    python tests/reference.py            # unpack the archive (what `make test` runs)
+
+The archive was made from the corpus directory, deterministically, with
+`tar --sort=name --owner=0 --group=0 --numeric-owner --mtime='2026-01-01 00:00Z' --format=gnu -cf - kafka-reference`
+compressed by zstandard at level 19.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
+import shutil
+import sys
+import tarfile
+import tempfile
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(os.environ.get("KAFKA_REFERENCE", Path(__file__).resolve().parents[1].parent / "shared" / "kafka-reference"))
+DATA = Path(__file__).resolve().parent / "data"
+ARCHIVE = DATA / "kafka-reference.tar.zst"
+UNPACKED = DATA / "kafka-reference"
+STAMP = ".archive-sha256"  # in UNPACKED: the archive it came from, so a changed archive is unpacked again
+ROOT = Path(os.environ["KAFKA_REFERENCE"]) if os.environ.get("KAFKA_REFERENCE") else UNPACKED
 LOGS = ROOT / "logs"
 ANSWERS = ROOT / "answers"
+
+
+def _digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def unpack(archive: Path = ARCHIVE, dest: Path = UNPACKED) -> Path:
+    """Unpack the archive into `dest` unless that already holds this archive's contents.
+
+    Unpacked beside `dest` and renamed into place, so a test process and a benchmark starting at once
+    never see half a corpus."""
+    import zstandard  # a runtime dependency (zstd batches); no zstd program needed
+
+    digest = _digest(archive)
+    stamp = dest / STAMP
+    if stamp.exists() and stamp.read_text() == digest:
+        return dest
+    tmp = Path(tempfile.mkdtemp(prefix=".kafka-reference-", dir=dest.parent))
+    try:
+        with open(archive, "rb") as f, zstandard.ZstdDecompressor().stream_reader(f) as stream:
+            with tarfile.open(fileobj=stream, mode="r|") as tar:
+                tar.extractall(tmp, filter="data")
+        (tmp / "kafka-reference" / STAMP).write_text(digest)
+        old = None
+        if dest.exists():
+            old = dest.parent / f"{tmp.name}-old"
+            os.rename(dest, old)
+        try:
+            os.rename(tmp / "kafka-reference", dest)
+        except OSError:
+            if not (dest / STAMP).exists():  # not another process's unpacking that won the race
+                raise
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def require() -> Path:
+    """The corpus; skips the calling test when KAFKA_REFERENCE names a directory without it."""
+    if not LOGS.is_dir():
+        pytest.skip(f"Kafka reference corpus not found at {ROOT} (KAFKA_REFERENCE; unset it to use the repository's copy)")
+    return ROOT
+
 
 PARTITIONS = ["plain-0", "compressed-0", "ooo-time-0", "txn-0", "bigbase-0", "large-0", "logappend-0", "empty-0", "closed-0"]
 
 
-def require() -> Path:
-    """Skip the calling test unless the reference corpus is present."""
-    if not LOGS.is_dir():
-        pytest.skip(f"Kafka reference corpus not found at {ROOT} (set KAFKA_REFERENCE)")
-    return ROOT
 
 
 @functools.lru_cache(maxsize=None)
@@ -57,3 +119,11 @@ def batches(partition: str) -> list[dict]:
                     "size_in_bytes": end - pos, "max_timestamp": ts, "record_count": 1, "magic": 2,
                     "compression": "none", "timestamp_type": "CreateTime"})
     return out
+
+
+if ROOT == UNPACKED:  # on import, so every use of LOGS finds the files (about a second the first time)
+    unpack()
+
+if __name__ == "__main__":
+    print(f"Kafka reference corpus in {os.path.relpath(unpack())}")
+    sys.exit(0)

@@ -13,6 +13,7 @@ import atexit
 import base64
 import os
 import shutil
+import struct
 import sys
 import tempfile
 from contextlib import ExitStack
@@ -23,10 +24,12 @@ import reference as R
 
 pyspark = pytest.importorskip("pyspark", reason="pyspark is not installed (pip install -e '.[spark]')")
 
-from lookupd.format.batch import TimestampType  # noqa: E402
+from lookupd.format.batch import TimestampType, parse_header, whole_frames  # noqa: E402
 from lookupd.format.builder import build_batch  # noqa: E402
+from lookupd.format.names import segment_file_name  # noqa: E402
+from lookupd.format.records import decode_batch  # noqa: E402
 from lookupd.tools.demo import generate  # noqa: E402
-from lookupd.tools.writer import LogWriter  # noqa: E402
+from lookupd.tools.writer import LogWriter, SegmentWriter  # noqa: E402
 
 DEMO_RECORDS = 3000  # per partition of the sample topics
 TRIMMED_SEGMENTS_DELETED = 2
@@ -273,6 +276,7 @@ class LiveTopic:
         self.root, self.address, self.name, self.segment_bytes = root, address, name, segment_bytes
         self.writers: dict[int, LogWriter] = {}
         self.records: dict[int, list[tuple[int, bytes, bytes]]] = {}
+        self.log_end: dict[int, int] = {}  # partitions truncated: their log end offset
         for p in range(partitions):
             self.add_partition(p)
 
@@ -280,12 +284,13 @@ class LiveTopic:
         self.writers[p] = LogWriter(os.path.join(self.root, f"{self.name}-{p}"), segment_bytes=self.segment_bytes)
         self.records[p] = []
 
-    def append(self, p: int, n: int, per_batch: int = 5) -> None:
-        """n records to partition p, in batches of per_batch records."""
+    def append(self, p: int, n: int, per_batch: int = 5, keys: int | None = None) -> None:
+        """n records to partition p, in batches of per_batch records; keys unique, or `keys` distinct ones
+        over and over (updates, as on a compacted topic)."""
         w = self.writers[p]
         for i in range(0, n, per_batch):
             base = w.next_offset
-            recs = [(1_767_225_600_000 + base + j, f"{self.name}-{p}-{base + j}".encode(), b"v" * 40, ())
+            recs = [(1_767_225_600_000 + base + j, self._key(p, base + j, keys), b"v" * 40, ())
                     for j in range(min(per_batch, n - i))]
             w.append(build_batch(recs, base_offset=base))
             self.records[p] += [(base + j, k, v) for j, (_, k, v, _) in enumerate(recs)]
@@ -304,13 +309,60 @@ class LiveTopic:
                     os.remove(path)
         return bases[segments]
 
+    def _key(self, p: int, offset: int, keys: int | None) -> bytes:
+        return (f"{self.name}-{p}-{offset}" if keys is None else f"key{offset % keys}").encode()
+
+    def segment_path(self, p: int, base: int, suffix: str = ".log") -> str:
+        return os.path.join(self.root, f"{self.name}-{p}", segment_file_name(base, suffix))
+
+    def compact(self, p: int, base: int) -> None:
+        """The log cleaner on segment `base` of p: a copy keeping each key's latest record (batches keep their
+        base offset; emptied ones go), written with lookupd's writer and swapped in under the same names."""
+        latest = {key: offset for offset, key, _ in self.records[p]}
+        with open(self.segment_path(p, base), "rb") as f:
+            data = f.read()
+        cleaned_dir = os.path.join(self.root, f"{self.name}-{p}.cleaned")
+        os.makedirs(cleaned_dir)
+        cleaned = SegmentWriter(cleaned_dir, base)
+        for off, size in whole_frames(data):
+            h = parse_header(data, off)
+            kept = [r for r in decode_batch(h, data[off:off + size]) if latest[r.key] == r.offset]
+            if kept:
+                cleaned.append(build_batch([(r.timestamp, r.key, r.value, r.headers) for r in kept],
+                                           base_offset=h.base_offset, offsets=[r.offset for r in kept]))
+        cleaned.roll()  # trims the indexes as a rolled segment's
+        for suffix in (".log", ".index", ".timeindex"):
+            os.replace(os.path.join(cleaned_dir, segment_file_name(base, suffix)), self.segment_path(p, base, suffix))
+        os.rmdir(cleaned_dir)
+        self.records[p] = [r for r in self.records[p] if latest[r[1]] == r[0]]
+
+    def truncate(self, p: int, offset: int) -> None:
+        """A follower's truncateTo(offset) on p, whose records all sit in its one (active) segment: the log
+        ends at `offset` (a batch's base offset), index entries at or past it are gone. No appends after it."""
+        self.writers[p].close()
+        log_path = self.segment_path(p, 0)
+        with open(log_path, "rb") as f:
+            data = f.read()
+        cut = next(off for off, _ in whole_frames(data) if parse_header(data, off).base_offset == offset)
+        os.truncate(log_path, cut)
+        for suffix, entry, stale in ((".index", ">ii", lambda rel, pos: pos >= cut),
+                                     (".timeindex", ">qi", lambda ts, rel: rel >= offset)):
+            with open(self.segment_path(p, 0, suffix), "r+b") as f:
+                raw = f.read()
+                kept = b"".join(struct.pack(entry, *e) for e in struct.iter_unpack(entry, raw)
+                                if any(e) and not stale(*e))
+                f.seek(0)
+                f.write(kept + bytes(len(raw) - len(kept)))  # the preallocated rest stays zeros
+        self.records[p] = [r for r in self.records[p] if r[0] < offset]
+        self.log_end[p] = offset
+
     def wait_visible(self, p: int, log_start: int | None = None) -> None:
         """Until the daemon reports p's log end offset (and log start, if given) as written."""
         import time
 
         from lookupd.rpc.client import Client
 
-        want_end = self.writers[p].next_offset
+        want_end = self.log_end.get(p, self.writers[p].next_offset)
         deadline = time.monotonic() + VISIBLE_TIMEOUT_S
         with Client(self.address) as c:
             while True:

@@ -79,6 +79,26 @@ def test_the_suite_runs_and_writes_a_valid_results_file(tmp_path):
     assert sorted(p for p in os.listdir(tmp_path) if p.endswith(".png"))
 
 
+def test_bar_labels_sit_past_their_whiskers():
+    """Each median written beside a bar starts at or after the end of that bar's whisker, inside the axes."""
+    import matplotlib.pyplot as plt
+    import plots
+
+    figs = [{"name": f"figure {i}", "unit": "ns", "median": m, "min": lo, "max": hi}
+            for i, (m, lo, hi) in enumerate([(134, 88, 189), (31.4, 24, 152), (183, 182, 184), (0.5, 0.1, 0.9)])]
+    fig, ax = plt.subplots()
+    try:
+        plots._bars(ax, figs)
+        labels = sorted(ax.texts, key=lambda t: t.get_position()[1])
+        assert [t.get_text().strip() for t in labels] == ["134", "31.4", "183", "0.5"]
+        right = ax.get_xlim()[1]
+        for text, f in zip(labels, figs):
+            x = text.get_position()[0]
+            assert f["max"] <= x < right, (text.get_text(), x, f["max"], right)
+    finally:
+        plt.close(fig)
+
+
 def test_a_results_file_that_breaks_the_schema_is_refused():
     bad = {"schema": 1, "date": "x", "quick": True, "machine": {}, "suites": {}, "figures": [{"name": "x"}],
            "ratios": []}

@@ -2,16 +2,22 @@
 cleaned segments and deletes and re-creates a partition, while clients hammer the daemon and read
 through the mount. Between steps, once a rescan has passed, every answer is checked against the
 files on disk; during the churn the daemon and the mount must stay up and every error must be one
-a client can act on."""
+a client can act on. Then clients that never read their answers attack the daemon's memory."""
 
 from __future__ import annotations
 
 import os
 import random
 import shutil
+import socket
+import tempfile
 import threading
 import time
 
+import msgpack
+
+import reference as R
+from daemon_helpers import start_daemon, stop_daemon
 
 from lookupd.format.batch import parse_header
 from lookupd.format.builder import build_batch
@@ -259,3 +265,152 @@ def test_chaos_against_the_daemon_and_the_mount():
         assert daemon_alive and mount_alive
         assert not unexpected, unexpected[:5]
         assert served[0] > 200 and checked > 300, (served, checked, errors)
+
+
+# ---------------------------------------------------------------------- clients that do not read
+
+ATTACK_READ_BYTES = 8 << 20  # the largest `read` a client may ask for (max_read_bytes' default)
+ATTACK_TARGETS = 100_000  # the longest columnar list (max_batch_lookups' default)
+ATTACK_S = 3.0  # how long each attack lasts (the well-behaved client pings meanwhile)
+ATTACK_MAX_REQUESTS = 300  # per attacking connection: enough to fill every buffer many times over
+RSS_GROWTH_MAX = 512 << 20  # the issue's bound on what the attacks may add to the daemon's memory
+# What may stay once the attackers left: the allocator keeps some (pymalloc arenas with a few live
+# objects, glibc's free lists below its trim threshold); measured 96-112 MB over a 63 MB start.
+RSS_RETAINED_MAX = 192 << 20
+
+
+def _rss(pid: int, field: str = "VmRSS") -> int:
+    """The process's resident set (or its peak, VmHWM), in bytes."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no {field} for {pid}")
+
+
+def _attacker(sock_path: str, requests: list[bytes], stop: threading.Event) -> tuple[socket.socket, threading.Thread]:
+    """A connection that sends `requests` pipelined (as one stream, as fast as the daemon takes it), until
+    `stop`, and reads nothing."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(sock_path)
+    s.settimeout(0.2)
+
+    def send() -> None:
+        view = memoryview(b"".join(requests))
+        while view and not stop.is_set():
+            try:
+                view = view[s.send(view):]
+            except socket.timeout:
+                continue  # muted: the daemon reads no more of it until it reads its answers
+            except OSError:
+                return
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    return s, sender
+
+
+def _pinger(sock_path: str, stop: threading.Event, latencies: list[float], wrong: list) -> None:
+    """A well-behaved client: one request at a time, every answer checked."""
+    want = {"segment": 0, "base_offset": 90, "last_offset": 111, "position": 25241, "size": 6513}
+    with Client(sock_path, timeout=30) as c:
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            got = c.call("ping")
+            latencies.append(time.perf_counter() - t0)
+            if got != "pong":
+                wrong.append(got)
+            got = c.call("resolve_offset", "plain", 0, 100)
+            if got != want:
+                wrong.append(got)
+            time.sleep(0.002)
+
+
+def test_clients_that_never_read_their_answers_hold_bounded_memory(tmp_path):
+    """The issue's attacks on memory: pipelined 8 MiB `read`s never read (one connection, then three) and
+    100k-target columnar calls never read (two connections). The daemon's RSS grows by less than 512 MB,
+    a well-behaved client keeps getting right answers meanwhile (its ping p99 is printed, not asserted),
+    the answers an attacker finally reads are right, and memory goes back once the attackers leave."""
+    logs = R.require() / "logs"
+    segment = logs / "large-0" / "00000000000000000000.log"
+    sock_path = os.path.join(tempfile.mkdtemp(prefix="lkd", dir="/tmp"), "d.sock")
+    proc = start_daemon(["--log-dir", str(logs), "--socket", sock_path], str(tmp_path), sock_path)
+    report = {}
+    try:
+        with Client(sock_path, timeout=30) as c:
+            warm = c.call("read", "large", 0, 0, ATTACK_READ_BYTES)  # pages and indexes in memory, as hot data is
+            c.call("resolve_offsets", "large", 0, list(range(0, 200_000, 2)))
+        with open(segment, "rb") as f:
+            assert warm["records"] == f.read(len(warm["records"]))
+        baseline = _rss(proc.pid)
+        rnd = random.Random(5)
+
+        def read_request(i: int) -> bytes:
+            return msgpack.packb([0, i, "read", ["large", 0, rnd.randrange(0, 150_000), ATTACK_READ_BYTES]])
+
+        def columnar_request(i: int) -> bytes:
+            start = rnd.randrange(0, 100_000)
+            return msgpack.packb([0, i, "resolve_offsets", ["large", 0, list(range(start, start + ATTACK_TARGETS))]])
+
+        attacks = [("one connection of 8 MiB reads", 1, read_request),
+                   ("three connections of 8 MiB reads", 3, read_request),
+                   ("two connections of 100k-target columnar calls", 2, columnar_request)]
+        for name, conns, make in attacks:
+            stop, latencies, wrong = threading.Event(), [], []
+            pinger = threading.Thread(target=_pinger, args=(sock_path, stop, latencies, wrong))
+            sent = [[make(i) for i in range(ATTACK_MAX_REQUESTS)] for _ in range(conns)]
+            attackers = [_attacker(sock_path, reqs, stop) for reqs in sent]
+            pinger.start()
+            deadline = time.monotonic() + ATTACK_S
+            peak = 0
+            while time.monotonic() < deadline:
+                peak = max(peak, _rss(proc.pid))
+                time.sleep(0.02)
+            stop.set()
+            pinger.join(30)
+            assert not wrong, (name, wrong[:3])
+            latencies.sort()
+            p99 = latencies[int(len(latencies) * 0.99)] * 1000 if latencies else float("nan")
+            report[name] = (peak - baseline, p99, len(latencies))
+            assert peak - baseline < RSS_GROWTH_MAX, (name, peak - baseline)
+            for _, sender in attackers:
+                sender.join(10)
+            # The first attacker now reads: every answer it gets is whole and right.
+            s = attackers[0][0]
+            s.settimeout(30)
+            u = msgpack.Unpacker(raw=False, max_buffer_size=64 << 20)
+            got = 0
+            while got < 3 and (data := s.recv(1 << 20)):
+                u.feed(data)
+                for msg in u:
+                    assert msg[0] == 1 and msg[2] is None, (name, msg[:3])
+                    params = msgpack.unpackb(sent[0][msg[1]])[3]
+                    if params[-1] == ATTACK_READ_BYTES:
+                        with open(segment, "rb") as f:
+                            f.seek(msg[3]["position"])
+                            assert msg[3]["records"] == f.read(len(msg[3]["records"])), name
+                            assert len(msg[3]["records"]) > ATTACK_READ_BYTES // 2
+                    else:
+                        assert msg[3]["base_offset"][0] <= params[2][0] <= msg[3]["last_offset"][0], name
+                        assert len(msg[3]["position"]) == ATTACK_TARGETS
+                    got += 1
+            assert got >= 3, name
+            for s, _ in attackers:
+                s.close()
+        # The daemon lets go of what the attackers held once their connections end (calls already in
+        # worker threads finish first) and gives the memory back to the system.
+        deadline = time.monotonic() + 15
+        with Client(sock_path, timeout=10) as c:
+            while True:
+                after = _rss(proc.pid) - baseline
+                if c.call("stats")["connections"] == 1 and after < RSS_RETAINED_MAX or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            assert c.call("stats")["connections"] == 1  # every attacker's connection is gone
+        report["after the attackers left"] = (after,)
+        print("\nRSS growth over %.0f MB (MB), well-behaved client's ping p99 (ms), pings:" % (baseline / 2**20))
+        for name, figures in report.items():
+            print(f"  {name}: {figures[0] / 2**20:.0f}" + (f", {figures[1]:.2f}, {figures[2]}" if len(figures) > 1 else ""))
+        assert after < RSS_RETAINED_MAX, report  # most of it went back to the system
+    finally:
+        stop_daemon(proc)

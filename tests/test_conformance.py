@@ -1,4 +1,4 @@
-"""Conformance with Apache Kafka: every partition of ../shared/kafka-reference, every index entry,
+"""Conformance with Apache Kafka: every partition of the reference corpus (tests/reference.py), every index entry,
 batch and query answer Kafka's own code gave. Any mismatch is a bug in lookupd.
 
 Active segments are compared with Kafka's "live" view (the writer's in-memory objects): Kafka's

@@ -63,6 +63,7 @@ def test_a_deeply_nested_message_gets_an_error_and_the_daemon_keeps_serving(daem
         answers = _answers(address, payload)
         assert answers and answers[0][0] == 2 and answers[0][1] == "error", answers
         assert answers[0][2][0]["code"] == "INVALID_ARGUMENT"
+        assert "nested" in answers[0][2][0]["message"], answers  # a reason, not "StackError: "
         assert proc.poll() is None, "the daemon exited"
         assert blocking_call(sock, "ping") == (None, "pong")
 

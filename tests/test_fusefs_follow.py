@@ -47,6 +47,8 @@ def test_tail_f_follows_a_generated_view(tmp_path, view):
         try:
             first = [r["offset"] for r in prod.records if view == "records" or r["offset"] >= 7]
             assert wait_for_offsets(out, first, tail) == first
+            os.listdir(os.path.dirname(path))  # a listing (READDIRPLUS) gives the size getattr gives
+            assert os.stat(path).st_size >= os.path.getsize(out)
             for _ in range(3):  # appended in steps, each seen before the next
                 prod.batches(4)
                 want = [r["offset"] for r in prod.records if view == "records" or r["offset"] >= 7]

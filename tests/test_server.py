@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import threading
 
 import msgpack
 import pytest
@@ -200,8 +201,11 @@ async def test_tcp_needs_auth_when_a_token_is_set(sock, short_dir):
 
 
 @pytest.mark.trio
-async def test_wrong_tokens_are_slowed_down_then_the_connection_is_closed(sock, short_dir):
-    from lookupd.daemon.service import AUTH_DELAY_S, MAX_AUTH_FAILURES
+async def test_wrong_tokens_are_slowed_down_per_address_then_the_connection_is_closed(sock, short_dir):
+    """The wait before a token is checked belongs to the source address: reconnecting does not reset it,
+    and guesses sent at once on parallel connections are checked one per wait."""
+    from lookupd.daemon.authlimit import AUTH_DELAY_S, delay
+    from lookupd.daemon.service import MAX_AUTH_FAILURES
 
     token_file = write_token(short_dir)
     async with running(sock, tcp="127.0.0.1:0", auth_token_file=token_file) as d:
@@ -216,8 +220,21 @@ async def test_wrong_tokens_are_slowed_down_then_the_connection_is_closed(sock, 
         assert took[0] < AUTH_DELAY_S and took[2] >= 2 * AUTH_DELAY_S, took  # each wrong token waits longer
         assert "closing the connection" in err["message"]
         assert await p.recv() is None  # closed after the last answer
-        p = RawPeer(await trio.open_tcp_stream("127.0.0.1", port))  # a new connection starts afresh
-        assert await p.call("auth", "let-me-in") == (None, True)
+        peers = [RawPeer(await trio.open_tcp_stream("127.0.0.1", port)) for _ in range(3)]
+        t0 = trio.current_time()
+        for q in peers:  # three guesses at once on new connections
+            await q.request("auth", "guess")
+        for q in peers:
+            assert (await q.recv())[2]["code"] == "UNAUTHORIZED"
+        waited = delay(MAX_AUTH_FAILURES) + delay(MAX_AUTH_FAILURES + 1) + delay(MAX_AUTH_FAILURES + 2)
+        assert trio.current_time() - t0 >= waited * 0.95, "a new connection started afresh"
+        p = RawPeer(await trio.open_tcp_stream("127.0.0.1", port))
+        t0 = trio.current_time()
+        assert await p.call("auth", "let-me-in") == (None, True)  # the right token too waits its turn
+        assert trio.current_time() - t0 >= delay(MAX_AUTH_FAILURES + 3) * 0.95
+        q = RawPeer(await trio.open_tcp_stream("127.0.0.1", port))
+        with trio.fail_after(delay(MAX_AUTH_FAILURES + 4) / 2):
+            assert await q.call("auth", "let-me-in") == (None, True)  # the right token cleared the address
 
 
 def test_non_loopback_tcp_needs_a_token(short_dir):
@@ -422,3 +439,191 @@ async def test_metrics_are_served_in_the_prometheus_text_format(sock):
 def test_metrics_address_is_checked():
     with pytest.raises(InvalidArgument, match="HOST:PORT"):
         Config(log_dirs=["/x"], metrics="localhost:http").check()
+
+
+async def _tcp_peer(d) -> RawPeer:
+    port = next(b.sock.getsockname()[1] for b in d.listeners if b.kind == "tcp")
+    return RawPeer(await trio.open_tcp_stream("127.0.0.1", port))
+
+
+@pytest.mark.trio
+async def test_before_auth_frames_are_small_and_time_is_short(sock, short_dir):
+    """Until `auth` succeeds a TCP peer may send at most 64 KiB per message and has auth_timeout_s to do it."""
+    from lookupd.daemon.server import PRE_AUTH_FRAME_BYTES
+
+    token_file = write_token(short_dir)
+    async with running(sock, tcp="127.0.0.1:0", auth_token_file=token_file, auth_timeout_s=1.0) as d:
+        big = ["plain", 0, list(range(20_000))]  # ~60 KB of msgpack, over the limit with its padding below
+        request = msgpack.packb([0, 1, "resolve_offsets", big + ["x" * PRE_AUTH_FRAME_BYTES]])
+        p = await _tcp_peer(d)
+        await p.send_bytes(request)
+        msg = await p.recv()
+        assert msg[:2] == [2, "error"] and msg[2][0]["code"] == "TOO_LARGE", msg
+        assert "before auth" in msg[2][0]["message"]
+        assert await p.recv() is None
+        p = await _tcp_peer(d)  # authenticated, the same request is read whole (and rejected for its params)
+        assert await p.call("auth", "let-me-in") == (None, True)
+        await p.send_bytes(request)
+        msg = await p.recv()
+        assert msg[:3] == [1, 1, {"code": "INVALID_ARGUMENT", "message": msg[2]["message"]}], msg
+        assert (await p.call("resolve_offsets", *big))[0] is None
+        await trio.sleep(1.3)  # past the auth deadline: an authenticated connection stays
+        assert await p.call("ping") == (None, "pong")
+        slow = await _tcp_peer(d)
+        with trio.fail_after(5):
+            msg = await slow.recv()  # never authenticated: told why, then closed
+        assert msg[:2] == [2, "error"] and msg[2][0]["code"] == "UNAUTHORIZED", msg
+        assert "auth_timeout_s" in msg[2][0]["message"]
+        assert await slow.recv() is None
+
+
+@pytest.mark.trio
+async def test_unauthenticated_connections_are_capped_oldest_first(sock, short_dir):
+    token_file = write_token(short_dir)
+    async with running(sock, tcp="127.0.0.1:0", auth_token_file=token_file, max_unauthenticated_connections=2,
+                       max_connections=5) as d:
+        authed = await _tcp_peer(d)
+        assert await authed.call("auth", "let-me-in") == (None, True)
+        waiting = []
+        for _ in range(8):  # more than max_connections: the oldest unauthenticated ones make room
+            waiting.append(await _tcp_peer(d))
+            await trio.sleep(0.02)
+        for old in waiting[:-2]:
+            with trio.fail_after(5):
+                msg = await old.recv()
+            assert msg[:2] == [2, "error"] and msg[2][0]["code"] == "UNAVAILABLE", msg
+            assert "max_unauthenticated_connections" in msg[2][0]["message"]
+        for young in waiting[-2:]:  # the two youngest still may authenticate
+            assert await young.call("auth", "let-me-in") == (None, True)
+        assert await authed.call("ping") == (None, "pong")
+        another = await _tcp_peer(d)  # 3 authenticated + 1 waiting: room below max_connections
+        assert await another.call("auth", "let-me-in") == (None, True)
+
+
+@pytest.mark.trio
+async def test_any_token_bytes_are_a_wrong_token(sock, short_dir):
+    """A token string that is not UTF-8 is compared like any other: UNAUTHORIZED, and counted."""
+    token_file = write_token(short_dir)
+    async with running(sock, tcp="127.0.0.1:0", auth_token_file=token_file) as d:
+        p = await _tcp_peer(d)
+        for msgid, token in ((1, b"\xa3\xff\xfe\x80"), (2, b"\xc4\x03\xff\xfe\x80")):  # str and bin, invalid UTF-8
+            await p.send_bytes(b"\x94\x00" + bytes([msgid]) + b"\xa4auth\x91" + token)
+            msg = await p.recv()
+            assert msg[:2] == [1, msgid] and msg[2]["code"] == "UNAUTHORIZED", msg
+        assert "3 more closes the connection" in msg[2]["message"]  # both counted
+        assert d.counters.errors == 2
+
+
+@pytest.mark.trio
+async def test_a_client_repeating_mistakes_writes_a_bounded_log(sock, short_dir, caplog):
+    """Thousands of rejected requests on one connection make a line or two, not a line each."""
+    import logging
+
+    token_file = write_token(short_dir)
+    with caplog.at_level(logging.INFO, logger="lookupd"):
+        async with running(sock, tcp="127.0.0.1:0", auth_token_file=token_file) as d:
+            p = await _tcp_peer(d)
+            burst = b"".join(msgpack.packb([0, i, "lookup_offset", ["plain", 0, 1, "floor"]]) for i in range(3000))
+            await p.send_bytes(burst + msgpack.packb({"not": "a message"}) * 500)
+            for _ in range(3500):
+                await p.recv()
+            assert d.counters.errors == 3500
+            await p.aclose()
+            with trio.fail_after(5):
+                while d.counters.connections:
+                    await trio.sleep(0.01)
+    lines = [r for r in caplog.records if "rejected" in r.getMessage() or "client errors" in r.getMessage()
+             or "must be a non-empty array" in r.getMessage()]
+    assert 1 <= len(lines) <= 3, [r.getMessage() for r in lines][:10]
+    assert "3499 more client errors" in lines[-1].getMessage()
+
+
+@pytest.mark.trio
+async def test_big_reads_run_in_worker_threads(sock):
+    """A `read` of more than INLINE_READ_MAX_BYTES waits for a worker thread even when its data is in memory;
+    a small one is answered on the event loop."""
+    from lookupd.daemon.service import INLINE_READ_MAX_BYTES
+
+    async with running(sock, blocking_threads=1) as d:
+        p = await RawPeer.unix(sock)
+        big = INLINE_READ_MAX_BYTES * 4
+        err, first = await p.call("read", "large", 0, 0, big)  # maps the index and pages the data in
+        assert err is None and len(first["records"]) > INLINE_READ_MAX_BYTES
+        async with d.limiter:  # every worker thread is busy
+            big_id = await p.request("read", "large", 0, 0, big)
+            small_id = await p.request("read", "large", 0, 0, 1)
+            msg = await p.recv()
+            assert msg[1] == small_id and msg[2] is None
+            with trio.move_on_after(0.3) as waited:
+                await p.recv()
+            assert waited.cancelled_caught  # the big read waits for a thread
+        msg = await p.recv()
+        assert msg[1] == big_id and msg[3] == first
+
+
+@pytest.mark.trio
+async def test_one_connection_holds_at_most_its_share_of_the_worker_threads(sock, monkeypatch):
+    from lookupd.daemon.service import THREAD
+
+    running_now, most = {"a": 0, "b": 0}, {"a": 0, "b": 0}
+    release = threading.Event()
+
+    def slow(s, p):
+        running_now[p[0]] += 1
+        most[p[0]] = max(most[p[0]], running_now[p[0]])
+        release.wait(10)
+        running_now[p[0]] -= 1
+        return p[0]
+
+    monkeypatch.setitem(METHODS, "slow", Method(slow, ("who",), THREAD))
+    async with running(sock, blocking_threads=4, blocking_threads_per_connection=2):
+        a, b = await RawPeer.unix(sock), await RawPeer.unix(sock)
+        for _ in range(10):
+            await a.request("slow", "a")
+        with trio.fail_after(5):
+            while running_now["a"] < 2:
+                await trio.sleep(0.01)
+        await trio.sleep(0.3)
+        assert running_now["a"] == 2  # the other two threads stay free
+        await b.request("slow", "b")
+        with trio.fail_after(5):
+            while running_now["b"] == 0:
+                await trio.sleep(0.01)
+        release.set()
+        assert (await b.recv())[3] == "b"
+        for _ in range(10):
+            assert (await a.recv())[3] == "a"
+    assert most == {"a": 2, "b": 1}
+
+
+@pytest.mark.trio
+async def test_connections_that_do_not_read_are_muted_then_the_biggest_is_closed(sock):
+    """Unread answers past max_buffered_bytes_per_connection stop the connection being read; past
+    max_buffered_bytes for all of them, the one holding the most is closed. A client that reads is served."""
+    mib = 1 << 20
+    async with running(sock, max_buffered_bytes_per_connection=mib, max_buffered_bytes=5 * mib,
+                       blocking_threads_per_connection=1) as d:
+        first = await RawPeer.unix(sock)
+        await first.send_bytes(b"".join(msgpack.packb([0, i, "read", ["large", 0, 0, 4 * mib]]) for i in range(40)))
+        with trio.fail_after(10):
+            while d.buffers.total < mib:
+                await trio.sleep(0.02)
+        await trio.sleep(0.5)
+        held = d.buffers.total
+        assert mib <= held <= 5 * mib, held  # muted: its one answer being sent, nothing more
+        good = await RawPeer.unix(sock)
+        assert await good.call("ping") == (None, "pong")
+        second = await RawPeer.unix(sock)  # ~4 MiB + ~2 MiB held: over 5 MiB, and the first holds the most
+        await second.send_bytes(b"".join(msgpack.packb([0, i, "read", ["large", 0, 0, 2 * mib]]) for i in range(8)))
+        with trio.fail_after(10):
+            while d.counters.connections != 2:
+                await trio.sleep(0.02)
+        with trio.fail_after(10):
+            while await first.recv() is not None:  # what was sent before the close, then the end
+                pass
+        assert await good.call("ping") == (None, "pong")
+        with open(R.require() / "logs" / "large-0" / "00000000000000000000.log", "rb") as f:
+            want = f.read(2 * mib)
+        got = sorted([await second.recv() for _ in range(8)])  # read again as it reads: every answer whole and right
+        assert [m[:3] for m in got] == [[1, i, None] for i in range(8)]
+        assert all(want.startswith(m[3]["records"]) and len(m[3]["records"]) > mib for m in got)

@@ -14,8 +14,8 @@ import pyarrow as pa
 import pytest
 
 import reference as R
-from spark_fixtures import (aborted_offsets, arrow_rows, list_offsets, ref_daemon, reference_rows,  # noqa: F401
-                            trimmed_records, unreachable_socket, written_daemon, written_dir)
+from spark_fixtures import (aborted_offsets, arrow_rows, core_rows, list_offsets, ref_daemon,  # noqa: F401
+                            reference_rows, trimmed_records, unreachable_socket, written_daemon, written_dir)
 
 from lookupd.errors import Unavailable
 from spark_client.datasource import KafkaSegmentsDataSource
@@ -175,6 +175,24 @@ def test_many_small_splits_neither_repeat_nor_lose_records(ref_daemon, read_from
         expected = reference_rows(f"{name}-0")
         got = [r for r in read(ref_daemon, splits=parts, **options, **{"lookupd.readFrom": read_from})]
         assert got == expected, name
+
+
+def test_legacy_messages_as_short_as_a_header_are_read_from_the_files(tmp_path):
+    """v0 messages with no key or value are 26 bytes, one short of a v2 header's offset fields: the
+    local reader's order checks must still read them, at the end of every piece (files only)."""
+    from lookupd.format.builder import build_legacy
+    from lookupd.tools.writer import LogWriter
+    from spark_client.examples.with_daemon import running_daemon
+
+    w = LogWriter(str(tmp_path / "legacy-0"))
+    for base in range(0, 30, 3):
+        w.append(build_legacy([(-1, None, None, ())] * 3, magic=0, base_offset=base))
+    w.close()
+    sock = os.path.join(os.path.dirname(unreachable_socket()), "legacy.sock")
+    with running_daemon([str(tmp_path)], sock):
+        options = {"subscribe": "legacy", "maxBytesPerSplit": "100", "lookupd.readFrom": "files"}
+        assert len(splits_for(sock, **options)) > 5
+        assert read(sock, **options) == core_rows(str(tmp_path), "legacy", 0)
 
 
 def test_min_partitions_splits_large_partitions_in_proportion(written_daemon):

@@ -85,7 +85,8 @@ def test_daemon_and_allow_other_mount_never_serve_a_linked_file(hostile_logs):
     if shutil.which("setpriv") is None:
         pytest.skip("setpriv (util-linux) is needed to read the mount as another user")
     logs, secret = hostile_logs
-    assert os.getuid() == 0, "the attack needs a root mount"
+    if os.getuid() != 0:
+        pytest.skip("the attack is on a root mount read by another user: run as root")
     with workdir() as d:
         os.chmod(d, 0o755)  # nobody must reach the mount point
         daemon = Daemon([logs], d)

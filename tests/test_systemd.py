@@ -33,18 +33,50 @@ def need_lookupd() -> None:
         pytest.skip(f"{LOOKUPD} is missing: install the project into the venv (make venv)")
 
 
-def test_units_verify(short_dir):
+def _unit_commands() -> dict[str, str]:
+    """The shipped units' commands of ours: unit name -> ExecStart's program."""
+    out = {}
+    for name in ("lookupd.service", "fusefs.service"):
+        with open(os.path.join(UNITS, name)) as f:
+            out[name] = next(line.split("=", 1)[1].split()[0] for line in f if line.startswith("ExecStart="))
+    return out
+
+
+def test_make_install_puts_the_commands_where_the_units_run_them():
+    """`make install`: the package in its own virtualenv, its commands linked into BINDIR, by default the
+    directory the units run them from."""
+    r = subprocess.run(["make", "--no-print-directory", "-n", "install"], cwd=REPO, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "/opt/kafka-lookupd/bin/pip install --quiet .\n" in r.stdout, r.stdout
+    for unit, program in _unit_commands().items():
+        name = os.path.basename(program)
+        assert f"/opt/kafka-lookupd/bin/{name}" in r.stdout and os.path.dirname(program) == "/usr/local/bin", unit
+        assert "ln -sf /opt/kafka-lookupd/bin/lookupd /opt/kafka-lookupd/bin/fusefs /usr/local/bin/" in r.stdout
+
+
+def test_units_verify_after_make_install(short_dir):
+    """The shipped units pass `systemd-analyze verify` once `make install` has linked the commands (here this
+    test's virtualenv stands for the installed package, and a private dir for /usr/local/bin)."""
     verify = need("systemd-analyze")
     need_lookupd()
-    for name in ("lookupd.service", "lookupd.socket"):
-        with open(os.path.join(UNITS, name)) as f:
-            text = f.read().replace("/usr/local/bin/lookupd", LOOKUPD)
-        with open(os.path.join(short_dir, name), "w") as f:
-            f.write(text)
-    r = subprocess.run([verify, "verify", os.path.join(short_dir, "lookupd.service"),
-                        os.path.join(short_dir, "lookupd.socket")], capture_output=True, text=True, timeout=60)
+    bindir = os.path.join(short_dir, "bin")
+    r = subprocess.run(["make", "--no-print-directory", "install-commands", f"INSTALL_DIR={sys.prefix}",
+                        f"BINDIR={bindir}"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert "lookupd" not in r.stderr, r.stderr  # no warnings about our units
+    for program in _unit_commands().values():
+        installed = os.path.join(bindir, os.path.basename(program))
+        assert subprocess.run([installed, "--help"], capture_output=True, timeout=60).returncode == 0, installed
+    units = []
+    for name in ("lookupd.service", "lookupd.socket", "fusefs.service"):
+        with open(os.path.join(UNITS, name)) as f:
+            text = f.read().replace("/usr/local/bin/", bindir + "/")
+        units.append(os.path.join(short_dir, name))
+        with open(units[-1], "w") as f:
+            f.write(text)
+    r = subprocess.run([verify, "verify", *units], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "lookupd" not in r.stderr and "fusefs" not in r.stderr, r.stderr  # no warnings about our units
 
 
 def test_example_config_loads():

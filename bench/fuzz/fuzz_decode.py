@@ -287,8 +287,10 @@ def lines(data: bytes, native: bool) -> list:
 
 def seeds() -> list[bytes]:
     out = []
-    root = os.environ.get("KAFKA_REFERENCE", os.path.join(os.path.dirname(REPO), "shared", "kafka-reference"))
-    logs = os.path.join(root, "logs")
+    sys.path.insert(0, os.path.join(REPO, "tests"))
+    import reference  # the Kafka-written corpus, unpacked from the repository's copy on import
+
+    logs = str(reference.LOGS)
     for part in sorted(os.listdir(logs)):
         for name in sorted(os.listdir(os.path.join(logs, part))):
             if name.endswith(".log"):

@@ -34,6 +34,14 @@ class Config:
     max_frame_bytes: int = rpc.DEFAULT_MAX_FRAME_BYTES  # longest request; a longer one closes the connection
     max_connections: int = 1024         # beyond this new connections get UNAVAILABLE and are closed
     max_in_flight_per_connection: int = 64  # requests running at once per connection; then reading pauses
+    blocking_threads_per_connection: int = 2  # worker threads one connection's requests may hold at once
+    max_buffered_bytes_per_connection: int = 16 << 20  # requests waiting for a thread and unsent answers
+                                        # held for one connection; above it the connection is not read
+    max_buffered_bytes: int = 256 << 20  # the same for all connections together; above it the one holding
+                                        # the most is closed
+    max_unauthenticated_connections: int = 64  # TCP connections that have not sent the token yet; a new
+                                        # one beyond it closes the oldest
+    auth_timeout_s: float = 10.0        # a TCP connection that has not authenticated by then is closed
     idle_timeout_s: float = 300.0       # close a connection silent this long with nothing in flight;
                                         # also how long a peer may leave a response unread
     max_read_bytes: int = Limits.max_read_bytes  # cap on `read`'s max_bytes (TOO_LARGE above)
@@ -73,10 +81,11 @@ class Config:
         if not self.socket and not self.tcp:
             raise InvalidArgument("nothing to listen on: set socket or tcp")
         for key in ("max_frame_bytes", "max_connections", "max_in_flight_per_connection", "max_open_indexes",
-                    "blocking_threads", "workers"):
+                    "blocking_threads", "workers", "blocking_threads_per_connection",
+                    "max_buffered_bytes_per_connection", "max_buffered_bytes", "max_unauthenticated_connections"):
             if getattr(self, key) < 1:
                 raise InvalidArgument(f"{key} must be at least 1")
-        for key in ("idle_timeout_s", "rescan_interval_s", "shutdown_grace_s"):
+        for key in ("idle_timeout_s", "rescan_interval_s", "shutdown_grace_s", "auth_timeout_s"):
             if getattr(self, key) <= 0:
                 raise InvalidArgument(f"{key} must be positive")
         if self.max_frame_bytes < 64:

@@ -82,6 +82,10 @@ class Reactor:
 
         return await trio.lowlevel.wait_task_rescheduled(abort)
 
+    def parked(self, fd: int) -> bool:
+        """Whether a task is parked on `fd` now (and not yet woken by its handler)."""
+        return fd in self._parked
+
     def _release(self, fd: int) -> None:
         del self._parked[fd]
         self._epoll.unregister(fd)

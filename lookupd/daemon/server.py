@@ -15,12 +15,20 @@ costs ~100-200 us on 2 cores: bench/bench_daemon.py); one that would wait for th
 every listing and columnar call, runs in a worker thread under a CapacityLimiter of
 `blocking_threads`, so a cold index on a slow disk stalls only its caller.
 `stats` counts `connections` currently open, `requests` and `errors` since start.
+
+What clients may hold is bounded: memory per connection and overall (lookupd.daemon.buffers),
+worker threads per connection (`blocking_threads_per_connection`), message size, time and
+number of connections before `auth` (PRE_AUTH_FRAME_BYTES, `auth_timeout_s`,
+`max_unauthenticated_connections`), token guesses per source address (lookupd.daemon.authlimit)
+and log lines about clients (lookupd.daemon.clientlog). On SIGTERM every request already read is
+answered, then each connection is closed without a reset (Daemon._close).
 """
 
 from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
 import resource
 import signal
@@ -36,12 +44,16 @@ from ..log.logmanager import LogManager
 from ..rpc import protocol as rpc
 from ..rpc.address import parse_host_port
 from ..sdnotify import sd_notify
+from .authlimit import AuthThrottle, source_key
+from . import memory
+from .buffers import REQUEST_MEMORY_FACTOR, Buffers, Holding
+from .clientlog import ClientLog, ConnectionErrors
 from .config import Config, read_token
 from .listeners import Bound, close_listeners, open_listeners
 from .metrics import Collector, RequestMetrics, serve_metrics
 from .reactor import Reactor
 from .workers import supervise
-from .service import METHODS, NEEDS_THREAD, Counters, Service, Session, auth_penalty, error_for
+from .service import MAX_AUTH_FAILURES, METHODS, NEEDS_THREAD, Counters, Service, Session, error_for
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +73,18 @@ IDLE_SWEEP_STEPS = 4
 IDLE_SWEEP_MIN_S = 0.05
 # How long a closing connection may take to write answers it already computed.
 FLUSH_ON_CLOSE_S = 1.0
+# After its last answer, how long a connection the daemon closes waits for the peer to close too (see
+# Daemon._close): long enough for a peer on the same host or network to read its answers.
+CLOSE_LINGER_S = 1.0
+# Until a TCP peer has sent the token, a message may be at most this long: `auth [token]` takes a few
+# hundred bytes, and 300 unauthenticated connections each holding a partial 1 MiB request took 330 MB
+# (Kafka caps requests before authentication likewise: sasl.server.max.receive.size, 512 KiB).
+PRE_AUTH_FRAME_BYTES = 64 << 10
+# Once connections held at least TRIM_AFTER_BYTES (lookupd.daemon.buffers) and now hold under a quarter
+# of their most, the daemon gives freed memory back to the system (lookupd.daemon.memory); it looks
+# every TRIM_CHECK_S. Below that the allocator's reuse is worth more than the memory.
+TRIM_AFTER_BYTES = 32 << 20
+TRIM_CHECK_S = 1.0
 # Descriptors never given to connections: stdio, the listeners, a rescan's directory listings,
 # sockets to systemd, and the one a refused client holds while it reads why. The index cache's
 # room (open .log and index files, at most half the limit) is kept free for it as well.
@@ -111,8 +135,10 @@ class Action(NamedTuple):
 
 
 FLUSH = "flush"  # write the answers the socket did not take at once
-THREAD_SLOT = "thread slot"  # arg: a request for a worker thread; every in-flight slot is taken
-AUTH_PENALTY = "auth penalty"  # arg: (request, error): a wrong token, answered after a delay
+MUTE = "mute"  # the connection holds too much (lookupd.daemon.buffers): read on once its client reads
+THREAD_SLOT = "thread slot"  # arg: (request, its size) for a worker thread; every in-flight slot is taken
+AUTH_WAIT = "auth wait"  # arg: an auth request, checked once its source address may try again
+AUTH_CLOSE = "auth close"  # MAX_AUTH_FAILURES wrong tokens on this connection: answered, then closed
 END = "end"  # the peer closed its side between messages
 ABORT = "abort"  # arg: why (logged) or None: close now, dropping requests in flight
 
@@ -140,8 +166,11 @@ class Daemon:
         self._stop: trio.Event | None = None
         self._rescan_now: trio.Event | None = None
         self._stopping = False
-        self._readers: set[trio.CancelScope] = set()
         self._states: set[_ConnState] = set()
+        self._unauthenticated: dict[_ConnState, None] = {}  # TCP connections yet to send the token, oldest first
+        self.buffers = Buffers(cfg.max_buffered_bytes_per_connection, cfg.max_buffered_bytes)
+        self.auth_throttle = AuthThrottle()
+        self.client_log = ClientLog(log)
         self._conns: trio.Nursery | None = None
         self._forced = False
         self._next_id = 0
@@ -176,6 +205,7 @@ class Daemon:
             root.start_soon(self._reactor.run)
             root.start_soon(self._rescan_loop)
             root.start_soon(self._idle_sweep)
+            root.start_soon(self._give_back_memory)
             if self.request_metrics is not None:
                 host, port = parse_host_port(self.cfg.metrics)
                 spec = f"{host}:{port + self.worker if port else 0}"  # worker N serves port + N
@@ -205,8 +235,9 @@ class Daemon:
                 log.info("shutting down: %d connections, up to %.1f s for in-flight requests",
                          self.counters.connections, self.cfg.shutdown_grace_s)
                 self._stopping = True
-                for scope in list(self._readers):
-                    scope.cancel()
+                for st in list(self._states):  # the others stop reading once they have handled what they read
+                    if self._reactor.parked(st.fd):
+                        st.reader.cancel()
                 conns.cancel_scope.deadline = trio.current_time() + self.cfg.shutdown_grace_s
             if conns.cancel_scope.cancelled_caught and not self._forced:
                 log.warning("shutdown grace of %.1f s ran out; dropped the remaining requests",
@@ -241,6 +272,15 @@ class Daemon:
             if any(counts.values()):
                 log.info("rescan: %(added)d partitions added, %(removed)d removed, %(changed)d changed", counts)
 
+    async def _give_back_memory(self) -> None:
+        """After connections held much and let go of most of it, return the freed memory to the system."""
+        buffers = self.buffers
+        while True:
+            await trio.sleep(TRIM_CHECK_S)
+            if buffers.high >= TRIM_AFTER_BYTES and buffers.total <= buffers.high // 4:
+                buffers.high = buffers.total
+                await trio.to_thread.run_sync(memory.give_back)
+
     async def _watchdog(self, interval: float) -> None:
         while True:
             sd_notify("WATCHDOG=1")
@@ -260,11 +300,13 @@ class Daemon:
                     continue
                 raise
             self._next_id += 1
+            source = None
             if bound.kind == "unix":
-                peer = f"unix#{self._next_id}"
+                peer, source = f"unix#{self._next_id}", "unix"
             else:
                 try:
-                    peer = "%s:%d" % stream.socket.getpeername()[:2]
+                    host, port = stream.socket.getpeername()[:2]
+                    peer, source = "%s:%d" % (host, port), source_key(host)
                 except OSError:  # already gone again
                     peer = f"tcp#{self._next_id}"
             if self.counters.connections >= self.cfg.max_connections:
@@ -277,7 +319,8 @@ class Daemon:
                                  f"out of file descriptors ({stream.socket.fileno() + 1} of {self.fd_limit} open)")
                 continue
             self.counters.connections += 1
-            conns.start_soon(self._connection, stream, Session(trusted=bound.kind == "unix"), peer)
+            conns.start_soon(self._connection, stream, Session(trusted=bound.kind == "unix", source=source or peer),
+                             peer)
 
     def _connection_fd_ceiling(self) -> int:
         """The lowest descriptor number a new connection may not have: what the reserve and the
@@ -286,7 +329,7 @@ class Daemon:
         return self.fd_limit - FD_RESERVE - max(0, cache.max_open - cache.open_count)
 
     async def _refuse(self, stream: trio.SocketStream, peer: str, why: str) -> None:
-        log.warning("%s: refused: %s", peer, why)
+        self.client_log.line(logging.WARNING, f"{peer}: refused: {why}")
         conn = rpc.Connection("server")
         with trio.move_on_after(REFUSE_GRACE_S):
             try:
@@ -298,25 +341,77 @@ class Daemon:
 
     async def _connection(self, stream: trio.SocketStream, session: Session, peer: str) -> None:
         """One connection: a reader that starts a task per request, at most max_in_flight at once."""
-        conn = rpc.Connection("server", self.cfg.max_frame_bytes)
-        state = _ConnState(stream, conn, peer, trio.Semaphore(self.cfg.max_in_flight_per_connection))
-        reader = trio.CancelScope()
-        self._readers.add(reader)
-        self._states.add(state)
+        cfg = self.cfg
+        st = _ConnState(stream, rpc.Connection("server", cfg.max_frame_bytes), peer,
+                        trio.Semaphore(cfg.max_in_flight_per_connection),
+                        trio.Semaphore(min(cfg.blocking_threads_per_connection, cfg.blocking_threads)))
+        st.errors = self.client_log.connection(peer)
+        st.holding = self.buffers.open(partial(st.end_with, "UNAVAILABLE"))
+        if self.service.token is not None and session.needs_auth:
+            self._admit_unauthenticated(st)
+        self._states.add(st)
         if self._stopping:
-            reader.cancel()
+            st.reader.cancel()
         try:
-            async with trio.open_nursery() as nursery:
-                state.nursery = nursery
-                with reader:
-                    await self._read_loop(state, session)
+            with st.scope:
+                async with trio.open_nursery() as nursery:
+                    st.nursery = nursery
+                    with st.reader:
+                        await self._read_loop(st, session)
+            if st.scope.cancelled_caught and st.ending is None and st in self._unauthenticated:
+                st.ending = ("UNAUTHORIZED", f"no auth within {cfg.auth_timeout_s:g} s (auth_timeout_s); "
+                                             f"closing the connection")
         except Exception:  # noqa: BLE001 - a bug met by one connection ends that connection, not the daemon
             log.exception("%s: unexpected failure; closing the connection", peer)
         finally:
-            self._readers.discard(reader)
-            self._states.discard(state)
+            self._states.discard(st)
+            self._unauthenticated.pop(st, None)
+            self.buffers.forget(st.holding)
             self.counters.connections -= 1
-            await trio.aclose_forcefully(stream)
+            st.errors.closed()
+            await self._close(st)
+
+    def _admit_unauthenticated(self, st: "_ConnState") -> None:
+        """A TCP connection that must send the token first: short frames, a deadline, and a place among
+        at most max_unauthenticated_connections (the oldest is closed to make room), so connections that
+        never authenticate cannot hold what authenticated ones need."""
+        st.conn.frame_limit = min(PRE_AUTH_FRAME_BYTES, st.conn.max_frame_bytes)
+        st.conn.frame_limit_note = " before auth (send auth [token] first)"
+        st.scope.deadline = trio.current_time() + self.cfg.auth_timeout_s
+        waiting = self._unauthenticated
+        if len(waiting) >= self.cfg.max_unauthenticated_connections:
+            oldest = next(iter(waiting))
+            del waiting[oldest]
+            oldest.end_with("UNAVAILABLE", f"closing: the oldest of {len(waiting) + 1} connections that have not "
+                                           f"authenticated (max_unauthenticated_connections)")
+        waiting[st] = None
+
+    def _authenticated(self, st: "_ConnState", session: Session) -> None:
+        """The token was right: full-size frames, no deadline, no longer among the unauthenticated."""
+        st.conn.frame_limit, st.conn.frame_limit_note = st.conn.max_frame_bytes, ""
+        st.scope.deadline = math.inf
+        self._unauthenticated.pop(st, None)
+        self.auth_throttle.succeeded(session.source)
+
+    async def _close(self, st: "_ConnState") -> None:
+        """Close the connection cleanly: the reason first when the daemon ends it, then end of stream, then
+        wait (CLOSE_LINGER_S at most) for the peer to close, dropping what it still sends: closing a socket
+        with unread bytes in it resets the connection, and the peer may lose answers it has not read."""
+        try:
+            if not st.gone:
+                with trio.move_on_after(CLOSE_LINGER_S):
+                    if st.ending is not None:
+                        code, why = st.ending
+                        self.client_log.line(logging.INFO, f"{st.peer}: {why}")
+                        if not st.cut:  # a notification after half an answer would be garbage
+                            await st.stream.send_all(st.conn.send_error(rpc.ProtocolError(code, why, fatal=True)))
+                    await st.stream.send_eof()
+                    while await st.stream.receive_some(RECEIVE_BYTES):
+                        pass
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+        finally:
+            await trio.aclose_forcefully(st.stream)
 
     async def _read_loop(self, st: "_ConnState", session: Session) -> None:
         """Answer the connection's requests until it ends.
@@ -324,8 +419,10 @@ class Daemon:
         While the connection waits for requests it is parked in the reactor, whose handler
         (`_on_readable`) reads and answers every request it can answer at once, and wakes this
         task only for what must be awaited (`_act`): a request that needs a worker thread when
-        the connection's in-flight slots are all taken, a wrong token's delay, answers the socket
-        would not take, the end of the connection.
+        the connection's in-flight slots are all taken, a wait before a token is checked, answers
+        the socket would not take, a connection holding too much (lookupd.daemon.buffers), the
+        end of the connection. Once the daemon stops, the requests already read are answered and
+        nothing more is read.
         """
         out: list[bytes] = []  # answers not yet written, in order
         try:
@@ -333,6 +430,11 @@ class Daemon:
                 event = st.conn.next_event()
                 if event is rpc.NEED_DATA:
                     await self._flush(st, out)
+                    if self._stopping:
+                        return  # every request read is answered or in flight; nothing more is read
+                    if self.buffers.mute(st.holding):
+                        await self.buffers.wait_unmuted(st.holding)
+                        continue
                     st.waiting = True
                     try:
                         action = await self._reactor.park(st.fd, partial(self._on_readable, st, session, out))
@@ -353,11 +455,15 @@ class Daemon:
 
         Read with os.read on the descriptor (after the reactor saw it readable): trio's stream
         layer adds checkpoints and conflict checks that cost as much as the lookup itself."""
+        h = st.holding
+        if (h.requests or h.answers) and self.buffers.mute(h):
+            return Action(MUTE)  # answers sent by worker threads' tasks filled it since it was parked
         try:
             data = os.read(st.fd, RECEIVE_BYTES)
         except BlockingIOError:
             return None  # spurious wake-up
         except OSError as err:
+            st.gone = True
             return Action(ABORT, f"connection lost ({err.strerror or err})")
         st.last_active = _now()
         st.conn.receive_data(data)
@@ -375,6 +481,8 @@ class Daemon:
         """Handle one event without waiting: an answer goes on `out`, a request that needs a worker
         thread is started in one if a slot is free; the Action to await otherwise."""
         if isinstance(event, rpc.Request):
+            if event.method == "auth" and self.service.token is not None:
+                return self._auth(st, session, event, out)
             self.counters.requests += 1
             metrics = self.request_metrics
             started = time.perf_counter() if metrics is not None else 0.0
@@ -383,16 +491,14 @@ class Daemon:
             except Exception as err:  # noqa: BLE001 - every failure becomes an error response
                 result, error = None, error_for(err, event.method)
             if result is NEEDS_THREAD:
+                size = st.conn.frame_bytes * REQUEST_MEMORY_FACTOR
                 if st.slots.value == 0:
-                    return Action(THREAD_SLOT, event)
+                    return Action(THREAD_SLOT, (event, size))
                 st.slots.acquire_nowait()
-                st.nursery.start_soon(self._in_thread, st, session, event)
-                return None
+                return self._start_in_thread(st, session, event, size)
             if metrics is not None:
                 metrics.observe(event.method, time.perf_counter() - started,
                                 error["code"] if error is not None else None)
-            if error is not None and error["code"] == "UNAUTHORIZED" and event.method == "auth":
-                return Action(AUTH_PENALTY, (event, error))
             out.append(self._answer(st, event, error, result))
             return None
         if event is rpc.CLOSED:
@@ -401,9 +507,29 @@ class Daemon:
             log.debug("%s: ignoring notification %r", st.peer, event.method)
             return None
         self.counters.errors += 1
-        log.info("%s: %s%s", st.peer, event.message, "; closing the connection" if event.fatal else "")
+        st.errors.error(event.message + ("; closing the connection" if event.fatal else ""))
         out.append(st.conn.send_error(event))
         return Action(ABORT) if event.fatal else None
+
+    def _auth(self, st: "_ConnState", session: Session, req: rpc.Request, out: list[bytes]) -> "Action | None":
+        """`auth` when a token is configured: checked once the source address may try again
+        (lookupd.daemon.authlimit), whichever connection it comes on."""
+        now = _now()
+        if self.auth_throttle.wait(session.source, now) > 0:
+            return Action(AUTH_WAIT, req)
+        self.counters.requests += 1
+        try:
+            result, error = self.service.call_inline("auth", req.params, session), None
+        except Exception as err:  # noqa: BLE001 - every failure becomes an error response
+            result, error = None, error_for(err, "auth")
+        if self.request_metrics is not None:
+            self.request_metrics.observe("auth", _now() - now, error["code"] if error is not None else None)
+        if error is None:
+            self._authenticated(st, session)
+        elif error["code"] == "UNAUTHORIZED":
+            self.auth_throttle.failed(session.source, now)
+        out.append(self._answer(st, req, error, result))
+        return Action(AUTH_CLOSE) if session.auth_failures >= MAX_AUTH_FAILURES else None
 
     async def _act(self, st: "_ConnState", session: Session, action: "Action", out: list[bytes]) -> bool:
         """Do what `_step` or the reactor could not do without waiting; False when the connection ends."""
@@ -411,26 +537,30 @@ class Daemon:
         if kind == FLUSH:
             await self._flush(st, out)
             return True
+        if kind == MUTE:  # the connection holds too much: read nothing until its client reads answers
+            await self._flush(st, out)
+            await self.buffers.wait_unmuted(st.holding)
+            return True
         if kind == THREAD_SLOT:  # reading pauses until one of the connection's requests in threads ends
             await self._flush(st, out)
             await st.slots.acquire()
-            st.nursery.start_soon(self._in_thread, st, session, arg)
-            return True
-        if kind == AUTH_PENALTY:
-            req, error = arg
-            delay, close = auth_penalty(session)
+            action = self._start_in_thread(st, session, *arg)
+            return True if action is None else await self._act(st, session, action, out)
+        if kind == AUTH_WAIT:
             await self._flush(st, out)
-            await trio.sleep(delay)
-            out.append(self._answer(st, req, error, None))
-            if close:
-                log.warning("%s: %d wrong tokens; closing the connection", st.peer, session.auth_failures)
-                await self._flush(st, out)
-                st.nursery.cancel_scope.cancel()
-                return False
-            return True
+            while (wait := self.auth_throttle.wait(session.source, _now())) > 0:
+                await trio.sleep(wait)
+            action = self._auth(st, session, arg, out)
+            return True if action is None else await self._act(st, session, action, out)
+        if kind == AUTH_CLOSE:
+            await self._flush(st, out)
+            self.client_log.line(logging.WARNING, f"{st.peer}: {session.auth_failures} wrong tokens; "
+                                                  f"closing the connection")
+            st.nursery.cancel_scope.cancel()
+            return False
         if kind == ABORT:  # the connection cannot go on: answers computed so far are sent, in-flight ones dropped
             if arg:
-                log.info("%s: %s", st.peer, arg)
+                self.client_log.line(logging.INFO, f"{st.peer}: {arg}")
             await self._flush(st, out)
             st.nursery.cancel_scope.cancel()
         return False  # END: the peer closed its side; requests in threads still send their answers
@@ -444,6 +574,7 @@ class Daemon:
         try:
             rest = _write_at_once(st, data)
         except OSError as err:
+            st.gone = True
             return Action(ABORT, f"went away before reading its responses ({err.strerror})")
         if not rest:
             return None
@@ -459,36 +590,63 @@ class Daemon:
             for st in list(self._states):
                 if st.waiting and now - st.last_active >= idle and \
                         st.slots.value == self.cfg.max_in_flight_per_connection:
-                    log.info("%s: idle for %.0f s; closing", st.peer, idle)
+                    self.client_log.line(logging.INFO, f"{st.peer}: idle for {idle:.0f} s; closing")
                     st.nursery.cancel_scope.cancel()
 
-    async def _in_thread(self, st: "_ConnState", session: Session, req: rpc.Request) -> None:
+    def _start_in_thread(self, st: "_ConnState", session: Session, req: rpc.Request, size: int) -> "Action | None":
+        """Start a request (its in-flight slot taken) in a worker thread; MUTE if the connection now
+        holds too much to be read further."""
+        self.buffers.hold(st.holding, requests=size)
+        st.nursery.start_soon(self._in_thread, st, session, req, size)
+        return Action(MUTE) if self.buffers.mute(st.holding) else None
+
+    async def _in_thread(self, st: "_ConnState", session: Session, req: rpc.Request, size: int) -> None:
+        """One request in a worker thread, within the connection's share of the threads; the answer is
+        packed there too (a large one would hold the event loop for milliseconds)."""
         started = time.perf_counter()
+        share = st.thread_share
         try:
             try:
-                result, error = await trio.to_thread.run_sync(self.service.call, req.method, req.params, session,
-                                                              limiter=self.limiter, abandon_on_cancel=True), None
-            except Exception as err:  # noqa: BLE001 - every failure becomes an error response
-                result, error = None, error_for(err, req.method)
+                if share.value:  # a free share is taken without the scheduling round acquire() costs
+                    share.acquire_nowait()
+                else:
+                    await share.acquire()
+                try:
+                    await self.buffers.wait_to_start(st.holding)
+                    data, error = await trio.to_thread.run_sync(self._call_packed, st.conn, session, req,
+                                                                limiter=self.limiter, abandon_on_cancel=True)
+                finally:
+                    share.release()
+            finally:
+                self.buffers.release(st.holding, requests=size)
             if self.request_metrics is not None:
                 self.request_metrics.observe(req.method, time.perf_counter() - started,
                                              error["code"] if error is not None else None)
-            await self._send(st, self._answer(st, req, error, result))
+            if error is not None:
+                self._rejected(st, req, error)
+            await self._send(st, data)
         finally:
             st.slots.release()
 
-    def _answer(self, st: "_ConnState", req: rpc.Request, error: dict | None, result: Any) -> bytes:
-        """The response bytes; counts and logs (one line) a rejected request."""
+    def _call_packed(self, conn: rpc.Connection, session: Session, req: rpc.Request) -> tuple[bytes, dict | None]:
+        """In a worker thread: the call's answer as bytes, and its error map (None on success)."""
         try:
-            data = st.conn.send_response(req.msgid, error, result)
-        except (TypeError, ValueError, OverflowError) as err:
-            error = error_for(err, req.method)
-            data = st.conn.send_response(req.msgid, error, None)
+            result, error = self.service.call(req.method, req.params, session), None
+        except Exception as err:  # noqa: BLE001 - every failure becomes an error response
+            result, error = None, error_for(err, req.method)
+        return _pack_answer(conn, req, error, result)
+
+    def _answer(self, st: "_ConnState", req: rpc.Request, error: dict | None, result: Any) -> bytes:
+        """The response bytes; counts and logs a rejected request."""
+        data, error = _pack_answer(st.conn, req, error, result)
         if error is not None:
-            self.counters.errors += 1
-            if error["code"] != "INTERNAL":  # INTERNAL was logged with its traceback already
-                log.info("%s: %s rejected: %s %s", st.peer, req.method, error["code"], error["message"])
+            self._rejected(st, req, error)
         return data
+
+    def _rejected(self, st: "_ConnState", req: rpc.Request, error: dict) -> None:
+        self.counters.errors += 1
+        if error["code"] != "INTERNAL":  # INTERNAL was logged with its traceback already
+            st.errors.error(f"{req.method} rejected: {error['code']} {error['message']}")
 
     async def _flush(self, st: "_ConnState", out: list[bytes]) -> None:
         if out:
@@ -501,62 +659,98 @@ class Daemon:
 
         Most answers fit the socket buffer: they are written with one system call and no
         scheduling. The rest (and anything written while another write is under way) go
-        through trio under the connection's lock, with idle_timeout_s for the peer to read.
+        through trio under the connection's lock, with idle_timeout_s for the peer to read,
+        and count as held by the connection until written (lookupd.daemon.buffers).
         """
         try:
             data = _write_at_once(st, data)
         except OSError as err:
-            log.info("%s: went away before reading its responses (%s)", st.peer, err.strerror)
-            st.nursery.cancel_scope.cancel()
+            self._gone(st, f"went away before reading its responses ({err.strerror})")
             return
         if not data:
             return
+        size = len(data)
+        self.buffers.hold(st.holding, answers=size)
         st.queued_writes += 1
+        written = False
         try:
             async with st.send_lock:
                 with trio.move_on_after(self.cfg.idle_timeout_s) as timeout:
                     try:
                         await st.stream.send_all(data)
+                        written = True
                     except (trio.BrokenResourceError, trio.ClosedResourceError):
-                        log.info("%s: went away before reading its responses", st.peer)
-                        st.nursery.cancel_scope.cancel()
+                        self._gone(st, "went away before reading its responses")
                 if timeout.cancelled_caught:
-                    log.info("%s: has not read its responses for %.0f s; closing", st.peer, self.cfg.idle_timeout_s)
+                    self.client_log.line(logging.INFO, f"{st.peer}: has not read its responses for "
+                                                       f"{self.cfg.idle_timeout_s:.0f} s; closing")
                     st.nursery.cancel_scope.cancel()
         finally:
+            st.cut |= not written
             st.queued_writes -= 1
+            self.buffers.release(st.holding, answers=size)
+
+    def _gone(self, st: "_ConnState", why: str) -> None:
+        st.gone = True
+        self.client_log.line(logging.INFO, f"{st.peer}: {why}")
+        st.nursery.cancel_scope.cancel()
+
+
+def _pack_answer(conn: rpc.Connection, req: rpc.Request, error: dict | None, result: Any) -> tuple[bytes, dict | None]:
+    """The response bytes and the error they carry: a result msgpack cannot pack is an INTERNAL error."""
+    try:
+        return conn.send_response(req.msgid, error, result), error
+    except (TypeError, ValueError, OverflowError) as err:
+        error = error_for(err, req.method)
+        return conn.send_response(req.msgid, error, None), error
 
 
 def _write_at_once(st: "_ConnState", data: bytes) -> bytes:
     """Write what the socket takes now, with one system call and no waiting (nothing while other
-    writes hold or wait for `send_lock`: answers must not interleave); returns the rest. OSError:
-    the peer is gone."""
+    writes hold or wait for `send_lock`: answers must not interleave); returns the rest (a view,
+    not a copy of a large answer). OSError: the peer is gone."""
     if st.queued_writes:
         return data
     try:
-        return data[os.write(st.fd, data):]
+        n = os.write(st.fd, data)
     except BlockingIOError:
         return data
+    return b"" if n == len(data) else memoryview(data)[n:]
 
 
 class _ConnState:
     """One connection's state. The reader task writes its own answers; `send_lock` is taken only
     when a write cannot finish at once or a threaded answer is being written (see `_send`)."""
 
-    __slots__ = ("stream", "fd", "conn", "peer", "slots", "send_lock", "queued_writes", "nursery", "last_active",
-                 "waiting")
+    __slots__ = ("stream", "fd", "conn", "peer", "slots", "thread_share", "send_lock", "queued_writes", "nursery",
+                 "last_active", "waiting", "scope", "reader", "holding", "errors", "ending", "gone", "cut")
 
-    def __init__(self, stream: trio.SocketStream, conn: rpc.Connection, peer: str, slots: trio.Semaphore):
+    def __init__(self, stream: trio.SocketStream, conn: rpc.Connection, peer: str, slots: trio.Semaphore,
+                 thread_share: trio.Semaphore):
         self.stream = stream
         self.fd = stream.socket.fileno()
         self.conn = conn
         self.peer = peer
         self.slots = slots
+        self.thread_share = thread_share  # its share of the worker threads (blocking_threads_per_connection)
         self.send_lock = trio.Lock()
         self.queued_writes = 0  # writes holding or waiting for send_lock (an attribute read, not locked()'s call)
         self.nursery: trio.Nursery | None = None
         self.last_active = _now()  # when the peer last sent something (_now's clock)
         self.waiting = False  # the reader waits for the peer (the idle sweep may close it)
+        self.scope = trio.CancelScope()  # the whole connection (the auth deadline, `end_with`)
+        self.reader = trio.CancelScope()  # its reading (cancelled when the daemon stops while it is parked)
+        self.holding: Holding | None = None  # what it holds (lookupd.daemon.buffers)
+        self.errors: ConnectionErrors | None = None
+        self.ending: tuple[str, str] | None = None  # (code, why) the daemon closes it, sent before the close
+        self.gone = False  # the peer is gone: nothing more can be sent
+        self.cut = False  # a write was cut short: the stream holds part of an answer
+
+    def end_with(self, code: str, why: str) -> None:
+        """Close the connection from outside its tasks, telling the peer why (before the close)."""
+        if self.ending is None:
+            self.ending = (code, why)
+        self.scope.cancel()
 
 
 # ====================================================================== entry point

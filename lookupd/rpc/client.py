@@ -1,4 +1,4 @@
-"""Clients for the lookup daemon, and `lookupd query`.
+"""Clients for the lookup daemon.
 
 `Client` is blocking and thread-safe: one socket, a lock around writes, and a reader thread
 that hands each response to the caller waiting for its msgid, so any number of threads can
@@ -13,15 +13,11 @@ for trio code. Both take a Unix socket path or "HOST:PORT", an optional token
 
 Convenience methods mirror the daemon's methods (see lookupd.service) and return what the
 daemon sends: maps with string keys, None where nothing matches, bytes for records.
-`lookupd query` prints results as JSON, with bytes as {"$base64": "<base64 text>"}.
 """
 
 from __future__ import annotations
 
-import base64
-import json
 import socket
-import sys
 import threading
 from concurrent.futures import Future, TimeoutError as FutureTimeout
 from typing import Any
@@ -33,7 +29,7 @@ from ..errors import LookupdError, TooLarge, Unavailable
 from .address import default_address, tcp_address
 
 DEFAULT_MAX_RESPONSE_BYTES = 1 << 30  # columnar answers of a million targets run to tens of MB
-BYTES_MARKER = "$base64"
+BYTES_MARKER = "$base64"  # how `lookupd query` (lookupd.tools.query) prints bytes in JSON
 
 
 class RemoteError(LookupdError):
@@ -327,34 +323,3 @@ class TrioClient(_Methods):
             self._reading = False
             self._progress.set()
             self._progress = trio.Event()
-
-
-# ====================================================================== lookupd query
-
-
-def parse_arg(text: str) -> Any:
-    """A command-line param: its JSON value when it parses (5, [1,2], null), else the string itself."""
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
-def to_json(value: Any) -> str:
-    def encode(v: Any) -> Any:
-        if isinstance(v, (bytes, bytearray)):
-            return {BYTES_MARKER: base64.b64encode(v).decode()}
-        raise TypeError(f"cannot print a {type(v).__name__}")
-    return json.dumps(value, default=encode, indent=2)
-
-
-def run(args) -> int:
-    """`lookupd query METHOD ARG...`: print the result as JSON; errors exit 1 (via the cli)."""
-    token = None
-    if args.token_file:
-        with open(args.token_file, encoding="utf-8") as f:
-            token = f.read().strip()
-    with Client(args.socket or default_address(), token=token, timeout=args.timeout) as client:
-        result = client.call(args.method, *[parse_arg(a) for a in args.args])
-    sys.stdout.write(to_json(result) + "\n")
-    return 0

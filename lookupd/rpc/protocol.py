@@ -109,6 +109,12 @@ class Connection:
             raise ValueError("max_frame_bytes must be at least 16")
         self.role = role
         self.max_frame_bytes = max_frame_bytes
+        # The longest message accepted now, at most max_frame_bytes: a server lowers it for a peer that
+        # has not authenticated yet and raises it back (between messages) once it has. `frame_limit_note`
+        # says why in the TOO_LARGE message.
+        self.frame_limit = max_frame_bytes
+        self.frame_limit_note = ""
+        self.frame_bytes = 0  # the length on the wire of the last message next_event returned
         # An unpacker is held only while a message is partly received (see _UnpackerPool).
         self._unpacker: msgpack.Unpacker | None = None
         self._tell_base = 0  # unpacker.tell() - stream position, for the unpacker held now
@@ -133,7 +139,7 @@ class Connection:
             self._receive(self._whole)
             self._whole = None
         elif self._unpacker is None and not self._pending and self._broken is None and \
-                len(data) <= self.max_frame_bytes:
+                len(data) <= self.frame_limit:
             self._whole = data  # between messages: next_event tries it as whole messages first
             return
         self._receive(data)
@@ -148,7 +154,7 @@ class Connection:
         if self._unpacker is None:
             self._unpacker = _POOL.take(self.max_frame_bytes)
             self._tell_base = self._unpacker.tell() - self._fed
-        if len(data) <= self.max_frame_bytes - (self._fed - self._frame_start):
+        if len(data) <= self.frame_limit - (self._fed - self._frame_start):
             self._unpacker.feed(data)
             self._fed += len(data)
         else:
@@ -166,9 +172,11 @@ class Connection:
             data, self._whole = self._whole, None
             try:
                 value = msgpack.unpackb(data, raw=False, unicode_errors="surrogateescape")
+                self.frame_bytes = len(data)
             except msgpack.ExtraData as more:
                 self._receive(more.extra)
                 value = more.unpacked
+                self.frame_bytes = len(data) - len(more.extra)
             except Exception:  # noqa: BLE001 - incomplete or malformed: the incremental unpacker tells which
                 self._receive(data)
                 value = _NO_VALUE
@@ -191,8 +199,9 @@ class Connection:
                 if self._feed():
                     continue
                 in_frame = self._fed > self._frame_start
-                if in_frame and self._fed - self._frame_start >= self.max_frame_bytes:
-                    return self._fail("TOO_LARGE", f"a message is longer than the {self.max_frame_bytes}-byte frame limit")
+                if in_frame and self._fed - self._frame_start >= self.frame_limit:
+                    return self._fail("TOO_LARGE", f"a message is longer than the {self.frame_limit}-byte frame "
+                                      f"limit{self.frame_limit_note}")
                 if self._eof:
                     if in_frame:
                         return self._fail("INVALID_ARGUMENT", "the stream ended in the middle of a message")
@@ -201,6 +210,9 @@ class Connection:
                 if not in_frame:
                     self._give_back()
                 return NEED_DATA
+            except msgpack.StackError:  # nested deeper than the unpacker's own stack (it says nothing more)
+                return self._fail("INVALID_ARGUMENT", f"a message nested deeper than the unpacker's stack can "
+                                  f"hold; messages may be nested at most {MAX_DEPTH} levels deep")
             except ValueError as err:
                 if "exceeds max_" in str(err):  # a length header above the frame limit: fail fast
                     return self._fail("TOO_LARGE", f"a message is longer than the {self.max_frame_bytes}-byte "
@@ -209,7 +221,8 @@ class Connection:
             except Exception as err:  # noqa: BLE001 - any unpack failure leaves the stream unframeable
                 return self._fail("INVALID_ARGUMENT", f"malformed msgpack ({type(err).__name__}: {err})"
                                   if str(err) else f"malformed msgpack ({type(err).__name__})")
-            self._frame_start = self._unpacker.tell() - self._tell_base
+            end = self._unpacker.tell() - self._tell_base
+            self.frame_bytes, self._frame_start = end - self._frame_start, end
             return self._event(value)
 
     def _event(self, value: Any) -> Event:
@@ -228,7 +241,7 @@ class Connection:
 
     def _feed(self) -> bool:
         """Hand pending bytes to the unpacker, never more than the current frame may still take."""
-        room = self.max_frame_bytes - (self._fed - self._frame_start)
+        room = self.frame_limit - (self._fed - self._frame_start)
         if not self._pending or room <= 0:
             return False
         chunk = bytes(self._pending[:room])

@@ -13,16 +13,38 @@ import os
 import sys
 
 from ..errors import LookupdError
+from ..format.times import BEFORE_NOW, GRAMMAR
 from ..rpc.address import DEFAULT_SOCKET
+from ..rpc.methods import signatures
 
+
+def _positive(text: str) -> int:
+    """An argparse type: an integer above zero."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def _verbose(parser: argparse.ArgumentParser, default: object) -> None:
+    parser.add_argument("-v", "--verbose", action="count", default=default, help="more logging (-vv for debug)")
 
 
 def _build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lookupd", description="Read-only lookups over Kafka log directories.")
-    p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    _verbose(p, 0)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # -v after the subcommand too (each subcommand's own -v, not set unless given, then counts from there)
 
-    d = sub.add_parser("dump", help="print batches, records and index entries (like kafka-dump-log)")
+    def command(name: str, **kw) -> argparse.ArgumentParser:
+        c = sub.add_parser(name, **kw)
+        _verbose(c, argparse.SUPPRESS)
+        return c
+
+    d = command("dump", help="print batches, records and index entries (like kafka-dump-log)")
     d.add_argument("paths", nargs="+", metavar="PATH",
                    help="segment files (.log, .index, .timeindex, .txnindex), partition dirs or log dirs")
     d.add_argument("--print-data", action="store_true", help="also print every record")
@@ -33,13 +55,15 @@ def _build_parser() -> argparse.ArgumentParser:
     d.add_argument("--max-bytes", type=int, default=None, metavar="N", help="stop reading a .log after N bytes")
     d.set_defaults(run="lookupd.tools.dump:run")
 
-    g = sub.add_parser("demo-data", help="write a sample Kafka log dir (several topics, codecs, transactions)")
+    g = command("demo-data", help="write a sample Kafka log dir (several topics, codecs, transactions)")
     g.add_argument("dir", metavar="DIR")
-    g.add_argument("--records", type=int, default=20000, help="records per partition (default 20000)")
+    g.add_argument("--records", type=_positive, default=20000, metavar="N",
+                   help="the sample's size: N records over orders' 3 partitions, N/4 in payments-0 and N/2 in "
+                        "clicks-0 (default 20000: 6666 per orders partition, 5000 payments, 10000 clicks)")
     g.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
     g.set_defaults(run="lookupd.tools.demo:run")
 
-    r = sub.add_parser("recover", help="rebuild missing or corrupt indexes of rolled segments, as a broker does")
+    r = command("recover", help="rebuild missing or corrupt indexes of rolled segments, as a broker does")
     r.add_argument("dir", metavar="DIR", help="a partition dir or a whole log dir")
     r.add_argument("--index-interval-bytes", type=int, default=4096, metavar="N",
                    help="bytes between offset-index entries (Kafka's index.interval.bytes, default 4096)")
@@ -47,7 +71,7 @@ def _build_parser() -> argparse.ArgumentParser:
     r.add_argument("--dry-run", action="store_true", help="report what would be rebuilt, write nothing")
     r.set_defaults(run="lookupd.tools.recover:run")
 
-    s = sub.add_parser("serve", help="run the lookup daemon in the foreground")
+    s = command("serve", help="run the lookup daemon in the foreground")
     s.add_argument("--log-dir", action="append", dest="log_dirs", metavar="DIR", help="a broker log dir (repeatable)")
     s.add_argument("--socket", metavar="PATH", default=None, help=f"Unix socket path (default {DEFAULT_SOCKET})")
     s.add_argument("--tcp", metavar="HOST:PORT", default=None, help="also listen on TCP (host defaults to 127.0.0.1)")
@@ -56,19 +80,31 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="processes serving the same sockets (default 1, or the config file's workers)")
     s.set_defaults(run="lookupd.daemon.server:run")
 
-    q = sub.add_parser("query", help="call one daemon method and print the result as JSON")
-    q.add_argument("method", metavar="METHOD")
-    q.add_argument("args", nargs="*", metavar="ARG", help="positional params; JSON values or plain strings")
+    q = command("query", help="call one daemon method and print the result as JSON",
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+                epilog=f"methods and their params (docs/protocol.md says what each answers):\n{signatures()}\n\n"
+                       f"TOPIC, MODE (floor or ceiling) and TOKEN are taken as written. TIMESTAMP is {GRAMMAR}.\n"
+                       "OFFSETS and TIMESTAMPS are JSON lists (times in quotes). Other params are JSON values.")
+    q.add_argument("method", metavar="METHOD", nargs="?", help="one of the methods below")
+    q.add_argument("args", nargs="*", metavar="ARG", help="the method's params, in order")
     q.add_argument("--socket", metavar="ADDRESS", default=None,
                    help=f"socket path or HOST:PORT (default $LOOKUPD_SOCKET or {DEFAULT_SOCKET})")
     q.add_argument("--token-file", metavar="FILE", default=None, help="shared-secret token for a TCP daemon")
     q.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer (default 30)")
-    q.set_defaults(run="lookupd.rpc.client:run")
+    q.set_defaults(run="lookupd.tools.query:run")
     return p
 
 
+def _times_before_now(argv: list[str]) -> list[str]:
+    """`-1h` after `query` as `now-1h`: argparse would take a dash-led argument for an option."""
+    if "query" not in argv:
+        return argv
+    at = argv.index("query")
+    return argv[:at] + [f"now{a}" if a.startswith("-") and BEFORE_NOW.fullmatch(a) else a for a in argv[at:]]
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _build_parser().parse_args(argv)
+    args = _build_parser().parse_args(_times_before_now(sys.argv[1:] if argv is None else argv))
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     module, func = args.run.split(":")

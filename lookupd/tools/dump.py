@@ -33,7 +33,8 @@ def expand(paths: list[str]) -> list[str]:
             dirs = [path] if parse_partition_dir(name) else sorted(
                 e.path for e in os.scandir(path) if e.is_dir() and parse_partition_dir(e.name))
             if not dirs:
-                raise LookupdError(f"{path} is neither a partition directory nor a log dir holding any")
+                raise LookupdError(f"{path} is neither a partition directory nor a log dir holding partition "
+                                   f"directories (named <topic>-<partition>)")
             for d in dirs:
                 for base in list_segments(d):
                     for suffix in SEGMENT_SUFFIXES:
@@ -128,7 +129,9 @@ class Dumper:
             done = pos + batch_size
             if self.progress is not None:
                 self.progress.advance(batch_size)
-        if self.args.max_bytes is None and done < size and not seg.live:
+        # As kafka-dump-log, for the active segment too: there the bytes may be a batch the broker is
+        # still writing, or not a segment at all, so they are reported but are not an error.
+        if self.args.max_bytes is None and done < size:
             self.emit(f"Found {size - done} invalid bytes at the end of {os.path.basename(path)}",
                       {"type": "trailing_bytes", "file": path, "bytes": size - done})
 

@@ -91,7 +91,7 @@ def recover_partition(directory: str, *, index_interval_bytes: int = DEFAULT_IND
             if seg.live:
                 reports.append(SegmentReport(base, "active", "the broker's active segment is left alone"))
                 continue
-            problems = _missing(seg) or index_problems(seg, scan)
+            problems = _missing(seg, len(aborted)) or index_problems(seg, scan)
             reason = "rebuilding every rolled segment (--all)" if rebuild_all else "; ".join(problems)
             report = SegmentReport(base, "ok", reason, invalid_bytes=seg.size() - scan.valid_bytes,
                                    problems=scan.problems)
@@ -119,9 +119,15 @@ def recover_partition(directory: str, *, index_interval_bytes: int = DEFAULT_IND
     return reports
 
 
-def _missing(seg: LogSegment) -> list[str]:
-    return [f"{os.path.basename(p)} is missing" for p in (seg.offset_index.path, seg.time_index.path)
-            if not os.path.exists(p)]
+def _missing(seg: LogSegment, aborted: int) -> list[str]:
+    """The index files the segment should have and has not: a `.txnindex` only where aborted transactions
+    end in the segment (Kafka creates it with its first entry)."""
+    out = [f"{os.path.basename(p)} is missing" for p in (seg.offset_index.path, seg.time_index.path)
+           if not os.path.exists(p)]
+    txn_path = seg.log.path[:-len(".log")] + TXN_INDEX_SUFFIX
+    if aborted and not os.path.exists(txn_path):
+        out.append(f"{os.path.basename(txn_path)} is missing ({aborted} aborted transactions end in this segment)")
+    return out
 
 
 def partition_dirs(path: str) -> list[str]:
@@ -133,7 +139,8 @@ def partition_dirs(path: str) -> list[str]:
         return [path]
     found = sorted(e.path for e in os.scandir(path) if e.is_dir() and parse_partition_dir(e.name) is not None)
     if not found:
-        raise LookupdError(f"{path} is neither a partition directory (<topic>-<partition>) nor a log dir holding any")
+        raise LookupdError(f"{path} is neither a partition directory nor a log dir holding partition "
+                           f"directories (named <topic>-<partition>)")
     return found
 
 
@@ -141,10 +148,12 @@ def run(args) -> int:
     dirs = partition_dirs(args.dir)
     total = sum(os.path.getsize(os.path.join(d, f)) for d in dirs for f in os.listdir(d) if f.endswith(".log"))
     failed = 0
+    actions: dict[str, int] = {}
     with Progress(total, "recover") as progress:
         for d in dirs:
             for r in recover_partition(d, index_interval_bytes=args.index_interval_bytes, rebuild_all=args.all,
                                        dry_run=args.dry_run, progress=progress):
+                actions[r.action] = actions.get(r.action, 0) + 1
                 if r.action in ("rebuilt", "would rebuild"):
                     progress.write(f"{d}/{segment_file_name(r.base_offset, '')}: {r.action} ({r.reason}): "
                                    f"{r.offset_index_entries} offset entries, {r.time_index_entries} time entries, "
@@ -152,4 +161,16 @@ def run(args) -> int:
                 for p in r.problems:
                     failed += 1
                     progress.write(f"{d}/{segment_file_name(r.base_offset, '')}: {p}")
+    print(_summary(actions, len(dirs)))
     return 1 if failed else 0
+
+
+def _summary(actions: dict[str, int], partitions: int) -> str:
+    """The last line: what was done, or that nothing needed doing."""
+    rolled = actions.get("ok", 0) + actions.get("rebuilt", 0) + actions.get("would rebuild", 0)
+    where = f"{rolled} rolled segments in {partitions} partition{'s' if partitions != 1 else ''}"
+    if actions.get("rebuilt"):
+        return f"rebuilt the indexes of {actions['rebuilt']} of {where}; active segments are left to the broker"
+    if actions.get("would rebuild"):
+        return f"would rebuild the indexes of {actions['would rebuild']} of {where} (--dry-run: nothing written)"
+    return f"nothing to do: the indexes of all {where} are sound; active segments are left to the broker"

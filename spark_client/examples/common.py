@@ -1,4 +1,5 @@
-"""What the example jobs share: the Spark session, the daemon address, times on the command line."""
+"""What the example jobs share: the Spark session, the daemon address, times on the command line, and errors
+printed as the one line that says what is wrong."""
 
 from __future__ import annotations
 
@@ -22,8 +23,22 @@ def session(app_name: str, **config: str):
     for key, value in config.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    # Spark logs a failed job's Java stack trace at ERROR; the error itself reaches main() (see one_line).
+    spark.sparkContext.setLogLevel("FATAL")
     spark_client.register(spark)
     return spark
+
+
+def failed(err: BaseException) -> int:
+    """Exit status 1 for a job that failed with an error of ours (an unknown topic, an unreachable daemon, a bad
+    option), printed as its one line (spark_client.one_line); anything else is raised on, traceback and all."""
+    from spark_client import one_line
+
+    line = one_line(err)
+    if line is None:
+        raise err
+    print(line, file=sys.stderr)
+    return 1
 
 
 def add_source_arguments(ap: argparse.ArgumentParser) -> None:

@@ -24,7 +24,7 @@ from lookupd.format.builder import build_batch
 from lookupd.rpc.client import Client
 from lookupd.tools.writer import LogWriter
 
-from .common import address, session
+from .common import address, failed, session
 
 MINUTE_MS = 60_000
 APPEND_INTERVAL_S = 0.25  # the writer appends one batch per partition this often
@@ -158,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     spark.sparkContext.setLogLevel("ERROR")
     try:
         counts = run(args, spark, report=lambda line: print(line, flush=True))
+    except Exception as err:
+        return failed(err)
     finally:
         spark.stop()
     print(f"{'minute (UTC)':<17} {'topic':<20} {'records':>9}")

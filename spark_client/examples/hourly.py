@@ -9,7 +9,7 @@ import argparse
 import sys
 from datetime import datetime, timezone
 
-from .common import add_source_arguments, session, source_options
+from .common import add_source_arguments, failed, session, source_options
 
 HOUR_MS = 3_600_000
 
@@ -36,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     spark = session("kafka-segments hourly counts")
     try:
         rows = run(args, spark)
+    except Exception as err:
+        return failed(err)
     finally:
         spark.stop()
     print(f"{'hour (UTC)':<17} {'topic':<20} {'records':>9}")

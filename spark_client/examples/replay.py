@@ -7,9 +7,11 @@
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import sys
 
-from .common import add_source_arguments, session, source_options
+from .common import add_source_arguments, failed, session, source_options
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -27,13 +29,24 @@ def run(args: argparse.Namespace, spark) -> int:
     return spark.read.parquet(args.out).count()
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, spark=None) -> int:
+    """The command; `spark`: a session of the caller's to use (and leave running), else one made and stopped here."""
     args = parse_args(argv)
-    spark = session("kafka-segments replay")
+    local = "://" not in args.out  # a path on this host, not hdfs:// or s3a://
+    if local and os.path.exists(args.out) and not args.overwrite:
+        print(f"replay: {args.out} already exists: pass --overwrite to replace it", file=sys.stderr)
+        return 1
+    own = spark is None
+    spark = session("kafka-segments replay") if own else spark
     try:
         n = run(args, spark)
+    except Exception as err:
+        if local and not args.overwrite:  # Spark made it, then the job failed: leave nothing half-written
+            shutil.rmtree(args.out, ignore_errors=True)
+        return failed(err)
     finally:
-        spark.stop()
+        if own:
+            spark.stop()
     print(f"wrote {n} records of {args.topic} to {args.out}")
     return 0
 
