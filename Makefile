@@ -16,8 +16,10 @@ SOCKET  ?= run/lookupd.sock
 # Debian packages the tests and benchmarks drive for real: FUSE (fuse3: fusermount3 and libfuse3, which mfusepy loads),
 # jq and less (run against the mount), redis-server (the benchmark's reference service), util-linux's
 # setpriv, systemd's tools (systemd-analyze, systemd-socket-activate), and the codec libraries the record
-# decoder calls from C (lookupd/format/_codecs.c: libdeflate, liblz4, libsnappy; found with dlopen).
-DEB_PACKAGES := fuse3 jq less redis-server util-linux systemd libdeflate0 liblz4-1 libsnappy1v5
+# decoder calls from C (lookupd/format/_codecs.c: libdeflate, liblz4, libsnappy; found with dlopen), and
+# BouncyCastle with a JDK (`java File.java` needs the compiler) to wrap the tiered-storage OAEP test vectors.
+DEB_PACKAGES := fuse3 jq less redis-server util-linux systemd libdeflate0 liblz4-1 libsnappy1v5 \
+                libbcprov-java openjdk-17-jdk-headless
 
 # Spark examples (spark_client/): a daemon over $(LOG_DIR) on its own socket for the job's duration.
 SPARK_SOCKET ?= run/spark-lookupd.sock

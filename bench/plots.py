@@ -36,6 +36,9 @@ TITLES = {
     "daemon-placement": "Round-trip p50, one client, client and server pinned to one core or two",
     "daemon-throughput": "Requests per second over a Unix socket (closed-loop clients, pipelining, columnar)",
     "daemon-cpu": "Server CPU microseconds per request (from /proc/PID/stat)",
+    "remote-clients": "S3 clients, sequential ranged GETs from a local SeaweedFS",
+    "remote-read": "Sequential read of a tiered segment against plain ranged GETs",
+    "remote-cold": "Cold index fetch plus one batch read of a tiered segment",
 }
 
 

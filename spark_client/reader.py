@@ -216,20 +216,22 @@ class _SplitReader:
         """The log holds nothing at the cursor though the split needs [cursor, end): retention deleted it, or
         the log's end was truncated below it (unclean leader election, a follower's truncation). As Spark's
         KafkaDataConsumer on OffsetOutOfRangeException: with failOnDataLoss, fail naming the offsets; without,
-        warn and go on at the log start if it is inside the split, else skip the rest of the split."""
+        warn and go on at the log start if it is inside the split, else skip the rest of the split. A cursor
+        the log's bounds hold after all is read again."""
         s = self.split
         earliest, latest = client.offsets_for_timestamps(s.topic, s.partition, [EARLIEST, LATEST])["offset"]
         held = f"the log now holds offsets [{earliest}, {latest})"
-        if self.settings.fail_on_data_loss:
-            raise DataLossError(f"Could not read records in offset [{self.cursor}, {s.end}) for topic partition "
-                                f"{s.topic}-{s.partition}: {held}.")
         if earliest <= self.cursor < latest:
-            # The log moved between the two answers (it was truncated and written again, say): read again.
+            # The log moved between the two answers (it was truncated and written again, say): no loss, as
+            # Spark's consumer finds the offset in range. Read again.
             self._moved += 1
             if self._moved > MOVED_RETRIES:
                 raise RemoteError("OFFSET_OUT_OF_RANGE", f"lookupd at {s.address} has no batch at offset "
                                                          f"{self.cursor} of {s.topic}-{s.partition}, though {held}")
             return
+        if self.settings.fail_on_data_loss:
+            raise DataLossError(f"Could not read records in offset [{self.cursor}, {s.end}) for topic partition "
+                                f"{s.topic}-{s.partition}: {held}.")
         skip_to = earliest if self.cursor < earliest < s.end else s.end
         log.warning("Records in offset [%d, %d) of topic partition %s-%d are skipped: %s. Some data may have been "
                     "lost (failOnDataLoss is false).", self.cursor, skip_to, s.topic, s.partition, held)

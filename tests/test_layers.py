@@ -108,7 +108,13 @@ def _writes(call: ast.Call) -> str | None:
     return None
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "lookupd" / "log").rglob("*.py")), ids=lambda p: p.name)
+# The one module of the log layer allowed to write, and why: it keeps lookupd's own cache of remote
+# segments under [remote] cache_dir (never Kafka's files, never the bucket).
+WRITERS = {REPO / "lookupd" / "log" / "remote" / "diskcache.py"}
+
+
+@pytest.mark.parametrize("path", sorted(set((REPO / "lookupd" / "log").rglob("*.py")) - WRITERS),
+                         ids=lambda p: str(p.relative_to(REPO / "lookupd" / "log")))
 def test_nothing_in_the_log_layer_opens_a_file_for_writing(path):
     tree = ast.parse(path.read_text(), str(path))
     found = [f"{path.name}:{n.lineno}: {why}" for n in ast.walk(tree)

@@ -392,13 +392,39 @@ def _documented_config_table() -> dict[str, str]:
     return rows
 
 
+def _flat(table: dict, prefix: str = "") -> dict:
+    """A TOML table as dotted keys; `[remote.encryption.keys]` stays one key (a map of key ids)."""
+    out = {}
+    for key, value in table.items():
+        name = prefix + key
+        if isinstance(value, dict) and name != "remote.encryption.keys":
+            out.update(_flat(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def _config_defaults() -> dict:
+    """Config's defaults as dotted keys, the nested [remote] table's fields by their TOML spelling."""
+    import dataclasses
+
+    def defaults(cls) -> dict:
+        out = {}
+        for f in dataclasses.fields(cls):
+            value = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            out[".".join(getattr(cls, "NESTED", {}).get(f.name, (f.name,)))] = value
+        return out
+
+    top = defaults(Config)
+    remote = top.pop("remote")
+    return {**top, **{f"remote.{k}": v for k, v in defaults(type(remote)).items()}}
+
+
 def test_config_defaults_are_stated_alike_in_the_docs_and_the_example_file():
     """Config holds every default; docs/configuration.md's table and systemd/lookupd.toml.example must say the same."""
-    import dataclasses
     import tomllib
 
-    defaults = {f.name: (f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)
-                for f in dataclasses.fields(Config)}
+    defaults = _config_defaults()
     documented = _documented_config_table()
     assert set(documented) == set(defaults), set(documented) ^ set(defaults)
     for key, stated in documented.items():
@@ -407,11 +433,33 @@ def test_config_defaults_are_stated_alike_in_the_docs_and_the_example_file():
     example = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "systemd",
                            "lookupd.toml.example")
     with open(example, "rb") as f:
-        shown = tomllib.load(f)
+        shown = _flat(tomllib.load(f))
     assert set(shown) == set(defaults), set(shown) ^ set(defaults)
     for key, value in shown.items():
         if key != "log_dirs":  # the example names a broker's log dir
             assert value == defaults[key], (key, value, defaults[key])
+
+
+def test_remote_table_is_read_and_checked(short_dir):
+    path = os.path.join(short_dir, "r.toml")
+    with open(path, "w") as f:
+        f.write('log_dirs = ["/x"]\n[remote]\nbucket = "b"\nendpoint_url = "http://127.0.0.1:1"\n'
+                'cache_dir = "/tmp/c"\ncache_bytes = 1024\n[remote.encryption.keys]\n"key-1" = "/k.pem"\n')
+    cfg = Config.load(path)
+    rc = cfg.remote.remote_config()
+    assert (rc.bucket, rc.endpoint_url, rc.cache_dir, rc.cache_bytes, rc.region) == \
+        ("b", "http://127.0.0.1:1", "/tmp/c", 1024, "us-east-1")
+    assert rc.encryption_keys == {"key-1": "/k.pem"}
+    assert Config(log_dirs=["/x"]).remote.remote_config() is None  # no bucket: no remote tier
+    for bad, match in (('[remote]\nbuckt = "b"\n', "unknown config key 'remote.buckt'"),
+                       ('[remote]\ncache_bytes = "big"\n', "remote.cache_bytes .* must be a int"),
+                       ('remote = 3\n', "must be a table"),
+                       ('[remote.encryption]\nkey = 1\n', r"\[remote.encryption.keys\]"),
+                       ('[remote.encryption.keys]\nk = 1\n', "PEM file paths")):
+        with open(path, "w") as f:
+            f.write('log_dirs = ["/x"]\n' + bad)
+        with pytest.raises(InvalidArgument, match=match):
+            Config.load(path)
 
 
 @pytest.mark.trio

@@ -52,11 +52,14 @@ def test_ping_and_stats(service):
 def test_listings(service):
     parts = call(service, "partitions")
     assert [(p["topic"], p["partition"]) for p in parts] == sorted((p.rsplit("-", 1)[0], 0) for p in R.PARTITIONS)
-    assert set(parts[0]) == {"topic", "partition", "log_dir", "segments", "log_start_offset", "log_end_offset"}
+    assert set(parts[0]) == {"topic", "partition", "log_dir", "segments", "log_start_offset", "log_end_offset",
+                            "local_log_start_offset"}
+    assert all(p["local_log_start_offset"] == p["log_start_offset"] for p in parts)  # no remote tier here
     segs = call(service, "segments", "plain", 0)
     assert [s["base_offset"] for s in segs] == [s["base_offset"] for s in R.answers("plain-0")["segments"]]
     assert set(segs[0]) == {"base_offset", "size", "active", "offset_index_entries", "time_index_entries",
-                            "largest_timestamp"}
+                            "largest_timestamp", "tier"}
+    assert {s["tier"] for s in segs} == {"local"}
     assert segs[-1]["active"] and not segs[0]["active"]
 
 
@@ -124,8 +127,8 @@ def test_columnar(service):
     ("lookup_timestamp", ["plain", 0, -(1 << 63), "floor"], "INVALID_ARGUMENT"),
     ("lookup_timestamp", ["plain", 0, -4, "ceiling"], "INVALID_ARGUMENT"),
     ("offset_for_timestamp", ["plain", 0, -(1 << 63)], "INVALID_ARGUMENT"),
-    ("offset_for_timestamp", ["plain", 0, -4], "INVALID_ARGUMENT"),
-    ("offsets_for_timestamps", ["plain", 0, [5, -4]], "INVALID_ARGUMENT"),
+    ("offset_for_timestamp", ["plain", 0, -6], "INVALID_ARGUMENT"),
+    ("offsets_for_timestamps", ["plain", 0, [5, -6]], "INVALID_ARGUMENT"),
     ("offsets_for_timestamps", ["plain", 0, [-(1 << 63)]], "INVALID_ARGUMENT"),
     ("no_such_method", [], "UNKNOWN_METHOD"),
     ("auth", [], "INVALID_ARGUMENT"),
@@ -304,3 +307,13 @@ def test_a_partition_deleted_while_listed_drops_out_of_partitions(tmp_path):
         assert [p["topic"] for p in call(svc, "partitions")] == ["plain"]
     finally:
         lm.close()
+
+
+def test_kip_1005_targets_on_a_local_partition(service):
+    """-4 (earliest local) is the log start without a remote tier; -5 (latest tiered) is offset -1, as
+    Kafka answers for a partition with nothing in remote storage."""
+    assert call(service, "offset_for_timestamp", "plain", 0, -4) == call(service, "offset_for_timestamp", "plain", 0, -2)
+    assert call(service, "offset_for_timestamp", "plain", 0, -5) == {"offset": -1, "timestamp": -1, "segment": -1,
+                                                                     "position": -1}
+    cols = call(service, "offsets_for_timestamps", "plain", 0, [-4, -5])
+    assert cols["offset"] == [call(service, "offset_for_timestamp", "plain", 0, -2)["offset"], -1]

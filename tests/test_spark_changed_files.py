@@ -1,5 +1,6 @@
 """Files that change between planning a read and reading it, through real local Spark and the real
-daemon: the log cleaner swapping in a compacted segment, and a truncation of the log's end.
+daemon: the log cleaner swapping in a compacted segment, a truncation of the log's end, and
+retention deleting a split's start.
 
 Spark plans a DataFrame's splits once (a batch read when its plan is first executed, a micro-batch
 before its sink runs), so a change made after a first action, or inside foreachBatch, lands
@@ -20,6 +21,7 @@ from spark_fixtures import LiveTopic, live_log, spark  # noqa: F401
 from pyspark.errors import PythonException, StreamingQueryException  # noqa: E402
 
 from spark_client.datasource import KafkaSegmentsDataSource  # noqa: E402
+from spark_client.errors import DataLossError  # noqa: E402
 
 LOSS = "Some data may have been lost"
 
@@ -149,3 +151,30 @@ def test_a_truncation_after_planning_a_micro_batch(spark, live_log, tmp_path, fa
     finally:
         q.stop()
         t.close()
+
+
+@pytest.mark.parametrize("fail", [True, False])
+def test_retention_after_planning_below_a_split(live_log, fail):
+    """Retention deletes the first split's start after planning (the split reader alone, no Spark): with
+    failOnDataLoss the split fails naming its offsets; without, it reads from the new log start on."""
+    root, address = live_log
+    name = f"retained-{str(fail).lower()}"
+    t = LiveTopic(root, address, name, segment_bytes=1024)
+    t.append(0, 100)
+    t.wait_visible(0)
+    ds = KafkaSegmentsDataSource({"lookupd.address": address, "subscribe": name, "maxRecordsPerPartition": "50",
+                                  "failOnDataLoss": str(fail).lower()})
+    reader = ds.reader(ds.schema())
+    splits = reader.partitions()
+    assert [(s.start, s.end) for s in splits] == [(0, 50), (50, 100)]
+    log_start = t.delete_oldest(0, 2)
+    assert 0 < log_start < 50
+    t.wait_visible(0, log_start)
+    if fail:
+        with pytest.raises(DataLossError, match=rf"Could not read records in offset \[0, 50\) for topic partition "
+                                                rf"{name}-0: the log now holds offsets \[{log_start}, 100\)"):
+            list(reader.read(splits[0]))
+    else:
+        offsets = [o for s in splits for b in reader.read(s) for o in b.column("offset").to_pylist()]
+        assert offsets == list(range(log_start, 100))
+    t.close()

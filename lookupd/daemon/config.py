@@ -24,6 +24,78 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
+class RemoteSettings:
+    """The `[remote]` table: the tiered segments' bucket (KIP-405, Aiven's layout). Off while `bucket`
+    is empty. Credentials come from the standard AWS chain, never from this file."""
+
+    bucket: str = ""                    # the bucket the plugin uploads to; "" = no remote tier
+    prefix: str = ""                    # the plugin's key.prefix
+    endpoint_url: str = ""              # an S3-compatible store's URL; "" = AWS's own for `region`
+    region: str = "us-east-1"
+    cache_dir: str = "/var/cache/lookupd"  # fetched indexes and chunks (decrypted: mode 0700)
+    cache_bytes: int = 10 << 30         # bound on cache_dir's size
+    encryption_keys: dict = field(default_factory=dict)  # [remote.encryption.keys]: key id -> PEM file
+
+    # TOML spellings of the fields that are not a plain key of the table.
+    NESTED = {"encryption_keys": ("encryption", "keys")}
+
+    @classmethod
+    def from_table(cls, table: Any, path: str | None) -> "RemoteSettings":
+        where = f" in {path}" if path else ""
+        if not isinstance(table, dict):
+            raise InvalidArgument(f"remote{where} must be a table ([remote]), got {table!r}")
+        table = dict(table)
+        out = cls()
+        encryption = table.pop("encryption", {})
+        if not isinstance(encryption, dict) or set(encryption) - {"keys"}:
+            raise InvalidArgument(f"remote.encryption{where} holds only the table [remote.encryption.keys]")
+        keys = encryption.get("keys", {})
+        if not isinstance(keys, dict) or not all(isinstance(v, str) for v in keys.values()):
+            raise InvalidArgument(f"[remote.encryption.keys]{where} maps key ids to PEM file paths (strings)")
+        out.encryption_keys = dict(keys)
+        known = {f.name for f in fields(cls)} - set(cls.NESTED)
+        for key, value in table.items():
+            if key not in known:
+                raise InvalidArgument(f"unknown config key 'remote.{key}'{where}; known keys: "
+                                      f"{', '.join(sorted(known))}, encryption.keys")
+            setattr(out, key, _coerce(f"remote.{key}", value, getattr(out, key), path))
+        return out
+
+    def check(self) -> None:
+        if self.bucket and not self.cache_dir:
+            raise InvalidArgument("remote.cache_dir must name a directory lookupd may write its cache to")
+        if self.cache_bytes < 1:
+            raise InvalidArgument("remote.cache_bytes must be at least 1")
+
+    def remote_config(self):
+        """lookupd.log.remote's RemoteConfig, None while no bucket is set."""
+        if not self.bucket:
+            return None
+        from ..log.remote.config import RemoteConfig
+
+        try:
+            return RemoteConfig(bucket=self.bucket, cache_dir=self.cache_dir, prefix=self.prefix,
+                                endpoint_url=self.endpoint_url or None, region=self.region,
+                                cache_bytes=self.cache_bytes, encryption_keys=dict(self.encryption_keys))
+        except ValueError as err:
+            raise InvalidArgument(str(err)) from None
+
+
+def load_remote(path: str) -> RemoteSettings:
+    """The `[remote]` table of a config file alone (for `lookupd dump s3://...`)."""
+    try:
+        with open(path, "rb") as f:
+            values = tomllib.load(f)
+    except OSError as err:
+        raise InvalidArgument(f"cannot read config file {path}: {err.strerror}") from None
+    except tomllib.TOMLDecodeError as err:
+        raise InvalidArgument(f"config file {path}: {err}") from None
+    settings = RemoteSettings.from_table(values.get("remote", {}), path)
+    settings.check()
+    return settings
+
+
+@dataclass
 class Config:
     log_dirs: list = field(default_factory=list)  # broker log dirs (or --log-dir, repeatable); at least one
     socket: str = DEFAULT_SOCKET        # Unix socket path, relative to the working dir; "" = none
@@ -54,6 +126,7 @@ class Config:
     inline_hot_lookups: bool = True     # single lookups on the event loop when all they read is in memory
     metrics: str = ""                   # "HOST:PORT" (or "PORT": loopback) to serve Prometheus metrics; "" = off
     workers: int = 1                    # processes serving the same sockets (one event loop each)
+    remote: RemoteSettings = field(default_factory=RemoteSettings)  # [remote]: the tiered segments' bucket
 
     @classmethod
     def load(cls, path: str | None, **overrides: Any) -> "Config":
@@ -71,6 +144,9 @@ class Config:
         for key, value in values.items():
             if key not in known:
                 raise InvalidArgument(f"unknown config key {key!r} in {path}; known keys: {', '.join(known)}")
+            if key == "remote":
+                cfg.remote = value if isinstance(value, RemoteSettings) else RemoteSettings.from_table(value, path)
+                continue
             setattr(cfg, key, _coerce(key, value, getattr(cfg, key), path))
         cfg.check()
         return cfg
@@ -92,6 +168,7 @@ class Config:
             raise InvalidArgument("max_frame_bytes must be at least 64")
         if self.metrics:
             parse_host_port(self.metrics)  # InvalidArgument naming the value
+        self.remote.check()
 
     @property
     def limits(self) -> Limits:

@@ -261,11 +261,13 @@ class Daemon:
 
     async def _rescan_loop(self) -> None:
         while True:
+            asked = False
             with trio.move_on_after(self.cfg.rescan_interval_s):
                 await self._rescan_now.wait()
+                asked = True  # SIGHUP (systemctl reload): the bucket is listed again too
             self._rescan_now = trio.Event()
             try:
-                counts = await trio.to_thread.run_sync(self.manager.refresh)
+                counts = await trio.to_thread.run_sync(self.manager.refresh, asked)
             except Exception as err:  # noqa: BLE001 - keep serving what we have
                 log.warning("rescan failed: %s", err)
                 continue
@@ -766,7 +768,12 @@ def open_manager(cfg: Config) -> LogManager:
     if max_open < cfg.max_open_indexes:
         log.info("keeping at most %d files open (max_open_indexes %d; half of the %d-descriptor limit)",
                  max_open, cfg.max_open_indexes, fd_limit)
-    return LogManager(cfg.log_dirs, cache=IndexCache(max_open, cfg.max_mapped_bytes))
+    remote = cfg.remote.remote_config()
+    if remote is not None:
+        from ..log.remotelog import RemoteTier
+
+        remote = RemoteTier(remote)
+    return LogManager(cfg.log_dirs, cache=IndexCache(max_open, cfg.max_mapped_bytes), remote=remote)
 
 
 def build(cfg: Config) -> tuple[LogManager, list[Bound], str | None]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import CorruptDataError, InvalidArgument
-from .locallog import (MAX_TIMESTAMP, BatchLocation, OffsetAndTimestamp, SegmentList, _check_mode, _check_timestamp,
+from .locallog import (LATEST_TIERED_TIMESTAMP, BatchLocation, OffsetAndTimestamp, SegmentList, _check_mode, _check_timestamp,
                        _find_batch)
 
 
@@ -89,8 +89,8 @@ def resolve_offsets(v: SegmentList, offsets) -> dict[str, np.ndarray]:
 def offsets_for_timestamps(v: SegmentList, timestamps) -> dict[str, np.ndarray]:
     """Vectorised `offset_for_timestamp`: arrays offset, timestamp, segment, position (-1 where none)."""
     t = int64_array(timestamps, "timestamps")
-    if len(t) and int(t.min()) < MAX_TIMESTAMP:
-        _check_timestamp(int(t.min()), "timestamps: a value")
+    if len(t) and int(t.min()) < LATEST_TIERED_TIMESTAMP:
+        _check_timestamp(int(t.min()), "timestamps: a value", LATEST_TIERED_TIMESTAMP)
     n = len(t)
     out = {k: np.full(n, -1, np.int64) for k in ("offset", "timestamp", "segment", "position")}
     if n == 0:
@@ -111,7 +111,7 @@ def offsets_for_timestamps(v: SegmentList, timestamps) -> dict[str, np.ndarray]:
                     found = seg.find_offset_by_timestamp(ts, start)
                     if found is not None:
                         r = OffsetAndTimestamp(found.offset, found.timestamp, seg.base_offset, found.position)
-            elif ts >= MAX_TIMESTAMP:
+            elif ts >= LATEST_TIERED_TIMESTAMP:
                 r = v.log._offset_for_timestamp(v, ts)
         except CorruptDataError as err:  # this row says so; the others are answered
             errors.add([k], err)

@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4  # KIP-1005: the local log start offset
+LATEST_TIERED_TIMESTAMP = -5  # KIP-1005: the highest offset in remote storage (-1 when none)
 
 
 class IndexPoint(NamedTuple):
@@ -151,6 +153,16 @@ class SegmentList:
         active = self.active
         return active.read_next_offset() if active is not None else self.log_start_offset
 
+    @property
+    def local_log_start_offset(self) -> int:
+        """UnifiedLog.localLogStartOffset: the first offset on local disk (the log start without a remote tier)."""
+        return self.log.local_log_start(self)
+
+    @property
+    def highest_remote_offset(self) -> int:
+        """UnifiedLog.highestOffsetInRemoteStorage: -1 without a remote tier."""
+        return self.log.highest_remote_offset(self)
+
 
 T = TypeVar("T")
 _ATTEMPTS = 3
@@ -212,6 +224,10 @@ def _relist(log: "LocalLog") -> None:
 class LocalLog:
     """Read-only view of one partition directory."""
 
+    # Why the remote tier's segments of this partition are unknown (its listing failed and none succeeded
+    # before), None otherwise: an offset below the local log start is then UNAVAILABLE, not out of range.
+    remote_error: Exception | None = None
+
     def __init__(self, directory: str | os.PathLike, topic: str, partition: int, cache=None, *,
                  log_start_offset: int | None = None):
         self.dir = os.fspath(directory)
@@ -241,10 +257,7 @@ class LocalLog:
         Segments changing role (rolled, newly active) are told so after the lock is released:
         that remaps their indexes, which may take a while on a slow disk.
         """
-        bases, refused = scan_segments(self.dir)
-        if refused != self._refused:
-            _warn_refused(self.dir, refused - self._refused)
-            self._refused = refused
+        bases = self._list_bases()
         replaced = {b for b, seg in list(self._segments.items()) if seg.replaced()}
         with self._lock:
             if bases == self._bases and not replaced:
@@ -263,6 +276,25 @@ class LocalLog:
             log.debug("released %s segment %s", "replaced" if seg.base_offset in replaced else "deleted", seg)
             seg.close()
         return True
+
+    def _list_bases(self) -> list[int]:
+        """Sorted base offsets of the segments (a TieredLog adds the remote ones below); a file that is not
+        a regular one is named in a warning once, and left out."""
+        bases, refused = scan_segments(self.dir)
+        if refused != self._refused:
+            _warn_refused(self.dir, refused - self._refused)
+            self._refused = refused
+        return bases
+
+    def _new_segment(self, base_offset: int, live: bool) -> LogSegment:
+        return LogSegment(self.dir, base_offset, self._cache, live=live)
+
+    def local_log_start(self, v: SegmentList) -> int:
+        """SegmentList.local_log_start_offset's answer: every segment is local here."""
+        return v.log_start_offset
+
+    def highest_remote_offset(self, v: SegmentList) -> int:
+        return -1
 
     def close(self) -> None:
         with self._lock:
@@ -283,7 +315,7 @@ class LocalLog:
                 seg = self._segments.get(base_offset)
                 if seg is None:
                     bases = self._bases
-                    seg = LogSegment(self.dir, base_offset, self._cache, live=bool(bases) and base_offset == bases[-1])
+                    seg = self._new_segment(base_offset, bool(bases) and base_offset == bases[-1])
                     i = bisect.bisect_left(bases, base_offset)
                     if i < len(bases) and bases[i] == base_offset:
                         self._segments[base_offset] = seg
@@ -316,6 +348,9 @@ class LocalLog:
         """Offsets a fetch may start at: [log start, log end]; returns the log end offset."""
         start, end = v.log_start_offset, v.log_end_offset
         if not start <= offset <= end:
+            if offset < start and self.remote_error is not None:
+                raise Unavailable(f"offset {offset} of {self.topic}-{self.partition} may be in the remote tier, "
+                                  f"which cannot be listed now ({self.remote_error}); retry")
             raise OffsetOutOfRange(f"offset {offset} is out of range for {self.topic}-{self.partition}: "
                                    f"the log holds [{start}, {end})")
         return end
@@ -481,16 +516,13 @@ class LocalLog:
     @_one_listing
     def offset_for_timestamp_reference(self, v: SegmentList, timestamp: int) -> OffsetAndTimestamp | None:
         """`offset_for_timestamp` as Kafka answers it, step by step: the answer of record, which the fast path must equal."""
-        timestamp = _check_timestamp(timestamp)
+        timestamp = _check_timestamp(timestamp, lowest=LATEST_TIERED_TIMESTAMP)
         return self._offset_for_timestamp(v, timestamp)
 
     def _offset_for_timestamp(self, v: SegmentList, timestamp: int) -> OffsetAndTimestamp | None:
         bases = v.bases
         if timestamp == EARLIEST_TIMESTAMP:
-            start = v.log_start_offset
-            loc = _find_batch(v, start, v.floor_slot(start)) if bases and start < v.log_end_offset else None
-            seg = loc.segment if loc else (bases[0] if bases else start)
-            return OffsetAndTimestamp(start, -1, seg, loc.position if loc else 0)
+            return _batch_at(v, v.log_start_offset)
         if timestamp == LATEST_TIMESTAMP:
             active = v.active
             if active is None:
@@ -498,6 +530,11 @@ class LocalLog:
             return OffsetAndTimestamp(active.read_next_offset(), -1, active.base_offset, active.size())
         if timestamp == MAX_TIMESTAMP:
             return self._max_timestamp(v)
+        if timestamp == EARLIEST_LOCAL_TIMESTAMP:
+            return _batch_at(v, v.local_log_start_offset)
+        if timestamp == LATEST_TIERED_TIMESTAMP:
+            highest = v.highest_remote_offset
+            return _batch_at(v, highest) if highest >= 0 else OffsetAndTimestamp(-1, -1, -1, -1)
         i = self._timestamp_segment(v, timestamp)
         if i < 0:
             return None
@@ -591,10 +628,11 @@ class LocalLog:
                "segments": len(v), "log_start_offset": v.log_start_offset}
         try:
             out["log_end_offset"] = v.log_end_offset
+            out["local_log_start_offset"] = v.local_log_start_offset
         except FileNotFoundError:
             raise  # a segment deleted meanwhile: listed again (_one_listing)
         except (CorruptDataError, OSError) as err:
-            out["log_end_offset"] = None
+            out["log_end_offset"] = out["local_log_start_offset"] = None
             out["error"] = f"{getattr(err, 'code', Unavailable.code)}: {err}"
         return out
 
@@ -622,6 +660,16 @@ class LocalLog:
         from . import bulk
         return bulk.offsets_for_timestamps(v, timestamps)
 
+
+def _batch_at(v: SegmentList, offset: int) -> OffsetAndTimestamp:
+    """ListOffsets' answer for a special target that names an offset: it, with the segment and position
+    of the batch holding it (the first segment at position 0 past the end)."""
+    bases = v.bases
+    loc = _find_batch(v, offset, v.floor_slot(offset)) if bases and offset < v.log_end_offset else None
+    seg = loc.segment if loc else (bases[0] if bases else offset)
+    return OffsetAndTimestamp(offset, -1, seg, loc.position if loc else 0)
+
+
 def _find_batch(v: SegmentList, target: int, slot: int, hint: BatchLocation | None = None) -> BatchLocation | None:
     """translateOffset from the floor segment on, starting at `hint` when it is in the same segment."""
     bases = v.bases
@@ -640,15 +688,17 @@ def _check_mode(mode: object) -> None:
         raise InvalidArgument(f"mode must be 'floor' or 'ceiling', got {got}")
 
 
-def _check_timestamp(value: object, what: str = "timestamp") -> int:
-    """A target timestamp, as every method takes it: an int64 >= 0, or ListOffsets' -1 (latest),
-    -2 (earliest) or -3 (max timestamp)."""
-    if type(value) is int and MAX_TIMESTAMP <= value <= INT64_MAX:  # the usual case, without check_int64's call
+def _check_timestamp(value: object, what: str = "timestamp", lowest: int = MAX_TIMESTAMP) -> int:
+    """A target timestamp: an int64 >= 0, or ListOffsets' -1 (latest), -2 (earliest), -3 (max timestamp)
+    and, where `lowest` is LATEST_TIERED_TIMESTAMP (ListOffsets itself), KIP-1005's -4 (earliest local)
+    and -5 (latest tiered)."""
+    if type(value) is int and lowest <= value <= INT64_MAX:  # the usual case, without check_int64's call
         return value
     value = check_int64(value, what)
-    if value < MAX_TIMESTAMP:
-        raise InvalidArgument(f"{what} {value} is negative and not one of -1 (latest), -2 (earliest) "
-                              f"or -3 (max timestamp)")
+    if value < lowest:
+        special = "-1 (latest), -2 (earliest) or -3 (max timestamp)" if lowest == MAX_TIMESTAMP else \
+            "-1 (latest), -2 (earliest), -3 (max timestamp), -4 (earliest local) or -5 (latest tiered)"
+        raise InvalidArgument(f"{what} {value} is negative and not one of {special}")
     return value
 
 

@@ -5,16 +5,21 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 
 from .cache import IndexCache
 from .fileio import RefusedFile, open_regular
-from ..errors import UnknownPartition
+from ..errors import LookupdError, UnknownPartition
 from .locallog import LocalLog
+from .remote_metadata import PARTITION_METADATA
 from ..format.names import parse_partition_dir, validate_partition, validate_topic
 
 log = logging.getLogger(__name__)
 
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+# How often the bucket is listed again (a LIST per partition): the broker uploads a segment when it
+# rolls, minutes apart, and a segment deleted meanwhile is noticed on the read that misses it.
+REMOTE_RESCAN_S = 30.0
 
 
 def read_offset_checkpoint(path: str) -> dict[tuple[str, int], int]:
@@ -45,11 +50,16 @@ def read_offset_checkpoint(path: str) -> dict[tuple[str, int], int]:
 class LogManager:
     """Read-only registry of the partitions under the given log dirs."""
 
-    def __init__(self, log_dirs: list[str | os.PathLike], cache: IndexCache | None = None):
+    def __init__(self, log_dirs: list[str | os.PathLike], cache: IndexCache | None = None, remote=None):
+        """`remote`: a lookupd.log.remotelog.RemoteTier to add the bucket's segments (None: local only)."""
         if not log_dirs:
             raise ValueError("at least one log dir is needed")
         self.log_dirs = [os.path.abspath(os.fspath(d)) for d in log_dirs]
         self.cache = cache if cache is not None else IndexCache()
+        self.remote = remote
+        self._remote_listed_at: float | None = None  # when the bucket was last listed successfully
+        self._remote_error: LookupdError | None = None  # why it never was
+        self._remote_listings: dict = {}
         self._logs: dict[tuple[str, int], LocalLog] = {}
         self._dir_mtimes: dict[str, int] = {}
         self._dir_ids: dict[tuple[str, int], tuple[int, int]] = {}  # a partition dir's (device, inode)
@@ -57,8 +67,9 @@ class LogManager:
         self._refused: set[str] = set()
         self.refresh()
 
-    def refresh(self) -> dict[str, int]:
-        """Rescan the log dirs: new partitions and segments appear, deleted ones are released.
+    def refresh(self, remote: bool = False) -> dict[str, int]:
+        """Rescan the log dirs: new partitions and segments appear, deleted ones are released; with a
+        remote tier, list the bucket too when `remote` or REMOTE_RESCAN_S have passed since the last time.
 
         Returns counts of partitions added and removed and of partitions whose segments changed.
         A log dir that is missing is reported in the log and treated as empty; one that cannot
@@ -99,8 +110,8 @@ class LogManager:
         with self._lock:
             current = dict(self._logs)
         for key in set(current).difference(found):
-            if current[key].dir.startswith(tuple(unlisted)):
-                continue
+            if current[key].dir.startswith(tuple(unlisted)) or getattr(current[key], "local_dir", "") is None:
+                continue  # kept as listed (a partition only in the bucket is the remote listing's to drop)
             removed += 1
             current.pop(key).close()
             self._dir_mtimes.pop(key, None)
@@ -126,10 +137,65 @@ class LogManager:
                 if key in current:
                     current.pop(key).close()
                     removed += 1
+        if self.remote is not None:
+            counts = self._refresh_remote(current, found, starts, remote)
+            added, removed, changed = added + counts[0], removed + counts[1], changed + counts[2]
         with self._lock:
             self._logs = current
         self._refused = refused
         return {"added": added, "removed": removed, "changed": changed}
+
+    def _refresh_remote(self, current: dict, found: dict, starts: dict, force: bool) -> tuple[int, int, int]:
+        """Put the bucket's segments under the partitions in `current` (in place): a partition with remote
+        segments becomes a TieredLog, one only in the bucket is added. A store that cannot be listed
+        keeps the last listing (and says so in the log): the local answers go on."""
+        from .tieredlog import TieredLog
+
+        now = time.monotonic()
+        if force or self._remote_listed_at is None or now - self._remote_listed_at >= REMOTE_RESCAN_S:
+            try:
+                self._remote_listings = self.remote.scan(list(current.values()))
+                self._remote_listed_at = now
+                self._remote_error = None
+            except LookupdError as err:
+                log.warning("cannot list the remote tier: %s; serving its last listing", err)
+                if self._remote_listed_at is None:  # never listed: retried at the next rescan
+                    self._remote_error = err
+                else:
+                    self._remote_listed_at = now
+        listings = self._remote_listings
+        for llog in current.values():  # a partition of a topic with an id may have remote segments
+            has_id = getattr(llog, "local_dir", "") is not None and \
+                os.path.exists(os.path.join(llog.dir, PARTITION_METADATA))
+            llog.remote_error = self._remote_error if has_id else None
+        added = removed = changed = 0
+        for key, llog in list(current.items()):
+            if key not in listings and isinstance(llog, TieredLog):
+                llog.close()
+                if llog.local_dir is None:
+                    del current[key]
+                    removed += 1
+                else:  # nothing of it in the bucket any more: a local partition again
+                    current[key] = LocalLog(llog.local_dir, key[0], key[1], self.cache, log_start_offset=starts.get(key))
+                    changed += 1
+        for key, listing in listings.items():
+            llog = current.get(key)
+            if isinstance(llog, TieredLog):
+                changed += llog.update_remote(listing.segments)
+                continue
+            local_dir = found.get(key)
+            tiered = TieredLog(local_dir, key[0], key[1], self.cache, remote_url=listing.url,
+                               listing=listing.segments, lister=listing.relist,
+                               opener=lambda info, current=None: self.remote.open(info, self.cache, current),
+                               log_start_offset=starts.get(key))
+            if llog is not None:
+                llog.close()
+                changed += 1
+            else:
+                added += 1
+            tiered.checkpointed_log_start = starts.get(key)
+            current[key] = tiered
+        return added, removed, changed
 
     def get(self, topic: object, partition: object) -> LocalLog:
         """The partition's log; InvalidArgument for illegal names, UnknownPartition if not served."""

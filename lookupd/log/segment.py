@@ -50,6 +50,8 @@ class FetchData(NamedTuple):
 class LogSegment:
     """Read-only view of one segment; `live` marks the active (last) segment of its partition."""
 
+    tier = "local"  # where its bytes are ("remote": lookupd.log.remotesegment)
+
     def __init__(self, directory: str | os.PathLike, base_offset: int, cache=None, *, live: bool = False):
         d = os.fspath(directory)
         self.dir = d
@@ -397,4 +399,5 @@ class LogSegment:
         except LookupdError:
             largest = -1
         return {"base_offset": self.base_offset, "size": size, "active": self.live,
-                "offset_index_entries": oi, "time_index_entries": ti, "largest_timestamp": largest}
+                "offset_index_entries": oi, "time_index_entries": ti, "largest_timestamp": largest,
+                "tier": self.tier}

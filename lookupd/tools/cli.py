@@ -46,13 +46,16 @@ def _build_parser() -> argparse.ArgumentParser:
 
     d = command("dump", help="print batches, records and index entries (like kafka-dump-log)")
     d.add_argument("paths", nargs="+", metavar="PATH",
-                   help="segment files (.log, .index, .timeindex, .txnindex), partition dirs or log dirs")
+                   help="segment files (.log, .index, .timeindex, .txnindex), partition dirs, log dirs, "
+                        "or tiered segments s3://BUCKET/KEY (.log or .indexes)")
     d.add_argument("--print-data", action="store_true", help="also print every record")
     d.add_argument("--index-sanity-check", action="store_true", help="only check the indexes' structure")
     d.add_argument("--verify-index-only", action="store_true",
                    help="check every index entry against the log without printing the entries")
     d.add_argument("--json", action="store_true", help="one JSON object per line instead of text")
     d.add_argument("--max-bytes", type=int, default=None, metavar="N", help="stop reading a .log after N bytes")
+    d.add_argument("--config", metavar="FILE", default=None,
+                   help="TOML config whose [remote] table reads s3://BUCKET/KEY segments (see README)")
     d.set_defaults(run="lookupd.tools.dump:run")
 
     g = command("demo-data", help="write a sample Kafka log dir (several topics, codecs, transactions)")

@@ -21,6 +21,7 @@ from .progress import Progress
 from ..format.records import decode_batch
 from ..format.render import batch_json, batch_line, record_line, record_lines
 from ..log.segment import LogSegment
+from .remotedump import RemoteSegments, is_remote, remote_segments, split_url
 from .verify import SegmentScan, index_problems, scan_segment
 
 
@@ -28,7 +29,10 @@ def expand(paths: list[str]) -> list[str]:
     """Segment files named by `paths`, directories expanded in offset order."""
     out = []
     for path in paths:
-        if os.path.isdir(path):
+        if is_remote(path):
+            split_url(path)  # InvalidArgument now, before anything is dumped
+            out.append(path)
+        elif os.path.isdir(path):
             name = os.path.basename(os.path.normpath(path))
             dirs = [path] if parse_partition_dir(name) else sorted(
                 e.path for e in os.scandir(path) if e.is_dir() and parse_partition_dir(e.name))
@@ -54,8 +58,9 @@ def expand(paths: list[str]) -> list[str]:
 class Dumper:
     """Writes one file's dump as text or JSON lines; remembers whether anything was wrong."""
 
-    def __init__(self, args, out=None, progress: Progress | None = None):
+    def __init__(self, args, out=None, progress: Progress | None = None, remote: RemoteSegments | None = None):
         self.args = args
+        self.remote = remote  # opens s3:// segments
         self.out = out if out is not None else sys.stdout
         self.progress = progress
         self.failed = False
@@ -83,6 +88,8 @@ class Dumper:
         return LogSegment(d, base, live=bool(bases) and base == bases[-1])
 
     def dump(self, path: str) -> None:
+        if is_remote(path):
+            return self.dump_remote(path)
         suffix = parse_segment_file(os.path.basename(path))[1]
         self.emit(f"Dumping {path}", None)
         seg = self.segment(path)
@@ -91,6 +98,28 @@ class Dumper:
              TXN_INDEX_SUFFIX: self.txn_index}[suffix](path, seg)
         except CorruptDataError as err:
             self.error(path, str(err))
+        finally:
+            seg.close()
+
+    def dump_remote(self, url: str) -> None:
+        """A tiered segment's `.log` (its batches), or its `.indexes` (offset, time and transaction index in
+        turn, each as its local file would be dumped)."""
+        try:
+            seg, suffix = self.remote.open(url)
+        except LookupdError as err:
+            self.error(url, str(err))
+            return
+        try:
+            if suffix == "log":
+                self.emit(f"Dumping {url}", None)
+                self.log(url, seg)
+                return
+            for label, dump in (("offset index", self.offset_index), ("time index", self.time_index),
+                                ("transaction index", self.txn_index)):
+                self.emit(f"Dumping {url} ({label})", None)
+                dump(url, seg)
+        except LookupdError as err:
+            self.error(url, str(err))
         finally:
             seg.close()
 
@@ -196,15 +225,16 @@ class Dumper:
 
 def _log_bytes(files: list[str]) -> Iterator[int]:
     for f in files:
-        if f.endswith(LOG_SUFFIX):
+        if f.endswith(LOG_SUFFIX) and not is_remote(f):
             yield os.path.getsize(f)
 
 
 def run(args) -> int:
     files = expand(args.paths)
     show = sys.stderr.isatty() and not sys.stdout.isatty()
-    with Progress(sum(_log_bytes(files)), "dump", enabled=show) as progress:
-        dumper = Dumper(args, progress=progress)
+    with Progress(sum(_log_bytes(files)), "dump", enabled=show) as progress, \
+            remote_segments(getattr(args, "config", None)) as remote:
+        dumper = Dumper(args, progress=progress, remote=remote)
         for f in files:
             dumper.dump(f)
     return 1 if dumper.failed else 0

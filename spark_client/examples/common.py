@@ -23,7 +23,7 @@ def session(app_name: str, **config: str):
     for key, value in config.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    # Spark logs a failed job's Java stack trace at ERROR; the error itself reaches main() (see one_line).
+    # Spark logs a failed job's Java stack trace at ERROR; the error itself reaches main() (see failed).
     spark.sparkContext.setLogLevel("FATAL")
     spark_client.register(spark)
     return spark

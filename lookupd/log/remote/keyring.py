@@ -1,0 +1,58 @@
+"""The RSA private keys that unwrap segment data keys, by key id, loaded once from their PEM files."""
+
+from __future__ import annotations
+
+import threading
+
+from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
+from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+from ...errors import CorruptDataError, Unavailable
+from . import oaep
+from .manifest import Encryption
+
+AES_KEY_BYTES = 32  # the plugin's data keys are AES-256
+
+
+class Keyring:
+    """key id -> PEM private key file (`[remote.encryption.keys]`); unwraps a manifest's data key."""
+
+    def __init__(self, key_files: dict[str, str]):
+        self._files = dict(key_files)
+        self._keys: dict[str, RSAPrivateKey] = {}
+        self._lock = threading.Lock()
+
+    def _key(self, key_id: str, object_key: str) -> RSAPrivateKey:
+        with self._lock:
+            key = self._keys.get(key_id)
+            if key is not None:
+                return key
+            path = self._files.get(key_id)
+            if path is None:
+                raise CorruptDataError(object_key, None, f"data key wrapped with key id {key_id!r}, which is not "
+                                       "in [remote.encryption.keys]: add its PEM private key file there")
+            try:
+                with open(path, "rb") as f:
+                    key = load_pem_private_key(f.read(), password=None)
+            except OSError as e:
+                raise Unavailable(f"cannot read the private key file {path} of key id {key_id!r}: "
+                                  f"{e.strerror}") from None
+            except (ValueError, TypeError) as e:
+                raise Unavailable(f"{path} (key id {key_id!r}) is not an unencrypted PEM private key: "
+                                  f"{e}") from None
+            if not isinstance(key, RSAPrivateKey):
+                raise Unavailable(f"{path} (key id {key_id!r}) is not an RSA private key")
+            self._keys[key_id] = key
+            return key
+
+    def unwrap(self, enc: Encryption, object_key: str) -> bytes:
+        """The AES-256 data key of a segment; CorruptDataError naming the manifest's key when it fails."""
+        key = self._key(enc.key_id, object_key)
+        try:
+            data_key = oaep.decrypt(key, enc.wrapped_key)
+        except oaep.DecryptionError as e:
+            raise CorruptDataError(object_key, None, f"encryption.dataKey ({enc.key_id}): {e}") from None
+        if len(data_key) != AES_KEY_BYTES:
+            raise CorruptDataError(object_key, None, f"encryption.dataKey unwraps to {len(data_key)} bytes, "
+                                   f"not an AES-256 key")
+        return data_key

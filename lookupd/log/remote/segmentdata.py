@@ -1,0 +1,301 @@
+"""RemoteSegmentData: the original bytes and the indexes of one uploaded segment, read through the cache.
+
+Positions are byte positions in the original segment. Chunks are fetched by ranged GET (adjacent missing
+chunks in one GET), AES-256-GCM decrypted (12-byte IV in front, the manifest's AAD), zstd-decompressed,
+and cached decoded. Sequential reads start a read-ahead of the next chunks on a background thread.
+Indexes are fetched once each, decrypted, and written to cache_dir as files to be mapped like local ones.
+Every method does blocking I/O: call it from a worker thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import zstandard
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from ...errors import CorruptDataError
+from .diskcache import DiskCache, cache_name
+from .keyring import Keyring
+from .manifest import INDEX_KINDS, Manifest, parse_manifest
+from .store import ObjectStore
+
+IV_BYTES = 12                       # the plugin's AES-GCM IV, written in front of each chunk
+TAG_BYTES = 16                      # AES-GCM's 128-bit tag, after the ciphertext
+MAX_GET_BYTES = 32 * 1024 * 1024    # one GET fetches at most this many transformed bytes (memory bound)
+READ_AHEAD_BYTES = 8 * 1024 * 1024  # how far ahead of a sequential reader chunks are fetched
+READ_AHEAD_GET_BYTES = 4 * 1024 * 1024  # read-ahead GETs are about this big, several in flight (small chunks
+                                        # coalesced, big ones one a GET: the first arrives sooner)
+READ_AHEAD_THREADS = 4              # background GETs in flight, across all segments
+
+_read_ahead_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _read_ahead_pool
+    with _pool_lock:
+        if _read_ahead_pool is None:
+            _read_ahead_pool = ThreadPoolExecutor(READ_AHEAD_THREADS, thread_name_prefix="lookupd-readahead")
+        return _read_ahead_pool
+
+
+def sibling_key(log_key: str, suffix: str) -> str:
+    """The `.indexes` or `.rsm-manifest` key of the same upload as a `.log` key."""
+    if not log_key.endswith(".log"):
+        raise ValueError(f"{log_key!r} is not a segment's .log key")
+    return log_key[:-len("log")] + suffix
+
+
+def open_segment(store: ObjectStore, log_key: str, keyring: Keyring, cache: DiskCache) -> RemoteSegmentData:
+    """Fetch and parse the segment's manifest (one GET), then wrap it."""
+    manifest_key = sibling_key(log_key, "rsm-manifest")
+    manifest = parse_manifest(store.get(manifest_key), manifest_key)
+    return RemoteSegmentData(store, log_key, manifest, keyring, cache)
+
+
+class RemoteSegmentData:
+    """One uploaded segment: `.size`, `.read(position, size)` and `.index_path(kind)`."""
+
+    def __init__(self, store: ObjectStore, key: str, manifest: Manifest, keyring: Keyring, cache: DiskCache):
+        self.store = store
+        self.key = key                       # the `.log` object
+        self.indexes_key = sibling_key(key, "indexes")
+        self.manifest = manifest
+        self._keyring = keyring
+        self._cache = cache
+        self._lock = threading.Lock()
+        self._aes: AESGCM | None = None
+        self._inflight: dict[int, Future] = {}  # chunk -> its pending fetch (a read waits instead of refetching)
+        self._next_sequential = -1              # where the last read ended: a read starting there is sequential
+        self._decompressor = threading.local()
+
+    @property
+    def size(self) -> int:
+        """The original segment's size in bytes."""
+        return self.manifest.chunk_index.file_size
+
+    # -- data key --------------------------------------------------------------------------------------------
+
+    def _cipher(self) -> AESGCM:
+        with self._lock:
+            if self._aes is None:
+                enc = self.manifest.encryption
+                self._aes = AESGCM(self._keyring.unwrap(enc, self.manifest.key))
+            return self._aes
+
+    def _decrypt(self, blob: bytes, object_key: str, position: int, what: str) -> bytes:
+        if len(blob) < IV_BYTES + TAG_BYTES:
+            raise CorruptDataError(object_key, position, f"{what}: {len(blob)} bytes cannot hold an AES-GCM "
+                                   f"IV and tag")
+        try:
+            return self._cipher().decrypt(blob[:IV_BYTES], blob[IV_BYTES:], self.manifest.encryption.aad)
+        except InvalidTag:
+            raise CorruptDataError(object_key, position, f"{what}: AES-GCM tag mismatch (corrupt bytes, "
+                                   "or a data key that is not this segment's)") from None
+
+    # -- chunks ----------------------------------------------------------------------------------------------
+
+    def _decode(self, i: int, blob: memoryview) -> bytes | memoryview:
+        """Original bytes of chunk i from its transformed bytes (untransformed: a view of them, no copy)."""
+        index = self.manifest.chunk_index
+        position = index.transformed_start(i)
+        start, end = index.original_span(i)
+        what = f"chunk {i}"
+        if self.manifest.encryption is not None:
+            blob = self._decrypt(blob, self.key, position, what)
+        if self.manifest.compression:
+            try:
+                declared = zstandard.get_frame_parameters(blob).content_size
+            except zstandard.ZstdError as e:
+                raise CorruptDataError(self.key, position, f"{what}: not a zstd frame: {e}") from None
+            if declared != end - start:
+                raise CorruptDataError(self.key, position, f"{what}: zstd frame declares {declared} bytes, the "
+                                       f"chunk index {end - start}")
+            d = getattr(self._decompressor, "d", None)
+            if d is None:
+                d = self._decompressor.d = zstandard.ZstdDecompressor()
+            try:
+                blob = d.decompress(blob, max_output_size=end - start)
+            except zstandard.ZstdError as e:
+                raise CorruptDataError(self.key, position, f"{what}: zstd: {e}") from None
+        if len(blob) != end - start:
+            raise CorruptDataError(self.key, position, f"{what}: {len(blob)} bytes where the chunk index says "
+                                   f"{end - start}")
+        return blob
+
+    def _fetch(self, first: int, last: int) -> dict[int, bytes]:
+        """Chunks first..last in one ranged GET, decoded and cached."""
+        index = self.manifest.chunk_index
+        start, end = index.transformed_span(first, last)
+        blob = self.store.get_range_buffer(self.key, start, end)
+        if len(blob) != end - start:
+            raise CorruptDataError(self.key, start + len(blob), f"the .log object ends before chunk "
+                                   f"{index.chunk_at_transformed(start + len(blob))} does (at {end})")
+        out = {}
+        for i in range(first, last + 1):
+            a, b = index.transformed_span(i, i)
+            data = self._decode(i, blob[a - start:b - start])
+            self._cache.put(cache_name(self.key, str(i)), data)
+            out[i] = data
+        return out
+
+    def _runs(self, chunks: list[int], max_bytes: int) -> list[tuple[int, int]]:
+        """Consecutive chunk numbers grouped into GETs of at most `max_bytes` fetched or decoded (a bigger
+        chunk: alone). Counting decoded bytes too keeps compressed chunks apart, to be decoded in parallel."""
+        index = self.manifest.chunk_index
+        runs: list[tuple[int, int]] = []
+        for i in chunks:
+            if runs and runs[-1][1] == i - 1:
+                start, end = index.transformed_span(runs[-1][0], i)
+                decoded = index.original_span(i)[1] - index.original_span(runs[-1][0])[0]
+                if max(end - start, decoded) <= max_bytes:
+                    runs[-1] = (runs[-1][0], i)
+                    continue
+            runs.append((i, i))
+        return runs
+
+    def _start(self, chunks: list[int], max_bytes: int = MAX_GET_BYTES) -> list[tuple[tuple[int, int], Future]]:
+        """Claim the chunks no one is fetching and make their GETs' futures (the caller runs them)."""
+        claimed = []
+        with self._lock:
+            for i in chunks:
+                if i not in self._inflight:
+                    claimed.append(i)
+            started = []
+            for first, last in self._runs(claimed, max_bytes):
+                f: Future = Future()
+                for i in range(first, last + 1):
+                    self._inflight[i] = f
+                started.append(((first, last), f))
+        return started
+
+    def _run(self, run: tuple[int, int], future: Future) -> None:
+        try:
+            future.set_result(self._fetch(*run))
+        except BaseException as e:  # handed to every waiter; raised in the reading thread
+            future.set_exception(e)
+        finally:
+            with self._lock:
+                for i in range(run[0], run[1] + 1):
+                    if self._inflight.get(i) is future:
+                        del self._inflight[i]
+
+    def _chunks(self, wanted: range) -> dict[int, bytes]:
+        got: dict[int, bytes] = {}
+        missing = []
+        for i in wanted:
+            data = self._cache.get(cache_name(self.key, str(i)))
+            if data is None:
+                missing.append(i)
+            else:
+                got[i] = data
+        if missing:
+            mine = self._start(missing)
+            for run, future in mine:
+                self._run(run, future)
+            for i in missing:
+                with self._lock:
+                    future = self._inflight.get(i)
+                if future is None:  # fetched (by us or another thread) and cached, or failed just now
+                    future = next((f for r, f in mine if r[0] <= i <= r[1]), None)
+                if future is not None:
+                    got[i] = future.result()[i]
+                else:
+                    data = self._cache.get(cache_name(self.key, str(i)))
+                    got[i] = data if data is not None else self._fetch(i, i)[i]
+        return got
+
+    def _read_ahead(self, after: int) -> None:
+        """Start background GETs for the chunks after chunk `after`, up to READ_AHEAD_BYTES ahead."""
+        index = self.manifest.chunk_index
+        wanted = []
+        for i in range(after + 1, index.chunk_count):
+            if (i - after - 1) * index.chunk_size >= READ_AHEAD_BYTES:
+                break
+            if not self._cache.contains(cache_name(self.key, str(i))):
+                wanted.append(i)
+        for run, future in self._start(wanted, READ_AHEAD_GET_BYTES):
+            _pool().submit(self._run, run, future)
+
+    def read(self, position: int, size: int, *, sequential: bool | None = None) -> bytes:
+        """Original segment bytes [position, position + size), fewer where the segment ends.
+
+        sequential: True when the caller scans onwards from here (a fetch or a columnar scan): the chunks
+        after this read are fetched in the background from this first read on. None: a read that starts
+        where the previous one ended counts as sequential. False: never read ahead (a lookup).
+        """
+        if position < 0 or size < 0:
+            raise ValueError(f"position {position} and size {size} must not be negative")
+        wanted = self.manifest.chunk_index.chunks_for(position, size)
+        if not wanted:
+            return b""
+        if sequential is None:
+            sequential = position == self._next_sequential
+        end = min(position + size, self.size)
+        self._next_sequential = end
+        if sequential:  # before this read's own GET, so that they overlap
+            self._read_ahead(wanted[-1])
+        chunks = self._chunks(wanted)
+        chunk_size = self.manifest.chunk_index.chunk_size
+        parts = []
+        for i in wanted:
+            base = i * chunk_size
+            parts.append(chunks[i][max(position - base, 0):end - base])
+        return bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
+
+    # -- indexes ---------------------------------------------------------------------------------------------
+
+    def index_path(self, kind: str) -> str | None:
+        """The file in cache_dir holding index `kind` as Kafka wrote it; None when the segment has none.
+
+        kind: offset, timestamp, producer_snapshot, leader_epoch or transaction. The first call fetches
+        it with one ranged GET of its part of the `.indexes` object; later calls return the cached file
+        (fetched again only after eviction). Map the file right away: an evicted file stays readable
+        while mapped or open.
+        """
+        return self.index_paths([kind])[kind]
+
+    def index_paths(self, kinds: list[str]) -> dict[str, str | None]:
+        """index_path for several kinds, adjacent missing ones in one GET (offset + timestamp: one GET)."""
+        for kind in kinds:
+            if kind not in INDEX_KINDS:
+                raise ValueError(f"unknown index kind {kind!r}: one of {', '.join(INDEX_KINDS)}")
+        out: dict[str, str | None] = {}
+        missing = []
+        for kind in INDEX_KINDS:  # the `.indexes` object's order
+            if kind not in kinds:
+                continue
+            span = self.manifest.indexes[kind]
+            name = cache_name(self.key, kind)
+            if span is None:
+                out[kind] = None
+            elif (path := self._cache.file(name)) is not None:
+                out[kind] = path
+            elif span[1] == 0:
+                out[kind] = self._cache.put_file(name, b"")
+            else:
+                missing.append(kind)
+        groups: list[list[str]] = []
+        for kind in missing:
+            pos, size = self.manifest.indexes[kind]
+            if groups and sum(self.manifest.indexes[groups[-1][-1]]) == pos:
+                groups[-1].append(kind)
+            else:
+                groups.append([kind])
+        for group in groups:
+            start = self.manifest.indexes[group[0]][0]
+            end = sum(self.manifest.indexes[group[-1]])
+            blob = self.store.get_range_buffer(self.indexes_key, start, end)
+            if len(blob) != end - start:
+                raise CorruptDataError(self.indexes_key, start + len(blob), f"the .indexes object ends before "
+                                       f"the {group[-1]} index does (at {end})")
+            for kind in group:
+                pos, size = self.manifest.indexes[kind]
+                data = bytes(blob[pos - start:pos - start + size])
+                if self.manifest.encryption is not None:
+                    data = self._decrypt(data, self.indexes_key, pos, f"{kind} index")
+                out[kind] = self._cache.put_file(cache_name(self.key, kind), data)
+        return out
