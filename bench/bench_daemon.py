@@ -22,6 +22,11 @@ interrupt to a halted vCPU), and unpinned the scheduler picks one or the other f
 its own, so the unpinned p50 can differ by 3x between two runs of the same code; the pinned
 figures say what each server costs in each case.
 
+Over TLS (issue 34): lookupd with tls_cert_file on loopback TCP and redis-server with
+--tls-port, the same self-signed ECDSA certificate (made with `openssl`) and the same client
+code (ssl.SSLContext over the same sockets and framing): one client's p50 (the two alternately,
+in slices) and 1 and 8 closed-loop clients, each single-lookup method against redis's floor.
+
     python bench/bench_daemon.py [--quick] [--json FILE]
 
 prints a table and the results as JSON (`--quick` finishes in about a minute);
@@ -39,6 +44,7 @@ import random
 import selectors
 import shutil
 import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -61,6 +67,7 @@ REDIS_KEY = b"idx:large-0"
 DEFAULT_LOGS = str(reference.LOGS)
 LAST_OFFSET = 200_025  # large-0 holds offsets [0, LAST_OFFSET)
 CLIENTS = (1, 8, 64)
+TLS_CLIENTS = (1, 8)
 PIPELINE_DEPTH = 64
 
 # The single-request methods measured, and how one random request's params are made. Timestamps
@@ -179,10 +186,33 @@ def wire_for(kind: str, method: str = FLOOR):
     return LookupdWire(method) if kind == "lookupd" else RespWire()
 
 
+TLS_CONTEXT: list[ssl.SSLContext] = []  # the clients' context once the TLS servers run (verifies their certificate)
+
+
 def connect(path: str) -> socket.socket:
+    """A Unix socket path, or `tls://HOST:PORT`: TCP with TLS, the server's certificate verified."""
+    if path.startswith("tls://"):
+        host, port = path[len("tls://"):].rsplit(":", 1)
+        s = socket.create_connection((host, int(port)))
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return TLS_CONTEXT[0].wrap_socket(s, server_hostname=host)
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.connect(path)
     return s
+
+
+def receive(s: socket.socket) -> bytes:
+    """What a readable socket holds now (b"" when a TLS record is not complete yet: the peer has not closed)."""
+    try:
+        data = s.recv(65536)
+    except ssl.SSLWantReadError:
+        return b""
+    if not data:
+        raise RuntimeError("server closed the connection")
+    if isinstance(s, ssl.SSLSocket):
+        while s.pending():  # decrypted bytes the selector cannot see
+            data += s.recv(65536)
+    return data
 
 
 def roundtrip(sock: socket.socket, wire, data: bytes, n: int) -> list:
@@ -301,7 +331,7 @@ def _load_worker(kind: str, path: str, method: str, conns: int, seconds: float, 
     while time.perf_counter() < end:
         for key, _ in sel.select(timeout=0.5):
             s = key.fileobj
-            got = state[s].feed(s.recv(65536))
+            got = state[s].feed(receive(s))
             if got:
                 now = time.perf_counter()
                 done += len(got)
@@ -458,15 +488,53 @@ def start_lookupd(tmp: str, logs: str, inline: bool, name: str = "", extra: str 
     return proc, sock
 
 
-def start_redis(tmp: str) -> tuple[subprocess.Popen, str] | None:
+def start_redis(tmp: str, name: str = "redis", tls: list[str] = ()) -> tuple[subprocess.Popen, str] | None:
     exe = shutil.which("redis-server")
     if exe is None:
         return None
-    sock = os.path.join(tmp, "redis.sock")
+    sock = os.path.join(tmp, f"{name}.sock")
     proc = subprocess.Popen([exe, "--port", "0", "--unixsocket", sock, "--save", "", "--appendonly", "no",
-                             "--dir", tmp], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             "--dir", tmp, *tls], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_for(sock, proc)
     return proc, sock
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_certificate(tmp: str) -> tuple[str, str] | None:
+    """A self-signed ECDSA P-256 certificate for 127.0.0.1 (cert, key), both servers' and the clients' CA."""
+    exe = shutil.which("openssl")
+    if exe is None:
+        return None
+    cert, key = os.path.join(tmp, "tls.pem"), os.path.join(tmp, "tls.key")
+    subprocess.run([exe, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-keyout", key, "-out", cert, "-days", "2", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    return cert, key
+
+
+def start_tls_servers(tmp: str, logs: str) -> dict:
+    """lookupd and redis-server, each on loopback TCP with TLS and the same certificate: {name: (proc, address,
+    Unix socket)}; {} without openssl or redis-server."""
+    made = make_certificate(tmp)
+    if made is None or shutil.which("redis-server") is None:
+        return {}
+    cert, key = made
+    TLS_CONTEXT[:] = [ssl.create_default_context(cafile=cert)]
+    out = {}
+    port = free_port()
+    proc, sock = start_lookupd(tmp, logs, inline=True, name="lookupd-tls",
+                               extra=f'tcp = "127.0.0.1:{port}"\ntls_cert_file = "{cert}"\ntls_key_file = "{key}"\n')
+    out["lookupd"] = (proc, f"tls://127.0.0.1:{port}", sock)
+    port = free_port()
+    proc, sock = start_redis(tmp, "redis-tls", ["--tls-port", str(port), "--tls-cert-file", cert, "--tls-key-file",
+                                                key, "--tls-ca-cert-file", cert, "--tls-auth-clients", "no"])
+    out["redis"] = (proc, f"tls://127.0.0.1:{port}", sock)
+    return out
 
 
 def wait_for(sock: str, proc: subprocess.Popen) -> None:
@@ -570,6 +638,14 @@ class Servers:
                 load_redis(rd[1], index_points(self.logs))
                 self.redis = rd[1]
                 self.pid[self.redis] = rd[0].pid
+            tls = start_tls_servers(self.tmp, self.logs)
+            self.tls: dict[str, str] = {}  # "lookupd"/"redis" -> tls://127.0.0.1:PORT
+            for name, (proc, address, sock) in tls.items():
+                self.procs.append(proc)
+                self.tls[name] = address
+                self.pid[address] = proc.pid
+                if name == "redis":
+                    load_redis(sock, index_points(self.logs))
         except BaseException:
             self.__exit__()
             raise
@@ -584,8 +660,10 @@ class Servers:
 def answers_agree(servers: Servers, targets: list[int]) -> bool | None:
     """Whether lookupd and redis give the same floor points (this also maps lookupd's indexes: every
     method is called once on both lookupd servers first)."""
-    for path in (servers.lookupd, servers.threaded, servers.workers2, servers.metered):
+    for path in (servers.lookupd, servers.threaded, servers.workers2, servers.metered, *servers.tls.values()):
         for method in METHODS:
+            if path == servers.tls.get("redis"):
+                continue
             w = LookupdWire(method)
             roundtrip(connect(path), w, b"".join(w.request(random.Random(i)) for i in range(50)), 50)
     lw = LookupdWire()
@@ -628,6 +706,15 @@ def one_pass(servers: Servers, targets: list[int], secs: float) -> dict:
                     ours, theirs = latencies([("lookupd", servers.lookupd, m), ("redis", servers.redis, FLOOR)], secs)
                     for key, method, lat in (("lookupd_placed", m, ours), ("redis_placed", FLOOR, theirs)):
                         results.setdefault(key, {}).setdefault(where, {}).setdefault(method, []).append(lat)
+    if servers.tls:  # over TLS: the two latencies alternately, then 1 and 8 clients, beside each method
+        lk, rd = servers.tls["lookupd"], servers.tls["redis"]
+        results["lookupd_tls"], results["redis_tls"] = {}, {FLOOR: []}
+        for m in METHODS:
+            ours, theirs = latencies([("lookupd", lk, m), ("redis", rd, FLOOR)], secs)
+            results["lookupd_tls"][m] = {"latency": ours, "throughput": [
+                throughput("lookupd", lk, servers.pid[lk], m, c, secs) for c in TLS_CLIENTS]}
+            results["redis_tls"][FLOOR].append({"latency": theirs, "throughput": [
+                throughput("redis", rd, servers.pid[rd], FLOOR, c, secs) for c in TLS_CLIENTS]})
     results["lookupd_columnar"] = columnar(servers.lookupd, targets, secs, 100_000)
     results["lookupd_all_threaded"] = {FLOOR: {
         "latency": latency("lookupd", servers.threaded, FLOOR, secs),
@@ -661,7 +748,9 @@ def targets_list() -> list[int]:
 
 SERVER_LABELS = {"lookupd": "lookupd", "redis": "redis", "lookupd_all_threaded": "lookupd, every lookup in a thread",
                  "lookupd_workers2": "lookupd, workers=2", "lookupd_metrics_on": "lookupd, metrics on",
-                 "lookupd_metrics_off": "lookupd, metrics off, beside metrics on"}
+                 "lookupd_metrics_off": "lookupd, metrics off, beside metrics on",
+                 "lookupd_tls": "lookupd over TLS", "redis_tls": "redis over TLS"}
+TLS_KEYS = ("lookupd_tls", "redis_tls")
 
 
 def label(server: str, method: str) -> str:
@@ -689,16 +778,18 @@ def run(quick: bool = False) -> list:
             name = label(key, method)
             params = {"server": SERVER_LABELS[key], "method": method}
             noun = "floor lookup" if method == FLOOR else method
+            tls = key in TLS_KEYS
             for pct in (50, 99):
                 figures.append(Figure(f"{name}: {noun} round trip p{pct}" if method == FLOOR else
                                       f"{name}: round trip p{pct}", "us",
-                                      [r["latency"][f"p{pct}_us"] for r in runs], group="daemon-latency",
+                                      [r["latency"][f"p{pct}_us"] for r in runs],
+                                      group="daemon-tls" if tls else "daemon-latency",
                                       params={**params, "percentile": pct}))
             for i, t in enumerate(first["throughput"]):
                 figures.append(Figure(f"{name}: lookups/s, {t['clients']} concurrent clients", "lookups/s",
                                       [r["throughput"][i]["per_s"] for r in runs],
-                                      group="daemon-throughput", params={**params, "clients": t["clients"]},
-                                      higher_is_better=True))
+                                      group="daemon-tls" if tls else "daemon-throughput",
+                                      params={**params, "clients": t["clients"]}, higher_is_better=True))
                 figures.append(Figure(f"{name}: server CPU per request, {t['clients']} concurrent clients", "us",
                                       [r["throughput"][i]["server_cpu_us"] for r in runs],
                                       group="daemon-cpu", params={**params, "clients": t["clients"]}))
@@ -769,6 +860,16 @@ def ratios(figures: list) -> list:
                         placed_p50("lookupd", method, where), placed_p50("redis", FLOOR, where),
                         f"{method} round-trip p50 over redis's, one client, client and server pinned to {where}")
                   for where in PLACEMENTS],
+                ratio(f"lookupd {method} vs redis over TLS, 8 clients", figures,
+                      f"{label('lookupd_tls', method)}: lookups/s, 8 concurrent clients",
+                      "redis over TLS: lookups/s, 8 concurrent clients",
+                      f"{method} requests/s over redis's floor lookups/s, both over TLS, 8 closed-loop clients each "
+                      f"(target >= 0.5)"),
+                ratio(f"lookupd {method} vs redis over TLS, single-client p50", figures,
+                      f"{label('lookupd_tls', method)}: " + ("floor lookup round trip p50" if method == FLOOR else
+                                                             "round trip p50"),
+                      "redis over TLS: floor lookup round trip p50",
+                      f"{method} round-trip p50 over redis's, both over TLS, one client (target <= 1.5)"),
                 ratio(f"lookupd {method} vs redis, server CPU per request", figures,
                       f"{name}: server CPU per request, 8 concurrent clients",
                       "redis: server CPU per request, 8 concurrent clients",

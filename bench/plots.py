@@ -23,7 +23,7 @@ LINES = {
 }
 # Groups drawn as grouped bars: one cluster per server and method, one bar per load (clients,
 # pipelining, percentile), on a log scale since the values span decades.
-GROUPED = {"daemon-latency", "daemon-placement", "daemon-throughput", "daemon-cpu"}
+GROUPED = {"daemon-latency", "daemon-placement", "daemon-throughput", "daemon-cpu", "daemon-tls"}
 LABEL_ROOM = 1.18  # a bar chart's x axis runs this far past the longest whisker, for the median written after it
 TITLES = {
     "index-latency": "Single floor lookup, in process",
@@ -39,6 +39,7 @@ TITLES = {
     "remote-clients": "S3 clients, sequential ranged GETs from a local SeaweedFS",
     "remote-read": "Sequential read of a tiered segment against plain ranged GETs",
     "remote-cold": "Cold index fetch plus one batch read of a tiered segment",
+    "daemon-tls": "Over TLS on loopback TCP, lookupd and redis-server with the same certificate: p50/p99 and lookups/s",
 }
 
 

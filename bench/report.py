@@ -70,6 +70,12 @@ SENTENCES = {
                   "redis's microseconds on a floor lookup. Prometheus metrics on cost {metrics on vs off, server CPU per request:.2f}x "
                   "the CPU per request and give {metrics on vs off, 8 clients:.2f}x the throughput of the same daemon with them "
                   "off, the two measured alternately.",
+    "daemon-tls": "Over TLS (loopback TCP, the same certificate and client code for both), at 8 clients lookupd serves "
+                  "{lookupd lookup_offset floor vs redis over TLS, 8 clients:.2f}x redis's floor lookups per second "
+                  "(resolve_offset {lookupd resolve_offset vs redis over TLS, 8 clients:.2f}x, read of one batch "
+                  "{lookupd read one batch vs redis over TLS, 8 clients:.2f}x), and one client's floor lookup takes "
+                  "{lookupd lookup_offset floor vs redis over TLS, single-client p50:.2f}x redis's round trip. A TLS "
+                  "connection is served by the same engine and reactor, decrypting what it reads and encrypting what it writes.",
     "daemon-inprocess": "Partition-level calls in process on `lookupd demo-data`, against the targets in their names: the "
                         "index searches (a rolled segment's time index and offset index in one call), the batch-header walk, "
                         "the timestamp scan inside a batch and JSON rendering are C; the rest of each call (the index's "

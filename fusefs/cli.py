@@ -44,7 +44,8 @@ def _parser() -> argparse.ArgumentParser:
     _verbose_after(m)
     m.add_argument("mountpoint", metavar="MOUNTPOINT")
     m.add_argument("--socket", metavar="ADDRESS", default=None,
-                   help="lookupd's Unix socket or HOST:PORT (default $LOOKUPD_SOCKET or run/lookupd.sock)")
+                   help="lookupd's Unix socket, HOST:PORT or tls://HOST:PORT (default $LOOKUPD_SOCKET or "
+                        "run/lookupd.sock)")
     m.add_argument("--log-dir", action="append", dest="log_dirs", default=[], metavar="DIR",
                    help="read partitions found under DIR from local files (repeatable); without it the daemon's "
                         "own log dirs are read locally when --socket is a Unix socket, else everything "
@@ -56,6 +57,10 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
                    help="how long one daemon call may take before the file operation fails with EIO (default 10)")
     m.add_argument("--token-file", metavar="FILE", help="shared-secret token for a TCP daemon")
+    m.add_argument("--tls-ca", metavar="FILE", help="CA certificate(s) to verify a tls:// daemon with (default: "
+                                                    "the system's)")
+    m.add_argument("--tls-cert", metavar="FILE", help="client certificate for mutual TLS")
+    m.add_argument("--tls-key", metavar="FILE", help="its private key (if not in --tls-cert)")
     m.add_argument("--log-file", metavar="FILE", help="log here instead of stderr (foreground) or syslog")
 
     u = sub.add_parser("umount", help="unmount a fusefs mount")
@@ -115,10 +120,12 @@ def mount(args) -> int:
     if args.token_file:
         with open(args.token_file, encoding="utf-8") as f:
             token = f.read().strip()
-    with Client(address, token=token, timeout=5.0) as client:  # closed before FUSE forks into the background
+    # paths made absolute: the background process runs from /
+    tls = {f"tls_{k}": os.path.abspath(v) for k in ("ca", "cert", "key") if (v := getattr(args, f"tls_{k}"))}
+    with Client(address, token=token, timeout=5.0, **tls) as client:  # closed before FUSE forks into the background
         client.call("ping")
     _logging(args)
-    catalog = Catalog(DaemonLink(address, token=token, timeout=args.timeout), log_dirs=args.log_dirs,
+    catalog = Catalog(DaemonLink(address, token=token, timeout=args.timeout, tls=tls), log_dirs=args.log_dirs,
                       same_host=same_host, ttl=args.ttl)
     try:
         KafkaFUSE(KafkaFS(catalog), mountpoint, raw_fi=True, foreground=args.foreground, ro=True,

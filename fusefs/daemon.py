@@ -26,9 +26,11 @@ log = logging.getLogger(__name__)
 class DaemonLink:
     """Calls daemon methods; raises RemoteError for answered errors, Unavailable when unreachable."""
 
-    def __init__(self, address: str, *, token: str | None = None, timeout: float = 10.0, retry_s: float = 0.5):
+    def __init__(self, address: str, *, token: str | None = None, timeout: float = 10.0, retry_s: float = 0.5,
+                 tls: dict[str, str] | None = None):
         self.address = address
         self._token = token
+        self._tls = tls or {}  # the Client's tls_ca/tls_cert/tls_key, for a tls:// address
         self._timeout = timeout
         self._retry_s = retry_s
         self._lock = threading.Lock()
@@ -73,7 +75,7 @@ class DaemonLink:
             if self._down is not None and time.monotonic() - self._down[0] < self._retry_s:
                 raise self._down[1]
             try:
-                self._client = Client(self.address, token=self._token, timeout=self._timeout)
+                self._client = Client(self.address, token=self._token, timeout=self._timeout, **self._tls)
             except Unavailable as err:
                 self._down = (time.monotonic(), err)
                 raise

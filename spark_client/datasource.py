@@ -68,7 +68,8 @@ def read_settings(options: ReadOptions, schema: StructType) -> ReadSettings:
     """What every split of a batch read or micro-batch shares."""
     return ReadSettings(read_committed=options.read_committed, include_headers=options.include_headers,
                         read_from=options.read_from, fail_on_data_loss=options.fail_on_data_loss,
-                        token=read_token(options.token_file), arrow_schema=arrow_schema(schema))
+                        token=read_token(options.token_file), arrow_schema=arrow_schema(schema),
+                        tls=dict(options.tls))
 
 
 class KafkaSegmentsReader(DataSourceReader):
@@ -77,7 +78,7 @@ class KafkaSegmentsReader(DataSourceReader):
         self.settings = read_settings(options, schema)
 
     def partitions(self) -> Sequence[InputPartition]:
-        with Daemons(self.settings.token) as daemons:
+        with Daemons(self.settings.token, tls=self.settings.tls) as daemons:
             return plan(self.options, daemons)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

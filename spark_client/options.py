@@ -78,6 +78,9 @@ class ReadOptions:
     address: str | dict[str, str]
     token_file: str | None
     read_from: str  # "auto", "files" or "daemon"
+    # lookupd.tls.ca/.cert/.key as the Client's keyword arguments (tls_ca, tls_cert, tls_key): paths on
+    # each executor, for tls:// addresses
+    tls: tuple[tuple[str, str], ...] = ()
     # Streams only (spark_client.stream): admission control per micro-batch.
     max_offsets_per_trigger: int | None = None
     min_offsets_per_trigger: int | None = None
@@ -181,6 +184,8 @@ def _settings(opts: dict[str, str]) -> dict:
         read_committed=_isolation_level(opts) == "read_committed",
         address=parse_address(opts.get(ADDRESS)), token_file=opts.get("lookupd.tokenfile") or None,
         read_from=_choice(opts, "lookupd.readfrom", "lookupd.readFrom", READ_FROM, "auto"),
+        tls=tuple((f"tls_{part}", opts[f"lookupd.tls.{part}"]) for part in ("ca", "cert", "key")
+                  if opts.get(f"lookupd.tls.{part}")),
     )
 
 

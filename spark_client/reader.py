@@ -62,13 +62,14 @@ class ReadSettings:
     """What every split of a read shares (picklable)."""
 
     def __init__(self, *, read_committed: bool, include_headers: bool, read_from: str, fail_on_data_loss: bool,
-                 token: str | None, arrow_schema: pa.Schema):
+                 token: str | None, arrow_schema: pa.Schema, tls: dict[str, str] | None = None):
         self.read_committed = read_committed
         self.include_headers = include_headers
         self.read_from = read_from
         self.fail_on_data_loss = fail_on_data_loss
         self.token = token
         self.arrow_schema = arrow_schema
+        self.tls = tls or {}  # the Client's tls_ca/tls_cert/tls_key (lookupd.tls.*)
 
 
 def read_split(split: Split, settings: ReadSettings) -> Iterator[pa.RecordBatch]:
@@ -239,7 +240,7 @@ class _SplitReader:
 
     def _connect(self) -> Client:
         if self._client is None:
-            self._client = Client(self.split.address, token=self.settings.token)
+            self._client = Client(self.split.address, token=self.settings.token, **self.settings.tls)
         return self._client
 
 

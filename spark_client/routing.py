@@ -49,8 +49,9 @@ class PartitionInfo:
 class Daemons:
     """One blocking Client per daemon address, connected on first use and shared by threads."""
 
-    def __init__(self, token: str | None = None, timeout: float = DAEMON_TIMEOUT_S):
+    def __init__(self, token: str | None = None, timeout: float = DAEMON_TIMEOUT_S, tls: dict[str, str] | None = None):
         self.token = token
+        self.tls = tls or {}  # the Client's tls_ca/tls_cert/tls_key, for tls:// addresses
         self.timeout = timeout
         self._clients: dict[str, Client] = {}
         self._lock = threading.Lock()
@@ -66,7 +67,7 @@ class Daemons:
         with self._lock:
             c = self._clients.get(address)
             if c is None:
-                c = Client(address, token=self.token, timeout=self.timeout)
+                c = Client(address, token=self.token, timeout=self.timeout, **self.tls)
                 self._clients[address] = c
             return c
 

@@ -83,7 +83,7 @@ class KafkaSegmentsStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         Resolved once: Spark asks again when it plans the first micro-batch, and `latest` must not
         move past the end it already chose."""
         if self._initial is None:
-            with Daemons(self.settings.token) as daemons:
+            with Daemons(self.settings.token, tls=self.settings.tls) as daemons:
                 routes = discover(self.options.address, daemons)
                 infos = [route(routes, tp, self.options.address)
                          for tp in select(self.options, routes, need_topics=False)]
@@ -93,7 +93,7 @@ class KafkaSegmentsStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         return self._initial
 
     def prepareForTriggerAvailableNow(self) -> None:
-        with Daemons(self.settings.token) as daemons:
+        with Daemons(self.settings.token, tls=self.settings.tls) as daemons:
             self._available_now = {tp: i.log_end_offset for tp, i in self._partitions(daemons).items()}
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -108,7 +108,7 @@ class KafkaSegmentsStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         """The end of the next micro-batch: the log end offsets (or AvailableNow's), as the limit admits.
         Returning `start` means no micro-batch now."""
         begin = from_json(start)
-        with Daemons(self.settings.token) as daemons:
+        with Daemons(self.settings.token, tls=self.settings.tls) as daemons:
             infos = self._partitions(daemons)
         self._latest = {tp: i.log_end_offset for tp, i in infos.items()}
         end = dict(self._available_now if self._available_now is not None else self._latest)
@@ -151,7 +151,7 @@ class KafkaSegmentsStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         if gone:
             self._lost(f"{tp_names(gone)} are gone. Some data may have been missed.")
         for attempt in range(PLAN_ATTEMPTS):
-            with Daemons(self.settings.token) as daemons:
+            with Daemons(self.settings.token, tls=self.settings.tls) as daemons:
                 bounds = self._bounds(daemons, begin, stop)
                 try:
                     return plan_ranges(self.options, daemons, bounds)

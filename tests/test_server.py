@@ -237,10 +237,15 @@ async def test_wrong_tokens_are_slowed_down_per_address_then_the_connection_is_c
             assert await q.call("auth", "let-me-in") == (None, True)  # the right token cleared the address
 
 
-def test_non_loopback_tcp_needs_a_token(short_dir):
+def test_non_loopback_tcp_needs_tls_and_a_token(short_dir):
     cfg = Config(log_dirs=["/x"], socket="", tcp="0.0.0.0:0")
+    with pytest.raises(InvalidArgument, match="without TLS.*tls_cert_file.*allow_plaintext_tcp"):
+        open_listeners(cfg, None)
+    cfg.allow_plaintext_tcp = True
     with pytest.raises(InvalidArgument, match="auth_token_file"):
         open_listeners(cfg, None)
+    with pytest.raises(InvalidArgument, match="metrics on non-loopback address 0.0.0.0 without TLS"):
+        open_listeners(Config(log_dirs=["/x"], socket="", tcp="", metrics="0.0.0.0:0"), None)
     assert parse_tcp("7000") == ("127.0.0.1", 7000) and parse_tcp(":7000") == ("127.0.0.1", 7000)
     assert parse_tcp("[::1]:7000") == ("::1", 7000) and parse_tcp("10.0.0.1:1") == ("10.0.0.1", 1)
     with pytest.raises(InvalidArgument):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import stat
 import tomllib
 from dataclasses import dataclass, field, fields
@@ -18,7 +19,9 @@ from typing import Any
 from ..errors import InvalidArgument
 from ..rpc import protocol as rpc
 from ..rpc.address import DEFAULT_SOCKET, parse_host_port
+from .acl import Acl
 from .service import Limits
+from .tls import HANDSHAKE_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +104,14 @@ class Config:
     socket: str = DEFAULT_SOCKET        # Unix socket path, relative to the working dir; "" = none
     socket_mode: int = 0o660            # permissions of the Unix socket (who may connect)
     tcp: str = ""                       # "HOST:PORT", ":PORT" or "PORT" (= 127.0.0.1:PORT); "" = none
-    auth_token_file: str = ""           # shared secret TCP clients send with `auth`; required when tcp
-                                        # binds a non-loopback address
+    auth_token_file: str = ""           # shared secret TCP clients send with `auth` (principal token:default)
+    auth_tokens_file: str = ""          # `name:secret` lines: one token per client (principal token:<name>)
+    tls_cert_file: str = ""             # PEM certificate chain: TLS on the tcp listener (TLS 1.2+)
+    tls_key_file: str = ""              # its PEM private key
+    tls_client_ca_file: str = ""        # PEM CA(s): clients must present a certificate it signed (mutual TLS)
+    tls_handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S  # a TLS client must finish its handshake within this
+    allow_plaintext_tcp: bool = False   # allow a non-loopback tcp or metrics address without TLS
+    acl: list = field(default_factory=list)  # [[acl]] tables {principal, topics, operations}; none = all allowed
     max_frame_bytes: int = rpc.DEFAULT_MAX_FRAME_BYTES  # longest request; a longer one closes the connection
     max_connections: int = 1024         # beyond this new connections get UNAVAILABLE and are closed
     max_in_flight_per_connection: int = 64  # requests running at once per connection; then reading pauses
@@ -125,6 +134,7 @@ class Config:
     blocking_threads: int = 16          # worker threads for calls that may touch the disk
     inline_hot_lookups: bool = True     # single lookups on the event loop when all they read is in memory
     metrics: str = ""                   # "HOST:PORT" (or "PORT": loopback) to serve Prometheus metrics; "" = off
+    metrics_tls: bool = False           # serve metrics over TLS with tls_cert_file/tls_key_file
     workers: int = 1                    # processes serving the same sockets (one event loop each)
     remote: RemoteSettings = field(default_factory=RemoteSettings)  # [remote]: the tiered segments' bucket
 
@@ -161,7 +171,8 @@ class Config:
                     "max_buffered_bytes_per_connection", "max_buffered_bytes", "max_unauthenticated_connections"):
             if getattr(self, key) < 1:
                 raise InvalidArgument(f"{key} must be at least 1")
-        for key in ("idle_timeout_s", "rescan_interval_s", "shutdown_grace_s", "auth_timeout_s"):
+        for key in ("idle_timeout_s", "rescan_interval_s", "shutdown_grace_s", "auth_timeout_s",
+                    "tls_handshake_timeout_s"):
             if getattr(self, key) <= 0:
                 raise InvalidArgument(f"{key} must be positive")
         if self.max_frame_bytes < 64:
@@ -169,6 +180,17 @@ class Config:
         if self.metrics:
             parse_host_port(self.metrics)  # InvalidArgument naming the value
         self.remote.check()
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise InvalidArgument("TLS needs both tls_cert_file and tls_key_file: set both, or neither")
+        if self.tls_client_ca_file and not self.tls_cert_file:
+            raise InvalidArgument("tls_client_ca_file (mutual TLS) needs tls_cert_file and tls_key_file too")
+        if self.metrics_tls and not (self.metrics and self.tls_cert_file):
+            raise InvalidArgument("metrics_tls needs metrics and tls_cert_file/tls_key_file (the same certificate)")
+        Acl.from_config(self.acl)  # InvalidArgument naming the bad [[acl]] table
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.tls_cert_file)
 
     @property
     def limits(self) -> Limits:
@@ -177,6 +199,10 @@ class Config:
 
 def _coerce(key: str, value: Any, default: Any, path: str | None) -> Any:
     where = f" in {path}" if path else ""
+    if key == "acl":  # tables, checked by Config.check
+        if not isinstance(value, list):
+            raise InvalidArgument(f"acl{where} must be [[acl]] tables, got {value!r}")
+        return value
     if key == "socket_mode" and isinstance(value, str):
         try:
             return int(value, 8)
@@ -198,14 +224,39 @@ def _coerce(key: str, value: Any, default: Any, path: str | None) -> Any:
     return value
 
 
-def read_token(path: str) -> str:
+def _read_secret(key: str, path: str) -> str:
+    """The text of a secrets file (warning when others may read it)."""
     try:
         with open(path, encoding="utf-8") as f:
-            token = f.read().strip()
+            text = f.read().strip()
     except OSError as err:
-        raise InvalidArgument(f"cannot read auth_token_file {path}: {err.strerror}") from None
-    if not token:
-        raise InvalidArgument(f"auth_token_file {path} is empty")
+        raise InvalidArgument(f"cannot read {key} {path}: {err.strerror}") from None
+    if not text:
+        raise InvalidArgument(f"{key} {path} is empty")
     if os.stat(path).st_mode & stat.S_IROTH:
-        log.warning("auth_token_file %s is world-readable; chmod 600 it", path)
-    return token
+        log.warning("%s %s is world-readable; chmod 600 it", key, path)
+    return text
+
+
+def read_token(path: str) -> str:
+    return _read_secret("auth_token_file", path)
+
+
+_TOKEN_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+def read_tokens(path: str) -> dict[str, str]:
+    """auth_tokens_file: one `name:secret` a line (blank lines and `#` comments skipped) -> {name: secret}."""
+    tokens: dict[str, str] = {}
+    for n, line in enumerate(_read_secret("auth_tokens_file", path).splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, sep, secret = line.partition(":")
+        if not sep or not _TOKEN_NAME.fullmatch(name) or not secret:
+            raise InvalidArgument(f"auth_tokens_file {path} line {n}: expected name:secret with a name of letters, "
+                                  f"digits, '.', '_' or '-' (at most 64) and a non-empty secret")
+        if name in tokens:
+            raise InvalidArgument(f"auth_tokens_file {path} line {n}: token name {name!r} appears twice")
+        tokens[name] = secret
+    return tokens

@@ -1,7 +1,8 @@
 """The daemon's listening sockets: systemd-activated ones, or the configured Unix socket and TCP address.
 
-Unix peers are trusted (the socket file's permissions guard them); a TCP listener on a
-non-loopback address is refused unless a token is configured.
+Unix peers are trusted (the socket file's permissions guard them); a TCP listener (or the
+metrics endpoint) on a non-loopback address is refused without TLS unless allow_plaintext_tcp,
+and the TCP listener there needs clients to authenticate: a token, or mutual TLS.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class Bound:
     sock: socket.socket
     kind: str  # "unix" or "tcp"
     label: str
+    tls: bool = False  # connections start with a TLS handshake (lookupd.daemon.tls)
     remove_path: str | None = None  # the socket file we created, removed at exit
 
 
@@ -111,7 +113,10 @@ def bind_tcp(host: str, port: int) -> Bound:
 
 
 def open_listeners(cfg: Config, token: str | None) -> list[Bound]:
-    """Activated sockets if systemd passed any, else the configured socket and TCP address."""
+    """Activated sockets if systemd passed any, else the configured socket and TCP address.
+    `token`: whether clients authenticate with a token (any non-empty value)."""
+    if cfg.metrics:
+        _require_tls(parse_host_port(cfg.metrics)[0], cfg.metrics_tls, cfg, "metrics", "metrics_tls = true")
     activated = activated_sockets()
     if activated:
         bound = []
@@ -119,9 +124,8 @@ def open_listeners(cfg: Config, token: str | None) -> list[Bound]:
             if s.family == socket.AF_UNIX:
                 bound.append(Bound(s, "unix", f"activated {s.getsockname() or 'unix socket'}"))
             else:
-                host = s.getsockname()[0]
-                _require_token(host, token)
-                bound.append(Bound(s, "tcp", "activated tcp %s:%d" % s.getsockname()[:2]))
+                _require_auth(s.getsockname()[0], token, cfg)
+                bound.append(Bound(s, "tcp", "activated tcp %s:%d" % s.getsockname()[:2], tls=cfg.tls))
         return bound
     bound = []
     try:
@@ -129,18 +133,30 @@ def open_listeners(cfg: Config, token: str | None) -> list[Bound]:
             bound.append(bind_unix(cfg.socket, cfg.socket_mode))
         if cfg.tcp:
             host, port = parse_host_port(cfg.tcp)
-            _require_token(host, token)
-            bound.append(bind_tcp(host, port))
+            _require_auth(host, token, cfg)
+            b = bind_tcp(host, port)
+            b.tls = cfg.tls
+            bound.append(b)
     except BaseException:
         close_listeners(bound)
         raise
     return bound
 
 
-def _require_token(host: str, token: str | None) -> None:
-    if token is None and not is_loopback(host):
-        raise InvalidArgument(f"refusing to listen on non-loopback TCP address {host} without a token: "
-                              f"set auth_token_file in the config file")
+def _require_tls(host: str, tls: bool, cfg: Config, what: str, fix: str) -> None:
+    if not tls and not cfg.allow_plaintext_tcp and not is_loopback(host):
+        raise InvalidArgument(f"refusing to serve {what} on non-loopback address {host} without TLS: tokens and "
+                              f"records would cross the network in clear. Set {fix}, or allow_plaintext_tcp = "
+                              f"true if the network is trusted")
+
+
+def _require_auth(host: str, token: str | None, cfg: Config) -> None:
+    """A non-loopback TCP listener: TLS (or allow_plaintext_tcp), and a token or mutual TLS."""
+    _require_tls(host, cfg.tls, cfg, "TCP", "tls_cert_file and tls_key_file")
+    if not token and not cfg.tls_client_ca_file and not is_loopback(host):
+        raise InvalidArgument(f"refusing to listen on non-loopback TCP address {host} with no way for clients to "
+                              f"authenticate: set auth_token_file or auth_tokens_file, or tls_client_ca_file "
+                              f"(mutual TLS)")
 
 
 def close_listeners(bound: list[Bound]) -> None:

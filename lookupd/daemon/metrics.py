@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import bisect
 import logging
+import socket
+import threading
 from typing import Any, Callable, Iterable
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from ..rpc.address import parse_host_port
 
@@ -23,6 +26,16 @@ LATENCY_BUCKETS = (25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e
 # Methods are labels: names a client made up would let one client grow the label set without
 # bound, so every name that is not a daemon method is counted as this one.
 OTHER_METHOD = "other"
+
+# The metrics endpoint serves this many connections at once, each in its own thread; more are closed at
+# once. Prometheus scrapes one at a time: without a cap, idle connections each held a thread, and
+# under systemd's TasksMax the daemon could not start the threads lookups need.
+METRICS_MAX_THREADS = 4
+# A metrics connection (and its TLS handshake) silent this long is closed, giving its thread back.
+METRICS_TIMEOUT_S = 10.0
+# Connections the kernel queues for the metrics accept(): enough that a burst is accepted (and the
+# excess closed at once) rather than left retrying its SYN.
+METRICS_BACKLOG = 64
 
 
 class _MethodStats:
@@ -63,10 +76,12 @@ class RequestMetrics:
 class Collector:
     """A prometheus_client collector over RequestMetrics and the daemon's `stats` answer."""
 
-    def __init__(self, requests: RequestMetrics, stats: Callable[[], dict[str, Any]], worker: int = 0):
+    def __init__(self, requests: RequestMetrics, stats: Callable[[], dict[str, Any]], worker: int = 0,
+                 denials: dict[str, int] | None = None):
         self.requests = requests
         self.stats = stats
         self.worker = str(worker)
+        self.denials = denials  # principal -> calls the ACLs denied (lookupd.daemon.acl), when ACLs are on
 
     def collect(self):
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -87,6 +102,12 @@ class Collector:
                 buckets.append((_bound(bound), cumulative))
             lat.add_metric([w, method], buckets, st.seconds)
         yield from (reqs, errs, lat)
+        if self.denials is not None:
+            denied = CounterMetricFamily("lookupd_acl_denials", "Calls denied by the [[acl]] rules, by principal",
+                                         labels=["worker", "principal"])
+            for principal, n in sorted(dict(self.denials).items()):
+                denied.add_metric([w, principal], n)
+            yield denied
         s = self.stats()
         for name, help_, kind in (("connections", "Open client connections", GaugeMetricFamily),
                                   ("partitions", "Partitions served", GaugeMetricFamily),
@@ -106,14 +127,56 @@ def _bound(b: float) -> str:
     return "+Inf" if b == float("inf") else repr(b)
 
 
-def serve_metrics(spec: str, collector: Collector):
-    """Serve the Prometheus text format at http://HOST:PORT/metrics in a daemon thread; returns the
-    (server, thread) pair from prometheus_client so the caller can shut it down."""
-    from prometheus_client import CollectorRegistry, start_http_server
+class _QuietHandler(WSGIRequestHandler):
+    timeout = METRICS_TIMEOUT_S  # socketserver sets it on the connection: every read and write is bounded
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # a scrape every few seconds is not news
+
+
+class MetricsServer(WSGIServer):
+    """A WSGI server with at most METRICS_MAX_THREADS connections at once, each bounded by METRICS_TIMEOUT_S,
+    over TLS when given the daemon's TlsServer (its current context: a SIGHUP reload applies here too)."""
+
+    daemon_threads = True
+    request_queue_size = METRICS_BACKLOG
+
+    def __init__(self, host: str, port: int, app: Callable, tls: Any = None):
+        self.address_family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        self._tls = tls
+        self._slots = threading.BoundedSemaphore(METRICS_MAX_THREADS)
+        super().__init__((host, port), _QuietHandler)
+        self.set_app(app)
+        self._thread = threading.Thread(target=self.serve_forever, name="lookupd-metrics", daemon=True)
+        self._thread.start()
+
+    def process_request(self, request: socket.socket, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)  # every slot busy: closed at once, nothing held
+            return
+        threading.Thread(target=self._serve_one, args=(request, client_address), daemon=True).start()
+
+    def _serve_one(self, request: socket.socket, client_address: Any) -> None:
+        try:
+            request.settimeout(METRICS_TIMEOUT_S)
+            if self._tls is not None:
+                request = self._tls.context.wrap_socket(request, server_side=True)
+            self.finish_request(request, client_address)
+        except OSError as err:  # ssl.SSLError, a timeout, a reset: this connection's, logged and dropped
+            log.debug("metrics connection from %s: %s", client_address, err)
+        finally:
+            self.shutdown_request(request)
+            self._slots.release()
+
+
+def serve_metrics(spec: str, collector: Collector, tls: Any = None) -> MetricsServer:
+    """Serve the Prometheus text format at http(s)://HOST:PORT/metrics from a thread of its own; `tls`:
+    the daemon's TlsServer for https. The caller shuts the returned server down."""
+    from prometheus_client import CollectorRegistry, make_wsgi_app
 
     host, port = parse_host_port(spec)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
-    server, thread = start_http_server(port, addr=host, registry=registry)
-    log.info("metrics on http://%s:%d/metrics", host, server.server_port)
-    return server, thread
+    server = MetricsServer(host, port, make_wsgi_app(registry), tls)
+    log.info("metrics on %s://%s:%d/metrics", "https" if tls is not None else "http", host, server.server_port)
+    return server

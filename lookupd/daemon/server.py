@@ -22,6 +22,9 @@ number of connections before `auth` (PRE_AUTH_FRAME_BYTES, `auth_timeout_s`,
 `max_unauthenticated_connections`), token guesses per source address (lookupd.daemon.authlimit)
 and log lines about clients (lookupd.daemon.clientlog). On SIGTERM every request already read is
 answered, then each connection is closed without a reset (Daemon._close).
+TLS on the TCP listener (lookupd.daemon.tls): the handshake in the connection's task, then the
+same engine, with reads decrypted and writes encrypted at its two I/O points; who may do what
+is lookupd.daemon.acl's.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ import math
 import os
 import resource
 import signal
+import socket
+import struct
 import time
 from functools import partial
 from typing import Any, NamedTuple
@@ -44,14 +49,16 @@ from ..log.logmanager import LogManager
 from ..rpc import protocol as rpc
 from ..rpc.address import parse_host_port
 from ..sdnotify import sd_notify
+from .acl import ANONYMOUS, Acl
 from .authlimit import AuthThrottle, source_key
 from . import memory
 from .buffers import REQUEST_MEMORY_FACTOR, Buffers, Holding
 from .clientlog import ClientLog, ConnectionErrors
-from .config import Config, read_token
+from .config import Config, read_token, read_tokens
 from .listeners import Bound, close_listeners, open_listeners
 from .metrics import Collector, RequestMetrics, serve_metrics
 from .reactor import Reactor
+from .tls import TlsError, TlsServer, TlsSession, TlsStream
 from .workers import supervise
 from .service import MAX_AUTH_FAILURES, METHODS, NEEDS_THREAD, Counters, Service, Session, error_for
 
@@ -152,8 +159,12 @@ class Daemon:
         self.manager = manager
         self.listeners = listeners
         self.counters = Counters()
+        self.acl = Acl.from_config(cfg.acl)
         self.service = Service(manager, limits=cfg.limits, counters=self.counters, token=token,
-                               inline_hot_lookups=cfg.inline_hot_lookups, worker=worker)
+                               tokens=read_tokens(cfg.auth_tokens_file) if cfg.auth_tokens_file else None,
+                               acl=self.acl, inline_hot_lookups=cfg.inline_hot_lookups, worker=worker)
+        # The TCP listener's TLS context (reloaded on SIGHUP), or None for plaintext.
+        self.tls = TlsServer(cfg.tls_cert_file, cfg.tls_key_file, cfg.tls_client_ca_file) if cfg.tls else None
         self.worker = worker
         # Under a supervisor (workers > 1) readiness goes to it, and systemd hears from it alone.
         self._on_ready = on_ready
@@ -209,8 +220,10 @@ class Daemon:
             if self.request_metrics is not None:
                 host, port = parse_host_port(self.cfg.metrics)
                 spec = f"{host}:{port + self.worker if port else 0}"  # worker N serves port + N
-                self.metrics_server, _ = serve_metrics(spec, Collector(
-                    self.request_metrics, lambda: self.service.call("stats", [], Session(trusted=True)), self.worker))
+                self.metrics_server = serve_metrics(spec, Collector(
+                    self.request_metrics, lambda: self.service.call("stats", [], Session(trusted=True)), self.worker,
+                    denials=self.acl.denials if self.acl is not None else None),
+                    tls=self.tls if self.cfg.metrics_tls else None)
             interval = watchdog_interval() if self._on_ready is None else None
             if interval:
                 root.start_soon(self._watchdog, interval)
@@ -251,6 +264,8 @@ class Daemon:
                 if signum == signal.SIGHUP:
                     log.info("SIGHUP: rescanning the log dirs now")
                     self.rescan()
+                    if self.tls is not None:
+                        self.tls.reload()
                 elif self._stop.is_set() and self._conns is not None:
                     log.warning("%s again: dropping in-flight requests", signal.Signals(signum).name)
                     self._forced = True
@@ -321,8 +336,23 @@ class Daemon:
                                  f"out of file descriptors ({stream.socket.fileno() + 1} of {self.fd_limit} open)")
                 continue
             self.counters.connections += 1
-            conns.start_soon(self._connection, stream, Session(trusted=bound.kind == "unix", source=source or peer),
-                             peer)
+            if bound.kind == "unix":
+                session = Session(trusted=True, source=source, principal=self._unix_principal(stream))
+            else:
+                session = Session(trusted=False, source=source or peer)
+            if bound.tls:
+                stream = TlsStream(stream, TlsSession(stream.socket, self.tls.context))
+            conns.start_soon(self._connection, stream, session, peer)
+
+    def _unix_principal(self, stream: trio.SocketStream) -> str:
+        """`unix:<uid>` of the peer (SO_PEERCRED), when ACLs need it."""
+        if self.acl is None:
+            return "unix"
+        try:
+            _, uid, _ = struct.unpack("3i", stream.socket.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+        except OSError:
+            return "unix"  # gone already; no rule names this
+        return f"unix:{uid}"
 
     def _connection_fd_ceiling(self) -> int:
         """The lowest descriptor number a new connection may not have: what the reserve and the
@@ -349,17 +379,18 @@ class Daemon:
                         trio.Semaphore(min(cfg.blocking_threads_per_connection, cfg.blocking_threads)))
         st.errors = self.client_log.connection(peer)
         st.holding = self.buffers.open(partial(st.end_with, "UNAVAILABLE"))
-        if self.service.token is not None and session.needs_auth:
-            self._admit_unauthenticated(st)
+        if session.needs_auth and (self.service.tokens or st.tls is not None and self.tls.mutual):
+            self._admit_unauthenticated(st)  # a TLS handshake is made under these limits too
         self._states.add(st)
         if self._stopping:
             st.reader.cancel()
         try:
             with st.scope:
-                async with trio.open_nursery() as nursery:
-                    st.nursery = nursery
-                    with st.reader:
-                        await self._read_loop(st, session)
+                if st.tls is None or await self._handshake(st, session):
+                    async with trio.open_nursery() as nursery:
+                        st.nursery = nursery
+                        with st.reader:
+                            await self._read_loop(st, session)
             if st.scope.cancelled_caught and st.ending is None and st in self._unauthenticated:
                 st.ending = ("UNAUTHORIZED", f"no auth within {cfg.auth_timeout_s:g} s (auth_timeout_s); "
                                              f"closing the connection")
@@ -372,6 +403,27 @@ class Daemon:
             self.counters.connections -= 1
             st.errors.closed()
             await self._close(st)
+
+    async def _handshake(self, st: "_ConnState", session: Session) -> bool:
+        """A TLS connection's handshake (lookupd.daemon.tls), within the pre-auth limits when clients must
+        authenticate; False when it failed (one rate-limited line, lookupd.daemon.clientlog). Under mutual
+        TLS the client certificate's subject is the principal, and the certificate authenticates: for the
+        pre-auth limits too, whether or not a token is configured, as for every call (Service.authorize)."""
+        st.gone = True  # until the handshake is done nothing can be sent on it, not even why it is closed
+        try:
+            await st.tls.handshake(self.cfg.tls_handshake_timeout_s)
+            early = st.tls.decrypt(b"")  # requests that came with the handshake's last read
+        except TlsError as err:
+            st.errors.error(f"{err}; closing the connection")
+            return False
+        st.gone = False
+        principal = st.tls.principal
+        if principal is not None:
+            session.principal, session.authenticated = principal, True
+            self._lift_pre_auth_limits(st)
+        if early:
+            st.conn.receive_data(early)
+        return True
 
     def _admit_unauthenticated(self, st: "_ConnState") -> None:
         """A TCP connection that must send the token first: short frames, a deadline, and a place among
@@ -388,23 +440,23 @@ class Daemon:
                                            f"authenticated (max_unauthenticated_connections)")
         waiting[st] = None
 
-    def _authenticated(self, st: "_ConnState", session: Session) -> None:
-        """The token was right: full-size frames, no deadline, no longer among the unauthenticated."""
+    def _lift_pre_auth_limits(self, st: "_ConnState") -> None:
+        """Authenticated: full-size frames, no deadline, no longer among the unauthenticated."""
         st.conn.frame_limit, st.conn.frame_limit_note = st.conn.max_frame_bytes, ""
         st.scope.deadline = math.inf
         self._unauthenticated.pop(st, None)
-        self.auth_throttle.succeeded(session.source)
 
     async def _close(self, st: "_ConnState") -> None:
         """Close the connection cleanly: the reason first when the daemon ends it, then end of stream, then
         wait (CLOSE_LINGER_S at most) for the peer to close, dropping what it still sends: closing a socket
         with unread bytes in it resets the connection, and the peer may lose answers it has not read."""
         try:
+            if st.ending is not None:
+                self.client_log.line(logging.INFO, f"{st.peer}: {st.ending[1]}")
             if not st.gone:
                 with trio.move_on_after(CLOSE_LINGER_S):
                     if st.ending is not None:
                         code, why = st.ending
-                        self.client_log.line(logging.INFO, f"{st.peer}: {why}")
                         if not st.cut:  # a notification after half an answer would be garbage
                             await st.stream.send_all(st.conn.send_error(rpc.ProtocolError(code, why, fatal=True)))
                     await st.stream.send_eof()
@@ -467,6 +519,13 @@ class Daemon:
         except OSError as err:
             st.gone = True
             return Action(ABORT, f"connection lost ({err.strerror or err})")
+        if st.tls is not None and data:
+            try:
+                data = st.tls.decrypt(data)
+            except TlsError as err:
+                return Action(ABORT, str(err))
+            if data is None:
+                return None  # no whole TLS record yet
         st.last_active = _now()
         st.conn.receive_data(data)
         while True:
@@ -483,7 +542,7 @@ class Daemon:
         """Handle one event without waiting: an answer goes on `out`, a request that needs a worker
         thread is started in one if a slot is free; the Action to await otherwise."""
         if isinstance(event, rpc.Request):
-            if event.method == "auth" and self.service.token is not None:
+            if event.method == "auth" and self.service.tokens:
                 return self._auth(st, session, event, out)
             self.counters.requests += 1
             metrics = self.request_metrics
@@ -527,7 +586,8 @@ class Daemon:
         if self.request_metrics is not None:
             self.request_metrics.observe("auth", _now() - now, error["code"] if error is not None else None)
         if error is None:
-            self._authenticated(st, session)
+            self._lift_pre_auth_limits(st)
+            self.auth_throttle.succeeded(session.source)
         elif error["code"] == "UNAUTHORIZED":
             self.auth_throttle.failed(session.source, now)
         out.append(self._answer(st, req, error, result))
@@ -578,7 +638,7 @@ class Daemon:
         except OSError as err:
             st.gone = True
             return Action(ABORT, f"went away before reading its responses ({err.strerror})")
-        if not rest:
+        if not rest and (st.tls is None or not st.tls.backlog):  # _ciphertext_held, inlined: this runs per answer
             return None
         out.append(rest)
         return Action(FLUSH)
@@ -669,9 +729,9 @@ class Daemon:
         except OSError as err:
             self._gone(st, f"went away before reading its responses ({err.strerror})")
             return
-        if not data:
+        size = len(data) if data else _ciphertext_held(st)  # TLS: what the socket did not take is ciphertext
+        if not size:
             return
-        size = len(data)
         self.buffers.hold(st.holding, answers=size)
         st.queued_writes += 1
         written = False
@@ -713,6 +773,9 @@ def _write_at_once(st: "_ConnState", data: bytes) -> bytes:
     not a copy of a large answer). OSError: the peer is gone."""
     if st.queued_writes:
         return data
+    if st.tls is not None:
+        st.tls.write_now(data)  # encrypted: what the socket did not take is held in order (_ciphertext_held)
+        return b""
     try:
         n = os.write(st.fd, data)
     except BlockingIOError:
@@ -720,12 +783,18 @@ def _write_at_once(st: "_ConnState", data: bytes) -> bytes:
     return b"" if n == len(data) else memoryview(data)[n:]
 
 
+def _ciphertext_held(st: "_ConnState") -> int:
+    """The ciphertext a TLS connection holds that its socket did not take (written by `_send`'s slow path,
+    and counted there as held answers: lookupd.daemon.buffers)."""
+    return len(st.tls.backlog) if st.tls is not None else 0
+
+
 class _ConnState:
     """One connection's state. The reader task writes its own answers; `send_lock` is taken only
     when a write cannot finish at once or a threaded answer is being written (see `_send`)."""
 
     __slots__ = ("stream", "fd", "conn", "peer", "slots", "thread_share", "send_lock", "queued_writes", "nursery",
-                 "last_active", "waiting", "scope", "reader", "holding", "errors", "ending", "gone", "cut")
+                 "last_active", "waiting", "scope", "reader", "holding", "errors", "ending", "gone", "cut", "tls")
 
     def __init__(self, stream: trio.SocketStream, conn: rpc.Connection, peer: str, slots: trio.Semaphore,
                  thread_share: trio.Semaphore):
@@ -740,6 +809,7 @@ class _ConnState:
         self.nursery: trio.Nursery | None = None
         self.last_active = _now()  # when the peer last sent something (_now's clock)
         self.waiting = False  # the reader waits for the peer (the idle sweep may close it)
+        self.tls = stream.session if isinstance(stream, TlsStream) else None  # TLS state (lookupd.daemon.tls)
         self.scope = trio.CancelScope()  # the whole connection (the auth deadline, `end_with`)
         self.reader = trio.CancelScope()  # its reading (cancelled when the daemon stops while it is parked)
         self.holding: Holding | None = None  # what it holds (lookupd.daemon.buffers)
@@ -777,11 +847,14 @@ def open_manager(cfg: Config) -> LogManager:
 
 
 def build(cfg: Config) -> tuple[LogManager, list[Bound], str | None]:
-    """Open the log dirs and the listeners (in this order: a bad log dir binds nothing)."""
+    """Open the log dirs and the listeners (in this order: a bad log dir, token file or certificate binds nothing)."""
     token = read_token(cfg.auth_token_file) if cfg.auth_token_file else None
+    tokens = read_tokens(cfg.auth_tokens_file) if cfg.auth_tokens_file else None
+    if cfg.tls:
+        TlsServer(cfg.tls_cert_file, cfg.tls_key_file, cfg.tls_client_ca_file)  # InvalidArgument naming the file
     manager = open_manager(cfg)
     try:
-        listeners = open_listeners(cfg, token)
+        listeners = open_listeners(cfg, token or tokens)
     except BaseException:
         manager.close()
         raise

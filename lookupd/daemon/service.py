@@ -42,6 +42,7 @@ from ..errors import InvalidArgument, LookupdError, TooLarge, Unauthorized, Unav
 from ..log.fileio import CAN_READ_NOWAIT, WouldBlock, mode as nonblocking_mode
 from ..log.bulk import int64_array
 from ..log.logmanager import LogManager
+from .acl import ANONYMOUS, DESCRIBE, METHOD_OPERATIONS, Acl
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +69,12 @@ class Counters:
 
 @dataclass
 class Session:
-    """Per-connection state: Unix socket peers are `trusted` (file permissions guard them)."""
+    """Per-connection state: Unix socket peers are `trusted` (file permissions guard them); `principal`
+    is who the ACLs see (lookupd.daemon.acl): set by the listener, then by a named token's `auth`."""
 
     trusted: bool
     authenticated: bool = False
+    principal: str = ANONYMOUS
     auth_failures: int = 0  # wrong tokens sent on this connection
     source: str = ""  # whom wrong tokens are counted against across connections (authlimit.source_key)
 
@@ -112,12 +115,15 @@ class Service:
     """Dispatches requests for one LogManager; holds no sockets and no event loop."""
 
     def __init__(self, manager: LogManager, *, limits: Limits | None = None, counters: Counters | None = None,
-                 token: str | None = None, inline_hot_lookups: bool = True, worker: int = 0):
+                 token: str | None = None, tokens: dict[str, str] | None = None, acl: Acl | None = None,
+                 inline_hot_lookups: bool = True, worker: int = 0):
         self.manager = manager
         self.worker = worker  # which worker process this is (workers = N), for stats
         self.limits = limits or Limits()
         self.counters = counters or Counters()
-        self.token = token
+        # token name -> secret: auth_tokens_file's, and auth_token_file's as "default"
+        self.tokens = {**({"default": token} if token is not None else {}), **(tokens or {})}
+        self.acl = acl  # None: every principal may do everything
         self.inline_hot_lookups = inline_hot_lookups
 
     # ------------------------------------------------------------------ dispatch
@@ -130,7 +136,7 @@ class Service:
 
     def authorize(self, session: Session, name: str) -> None:
         """Raise Unauthorized unless the session may call `name`."""
-        if name != "auth" and not (session.trusted or session.authenticated or self.token is None):
+        if name != "auth" and not (session.trusted or session.authenticated or not self.tokens):
             raise Unauthorized("this connection must call auth [token] first (the daemon has a token configured)")
 
     def call_inline(self, name: str, params: list, session: Session) -> Any:
@@ -168,20 +174,29 @@ class Service:
             raise InvalidArgument(f"{name} takes {len(m.params)} params ({want}), got {len(params)}")
         if name == "auth":
             return self._auth(session, params[0])
+        if self.acl is not None:
+            op = METHOD_OPERATIONS.get(name)
+            if name == "partitions":
+                return [p for p in m.handler(self, params) if self.acl.allowed(session.principal, p["topic"], DESCRIBE)]
+            if op is not None:
+                self.acl.check(session.principal, params[0], op)
         return m.handler(self, params)
 
     def _auth(self, session: Session, token: Any) -> bool:
         if not isinstance(token, (str, bytes)):
             raise InvalidArgument(f"token must be a string, got {type(token).__name__}")
-        if self.token is not None:
+        if self.tokens:
             # Any bytes are a token to compare: invalid UTF-8 arrives as surrogates (the unpacker's
             # surrogateescape) and goes back to the bytes sent, a wrong token like any other.
             given = token.encode("utf-8", "surrogateescape") if isinstance(token, str) else token
-            if not hmac.compare_digest(given, self.token.encode()):
+            # Every secret compared, in constant time each: which name matched is not timed.
+            names = [n for n, secret in self.tokens.items() if hmac.compare_digest(given, secret.encode())]
+            if not names:
                 session.auth_failures += 1
                 left = MAX_AUTH_FAILURES - session.auth_failures
                 raise Unauthorized("wrong token" + (f"; {left} more closes the connection" if left > 0 else
                                                     "; closing the connection"))
+            session.principal = f"token:{names[0]}"
         session.authenticated = True
         return True
 

@@ -3,8 +3,10 @@
 `Client` is blocking and thread-safe: one socket, a lock around writes, and a reader thread
 that hands each response to the caller waiting for its msgid, so any number of threads can
 share one client and have calls in flight at once. `TrioClient` is the async equivalent
-for trio code. Both take a Unix socket path or "HOST:PORT", an optional token
-(sent with `auth` before anything else) and a per-call timeout, and raise:
+for trio code. Both take a Unix socket path, "HOST:PORT" or "tls://HOST:PORT", an optional
+token (sent with `auth` before anything else), `tls_ca`/`tls_cert`/`tls_key` files for TLS
+(the server's certificate and name are verified; the client certificate is for mutual TLS)
+and a per-call timeout, and raise:
 
 * RemoteError(code, message) for an error the daemon answered (a LookupdError: `.code` is
   the wire code, e.g. "OFFSET_OUT_OF_RANGE");
@@ -18,6 +20,7 @@ daemon sends: maps with string keys, None where nothing matches, bytes for recor
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 from concurrent.futures import Future, TimeoutError as FutureTimeout
 from typing import Any
@@ -25,8 +28,9 @@ from typing import Any
 import trio
 
 from . import protocol as rpc
-from ..errors import LookupdError, TooLarge, Unavailable
-from .address import default_address, tcp_address
+from ..errors import InvalidArgument, LookupdError, TooLarge, Unavailable
+from .address import default_address, is_tls, tcp_address
+from .tls import client_context
 
 DEFAULT_MAX_RESPONSE_BYTES = 1 << 30  # columnar answers of a million targets run to tens of MB
 BYTES_MARKER = "$base64"  # how `lookupd query` (lookupd.tools.query) prints bytes in JSON
@@ -49,8 +53,73 @@ def _remote_error(error: Any) -> RemoteError:
 
 def _unreachable(address: str, err: BaseException) -> Unavailable:
     why = getattr(err, "strerror", None) or str(err) or type(err).__name__
+    if isinstance(err, ssl.SSLError) or isinstance(err.__cause__, ssl.SSLError):
+        why = f"TLS: {getattr(err, 'reason', None) or getattr(err.__cause__, 'reason', None) or why}"
     hint = "" if tcp_address(address) else "; is `lookupd serve` running, and is this its --socket?"
     return Unavailable(f"cannot reach lookupd at {address}: {why}{hint}")
+
+
+def tls_context(address: str, ca: str | None, cert: str | None, key: str | None) -> ssl.SSLContext | None:
+    """The client's TLS context for a `tls://` address (None for others); InvalidArgument when TLS files are
+    given for an address that is not `tls://`."""
+    if not is_tls(address):
+        if ca or cert or key:
+            raise InvalidArgument(f"TLS files given but {address} is not a tls://HOST:PORT address")
+        return None
+    return client_context(ca, cert, key)
+
+
+class _TlsSocket:
+    """TLS over a connected blocking socket, for `Client`: one thread receives while others send (an
+    ssl.SSLSocket is not safe for that), so the TLS state is driven through memory buffers under a lock
+    and the socket's reads and writes happen outside it."""
+
+    def __init__(self, sock: socket.socket, ctx: ssl.SSLContext, host: str):
+        self._sock = sock
+        self._in, self._out = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self._tls = ctx.wrap_bio(self._in, self._out, server_hostname=host)
+        self._lock = threading.Lock()
+        while True:
+            try:
+                self._tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                self._sock.sendall(self._out.read())
+                data = self._sock.recv(1 << 16)
+                if not data:
+                    raise ConnectionResetError("the daemon closed the connection during the TLS handshake")
+                self._in.write(data)
+        self._sock.sendall(self._out.read())
+
+    def sendall(self, data: bytes) -> None:  # callers hold Client's write lock: ciphertext goes out in order
+        with self._lock:
+            self._tls.write(data)
+            out = self._out.read()
+        self._sock.sendall(out)
+
+    def recv(self, n: int) -> bytes:
+        while True:
+            with self._lock:
+                try:
+                    return self._tls.read(n)
+                except ssl.SSLWantReadError:
+                    pass
+                except ssl.SSLZeroReturnError:
+                    return b""
+            data = self._sock.recv(max(n, 1 << 16))
+            if not data:
+                return b""
+            with self._lock:
+                self._in.write(data)
+
+    def settimeout(self, t: float | None) -> None:
+        self._sock.settimeout(t)
+
+    def shutdown(self, how: int) -> None:
+        self._sock.shutdown(how)
+
+    def close(self) -> None:
+        self._sock.close()
 
 
 class _Methods:
@@ -107,20 +176,26 @@ class Client(_Methods):
 
     def __init__(self, address: str | None = None, *, token: str | None = None, timeout: float = 30.0,
                  max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
-                 max_request_bytes: int = rpc.DEFAULT_MAX_FRAME_BYTES):
+                 max_request_bytes: int = rpc.DEFAULT_MAX_FRAME_BYTES,
+                 tls_ca: str | None = None, tls_cert: str | None = None, tls_key: str | None = None):
         self.address = address or default_address()
         self.timeout = timeout
         self.max_request_bytes = max_request_bytes
         tcp = tcp_address(self.address)
+        ctx = tls_context(self.address, tls_ca, tls_cert, tls_key)
         try:
             if tcp:
                 self._sock = socket.create_connection(tcp, timeout=timeout)
                 self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if ctx is not None:
+                    self._sock = _TlsSocket(self._sock, ctx, tcp[0])
             else:
                 self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                 self._sock.settimeout(timeout)
                 self._sock.connect(self.address)
-        except OSError as err:
+        except OSError as err:  # ssl.SSLError too: a certificate the other side refused
+            if hasattr(self, "_sock"):
+                self._sock.close()
             raise _unreachable(self.address, err) from None
         self._sock.settimeout(None)  # the reader blocks; calls time out on their futures
         self._conn = rpc.Connection("client", max_response_bytes)
@@ -236,13 +311,22 @@ class TrioClient(_Methods):
 
     @classmethod
     async def connect(cls, address: str | None = None, *, token: str | None = None, timeout: float = 30.0,
-                      max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> "TrioClient":
+                      max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES, tls_ca: str | None = None,
+                      tls_cert: str | None = None, tls_key: str | None = None) -> "TrioClient":
         address = address or default_address()
         tcp = tcp_address(address)
+        ctx = tls_context(address, tls_ca, tls_cert, tls_key)
         try:
             with trio.fail_after(timeout):
                 stream = await (trio.open_tcp_stream(*tcp) if tcp else trio.open_unix_socket(address))
-        except (OSError, trio.TooSlowError) as err:
+                if ctx is not None:
+                    stream = trio.SSLStream(stream, ctx, server_hostname=tcp[0])
+                    try:
+                        await stream.do_handshake()
+                    except BaseException:
+                        await trio.aclose_forcefully(stream)
+                        raise
+        except (OSError, trio.TooSlowError, trio.BrokenResourceError) as err:
             raise _unreachable(address, err) from None
         client = cls(stream, address, timeout, max_response_bytes)
         if token is not None:

@@ -91,7 +91,11 @@ def _build_parser() -> argparse.ArgumentParser:
     q.add_argument("method", metavar="METHOD", nargs="?", help="one of the methods below")
     q.add_argument("args", nargs="*", metavar="ARG", help="the method's params, in order")
     q.add_argument("--socket", metavar="ADDRESS", default=None,
-                   help=f"socket path or HOST:PORT (default $LOOKUPD_SOCKET or {DEFAULT_SOCKET})")
+                   help=f"socket path, HOST:PORT or tls://HOST:PORT (default $LOOKUPD_SOCKET or {DEFAULT_SOCKET})")
+    q.add_argument("--tls-ca", metavar="FILE", default=None,
+                   help="CA certificate(s) to verify a tls:// daemon with (default: the system's)")
+    q.add_argument("--tls-cert", metavar="FILE", default=None, help="client certificate for mutual TLS")
+    q.add_argument("--tls-key", metavar="FILE", default=None, help="its private key (if not in --tls-cert)")
     q.add_argument("--token-file", metavar="FILE", default=None, help="shared-secret token for a TCP daemon")
     q.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer (default 30)")
     q.set_defaults(run="lookupd.tools.query:run")

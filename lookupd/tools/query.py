@@ -93,7 +93,8 @@ def run(args) -> int:
     if args.token_file:
         with open(args.token_file, encoding="utf-8") as f:
             token = f.read().strip()
-    with Client(args.socket or default_address(), token=token, timeout=args.timeout) as client:
+    with Client(args.socket or default_address(), token=token, timeout=args.timeout, tls_ca=args.tls_ca,
+                tls_cert=args.tls_cert, tls_key=args.tls_key) as client:
         result = client.call(args.method, *params)
     sys.stdout.write(to_json(result) + "\n")
     return 0
