@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from lookupd.log.cache import IndexCache
 from lookupd.errors import CorruptIndexError
-from lookupd.log import search
+from lookupd.log import _accel as log_accel, search
 from lookupd.log.index import OffsetIndex, TimeIndex
 
 
@@ -309,16 +309,14 @@ LAYOUTS = {"offset": search.Layout(8, struct.Struct(">i"), struct.Struct(">i")),
 
 
 def python_search(fn, *args):
-    native, search._native = search._native, None
-    try:
+    with log_accel.python_only():
         return fn(*args)
-    finally:
-        search._native = native
 
 
+@pytest.mark.native
 def test_the_native_search_is_built():
     """CI builds the extension: the fast path is the one the other index tests run."""
-    assert search._native is not None or os.environ.get("CI") is None
+    assert log_accel.NATIVE or os.environ.get("CI") is None
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -361,7 +359,8 @@ def reference_entry(buf, n, layout, target, warm, ceiling, value_limit, live):
     return slot, layout.key.unpack_from(buf, slot * E)[0], layout.value.unpack_from(buf, slot * E + kw)[0]
 
 
-@pytest.mark.skipif(search._native is None, reason="the C extension is not built")
+@pytest.mark.native
+@pytest.mark.skipif(not log_accel.NATIVE, reason="the C extension is not built")
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(sorted(LAYOUTS)), st.binary(max_size=400), st.data())
 def test_native_entry_agrees_with_the_search_and_checks(kind, raw, data):
@@ -380,9 +379,9 @@ def test_native_entry_agrees_with_the_search_and_checks(kind, raw, data):
     args = (raw, n, E, layout.key.size, target, warm, ceiling, value_limit, live)
     if n * E > len(raw):
         with pytest.raises(ValueError):
-            search._native.entry(*args)
+            log_accel.entry(*args)
         return
-    assert search._native.entry(*args) == reference_entry(raw, n, layout, target, warm, ceiling, value_limit, live)
+    assert log_accel.entry(*args) == reference_entry(raw, n, layout, target, warm, ceiling, value_limit, live)
 
 
 @pytest.mark.parametrize("live", [False, True])
@@ -415,10 +414,10 @@ def test_index_lookups_agree_with_and_without_the_one_call_path(tmp_path, monkey
 
 
 def test_an_index_that_shrinks_between_its_fstat_and_its_map_is_mapped_again(tmp_path, monkeypatch):
-    from lookupd.log import index
+    from lookupd.log import mapping
 
     write_offset_index(tmp_path / "s.index", [(5, 100), (9, 200)])
-    real, calls = index.mmap.mmap, []
+    real, calls = mapping.mmap.mmap, []
 
     def shrank_once(*args):
         calls.append(args[1])
@@ -426,10 +425,11 @@ def test_an_index_that_shrinks_between_its_fstat_and_its_map_is_mapped_again(tmp
             raise ValueError("mmap length is greater than file size")
         return real(*args)
 
-    monkeypatch.setattr(index.mmap, "mmap", shrank_once)
+    monkeypatch.setattr(mapping.mmap, "mmap", shrank_once)
     assert OffsetIndex(tmp_path / "s.index", 0).lookup(9) == (9, 200) and len(calls) == 2
 
 
+@pytest.mark.native
 def test_ceiling_entry_native_and_python_paths_agree_on_kafka_written_indexes():
     """ceiling_entry's one native call and its Python search give the same entries (and None past the
     last) on every offset and time index Kafka wrote in the reference corpus."""

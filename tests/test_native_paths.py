@@ -1,4 +1,4 @@
-"""The one-call native lookups (`LogSegment.locate`, `_native.locate`) answer as the Python path does.
+"""The one-call native lookups (`LogSegment.locate`, `_accel.locate`) answer as the Python path does.
 
 `LocalLog.lookup_offset` (floor and ceiling), `resolve_offset`, `read`, `lookup_timestamp` and
 `offset_for_timestamp` answer from one native call per segment (two or three for timestamps) when
@@ -18,12 +18,14 @@ import shutil
 import pytest
 
 import reference as R
-from lookupd.log import segment as segment_module
+from lookupd.format import _accel as format_accel
+from lookupd.format.batch import whole_batches, whole_batches_reference
+from lookupd.log import _accel
 from lookupd.log.locallog import LocalLog
 from lookupd.log.logmanager import LogManager
 from lookupd.tools.demo import generate
 
-pytestmark = pytest.mark.skipif(segment_module._locate is None and os.environ.get("CI") is None,
+pytestmark = pytest.mark.skipif(not _accel.NATIVE and os.environ.get("CI") is None,
                                 reason="the C extension is not built")
 
 def outcome(fn, *args):
@@ -34,27 +36,33 @@ def outcome(fn, *args):
         return type(err).__name__, str(err)
 
 
+def reference(fn, *args):
+    """`outcome` of a reference path, run in Python alone (no C function of lookupd's on this thread)."""
+    with _accel.python_only():
+        return outcome(fn, *args)
+
+
 class Counted:
-    """Counts calls of `_native.locate` and `_native.locate_time` that answered (not None)."""
+    """Counts calls of `_accel.locate` and `_accel.locate_time` that answered (not None)."""
 
     def __init__(self, monkeypatch):
         self.answered = 0
         self.by_time = 0  # of which locate_time's
 
         def counting(name):
-            real = getattr(segment_module, name)
+            real = getattr(_accel, name)
 
             def call(*args):
                 got = real(*args)
                 answered = got is not None and got is not False
                 self.answered += answered
-                self.by_time += answered and name == "_locate_time"
+                self.by_time += answered and name == "locate_time"
                 return got
 
-            monkeypatch.setattr(segment_module, name, call)
+            monkeypatch.setattr(_accel, name, call)
 
-        counting("_locate")
-        counting("_locate_time")
+        counting("locate")
+        counting("locate_time")
 
 
 def questions(llog: LocalLog, rnd: random.Random, n: int) -> tuple[list[int], list[int]]:
@@ -78,17 +86,17 @@ def compare(llog: LocalLog, offsets: list[int], stamps: list[int]) -> int:
     asked = 0
     for o in offsets:
         for mode in ("floor", "ceiling"):
-            assert outcome(llog.lookup_offset, o, mode) == outcome(llog.lookup_offset_reference, o, mode), \
+            assert outcome(llog.lookup_offset, o, mode) == reference(llog.lookup_offset_reference, o, mode), \
                 ("lookup_offset", o, mode)
-        assert outcome(llog.resolve_offset, o) == outcome(llog.resolve_offset_reference, o), ("resolve_offset", o)
+        assert outcome(llog.resolve_offset, o) == reference(llog.resolve_offset_reference, o), ("resolve_offset", o)
         for max_bytes in (0, 1, 5000):
-            assert outcome(llog.read, o, max_bytes) == outcome(llog.read_reference, o, max_bytes), \
+            assert outcome(llog.read, o, max_bytes) == reference(llog.read_reference, o, max_bytes), \
                 ("read", o, max_bytes)
         asked += 6
     for t in stamps:
-        assert outcome(llog.offset_for_timestamp, t) == outcome(llog.offset_for_timestamp_reference, t), \
+        assert outcome(llog.offset_for_timestamp, t) == reference(llog.offset_for_timestamp_reference, t), \
             ("offset_for_timestamp", t)
-        assert outcome(llog.lookup_timestamp, t) == outcome(llog.lookup_timestamp_reference, t), \
+        assert outcome(llog.lookup_timestamp, t) == reference(llog.lookup_timestamp_reference, t), \
             ("lookup_timestamp", t)
         asked += 2
     return asked
@@ -177,11 +185,9 @@ def test_native_and_python_paths_agree_on_damaged_logs(demo, tmp_path, seed):
 
 
 def test_reads_batch_walk_in_c_agrees_with_python():
-    """`read`'s walk over the batches it hands out (`_whole_batches`: `_decode.sound_batches` in one C call)
+    """`read`'s walk over the batches it hands out (`batch.whole_batches`: `_accel.sound_batches` in one C call)
     against the Python walk, on pieces of every Kafka-written `.log` cut at batch edges and inside batches,
     and on damaged copies: the same (bytes, next offset) or the same error; C must take the sound pieces."""
-    from lookupd.log import locallog
-
     R.require()
     rnd = random.Random(11)
     taken = pieces = 0
@@ -200,10 +206,10 @@ def test_reads_batch_walk_in_c_agrees_with_python():
                     if piece and rnd.random() < 0.3:
                         piece[rnd.randrange(len(piece))] ^= 1 << rnd.randrange(8)
                     piece = bytes(piece)
-                    fast = outcome(locallog._whole_batches, piece, start, seg)
-                    assert fast == outcome(locallog._whole_batches_python, piece, start, seg), (p, name, start)
+                    fast = outcome(whole_batches, piece, start, seg.log.path)
+                    assert fast == reference(whole_batches_reference, piece, start, seg.log.path), (p, name, start)
                     pieces += 1
-                    taken += locallog._sound_batches(piece) is not None
+                    taken += format_accel.sound_batches(piece) is not None
             finally:
                 lm.close()
     assert taken > pieces // 2, (taken, pieces)

@@ -1,18 +1,20 @@
 """lookupd.daemon.reactor: parked tasks wake with their handler's value or error, stay cancellable,
-and many sockets are served by the one reactor task, with and without its wait in trio's place;
-while it waits there, trio's deadlines, threads and woken tasks are served as trio would."""
+and many sockets are served by the one reactor task while trio's deadlines, threads and woken tasks
+are served as ever; the daemon's request path lets a mock clock jump while a connection is parked."""
 
 from __future__ import annotations
 
 import os
 import socket
 import threading
+import time
 
 import pytest
 import trio
 import trio.testing
 
-from lookupd.daemon import reactor as reactor_module
+import reference as R
+from daemon_helpers import RawPeer, running, short_dir  # noqa: F401 - fixture
 from lookupd.daemon.reactor import Reactor
 
 
@@ -26,9 +28,8 @@ def _reader(fd: int, want: bytes, seen: list[bytes]):
 
 
 @pytest.mark.trio
-@pytest.mark.parametrize("idle_wait", [True, False])
-async def test_parked_tasks_wake_with_their_handlers_value(idle_wait):
-    reactor = Reactor(idle_wait=idle_wait)
+async def test_parked_tasks_wake_with_their_handlers_value():
+    reactor = Reactor()
     pairs = [socket.socketpair() for _ in range(5)]
     for a, b in pairs:
         a.setblocking(False)
@@ -67,9 +68,8 @@ async def test_parked_tasks_wake_with_their_handlers_value(idle_wait):
 
 
 @pytest.mark.trio
-@pytest.mark.parametrize("idle_wait", [True, False])
-async def test_a_handlers_error_is_raised_in_its_task_and_the_reactor_goes_on(idle_wait):
-    reactor = Reactor(idle_wait=idle_wait)
+async def test_a_handlers_error_is_raised_in_its_task_and_the_reactor_goes_on():
+    reactor = Reactor()
     (a1, b1), (a2, b2) = socket.socketpair(), socket.socketpair()
 
     def broken():
@@ -91,9 +91,8 @@ async def test_a_handlers_error_is_raised_in_its_task_and_the_reactor_goes_on(id
 
 
 @pytest.mark.trio
-@pytest.mark.parametrize("idle_wait", [True, False])
-async def test_cancelling_a_parked_task_takes_its_socket_out(idle_wait):
-    reactor = Reactor(idle_wait=idle_wait)
+async def test_cancelling_a_parked_task_takes_its_socket_out():
+    reactor = Reactor()
     a, b = socket.socketpair()
     calls = []
     try:
@@ -179,45 +178,59 @@ async def _serve_clients(reactor: Reactor, n: int, work) -> list[list[bytes]]:
 
 
 @pytest.mark.trio
-async def test_waiting_in_trios_place_keeps_its_deadlines_and_threads(monkeypatch):
-    """One parked connection, answered while the reactor waits in trio's place; meanwhile sleeps
-    end, a thread's result arrives, a deadline cancels and at last a handler wakes its task, as
-    through trio's own loop.
-    Its own bound on a wait is raised above fail_after's: missing any of these fails the test."""
-    monkeypatch.setattr(reactor_module, "IDLE_WAIT_MAX_S", 30.0)  # > fail_after: a miss fails, not hangs
-    reactor = Reactor(idle_wait=True)
+@pytest.mark.parametrize("connections", [1, 2])
+async def test_parked_connections_are_answered_while_trio_keeps_its_deadlines_and_threads(connections):
+    """Parked connections answered by the reactor while clients keep it busy; meanwhile sleeps end,
+    a thread's result arrives, a deadline cancels and at last a handler wakes its task, as ever."""
+    reactor = Reactor()
     seen = {}
 
     async def work(answers):
-        while len(answers[0]) < 50:  # the client is being answered with nothing else to do
+        while min(len(a) for a in answers) < 50:  # the clients are being answered
             await trio.sleep(0.001)
-        before = reactor.idle_waits
         for _ in range(5):
-            await trio.sleep(0.01)  # each ends while the client keeps the reactor busy
+            await trio.sleep(0.01)  # each ends while the clients keep the reactor busy
         seen["thread"] = await trio.to_thread.run_sync(lambda: "from a thread")
         with trio.move_on_after(0.01) as scope:
             await trio.sleep_forever()
         seen["cancelled"] = scope.cancelled_caught
-        seen["answered_meanwhile"] = reactor.idle_waits - before
 
-    [answers] = await _serve_clients(reactor, 1, work)
+    answers = await _serve_clients(reactor, connections, work)
     assert seen["thread"] == "from a thread" and seen["cancelled"]
-    assert seen["answered_meanwhile"] > 0, "the reactor never waited in trio's place (trio's run loop changed?)"
-    assert answers == [b"REQ%d;" % i for i in range(len(answers))]
+    assert all(got == [b"REQ%d;" % i for i in range(len(got))] for got in answers)
+
+
+# Real seconds the mock-clock test waits for its virtual minute before it fails (it would hang instead).
+MOCK_CLOCK_GIVE_UP_S = 20
 
 
 @pytest.mark.trio
-async def test_with_two_connections_parked_trio_waits_itself():
-    """Two parked connections, both answered, none of it in trio's place: with more than one
-    connection, trio's longer pass answers more of them at once."""
-    reactor = Reactor(idle_wait=True)
-    seen = {}
-
-    async def work(answers):
-        while min(len(a) for a in answers) < 200:
-            await trio.sleep(0.001)
-        seen["answered_in_trios_place"] = reactor.idle_waits  # both still parked (their byes follow)
-
-    answers = await _serve_clients(reactor, 2, work)
-    assert seen["answered_in_trios_place"] == 0
-    assert all(got == [b"REQ%d;" % i for i in range(len(got))] for got in answers)
+@pytest.mark.parametrize("threshold", [0, 0.01])
+async def test_a_mock_clock_jumps_while_a_connection_is_parked_in_the_daemon(short_dir, mock_clock, threshold):
+    """The daemon's request path under trio's MockClock(autojump_threshold=0, and 0.01): with a
+    connection parked in the reactor (answered, waiting for its next request), every task is
+    blocked, so the clock jumps to each next deadline, a virtual minute (60 rescans) passes in moments, and the
+    connection still answers. A reactor that waits in trio's place (before trio's I/O wait) and
+    then wakes trio with a callback leaves a clock with a threshold standing forever."""
+    R.require()
+    mock_clock.autojump_threshold = threshold
+    async with running(os.path.join(short_dir, "d.sock")) as d:
+        p = await RawPeer.unix(os.path.join(short_dir, "d.sock"))
+        assert await p.call("ping") == (None, "pong")
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(d._reactor._parked) == 1, "the connection is parked in the reactor"
+        token, gave_up = trio.lowlevel.current_trio_token(), threading.Event()
+        with trio.CancelScope() as scope:
+            def give_up():
+                if not gave_up.wait(MOCK_CLOCK_GIVE_UP_S):
+                    trio.from_thread.run_sync(scope.cancel, trio_token=token)
+            watchdog = threading.Thread(target=give_up, daemon=True)
+            watchdog.start()
+            t0, real0 = trio.current_time(), time.monotonic()
+            await trio.sleep(60)
+        gave_up.set()
+        assert not scope.cancelled_caught, f"the mock clock stood still for {MOCK_CLOCK_GIVE_UP_S} s"
+        assert trio.current_time() - t0 >= 60 and time.monotonic() - real0 < MOCK_CLOCK_GIVE_UP_S
+        assert await p.call("resolve_offset", "plain", 0, 100) == (None, {
+            "segment": 0, "base_offset": 90, "last_offset": 111, "position": 25241, "size": 6513})
+        await p.aclose()

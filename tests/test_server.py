@@ -591,6 +591,7 @@ async def test_a_client_repeating_mistakes_writes_a_bounded_log(sock, short_dir,
     assert "3499 more client errors" in lines[-1].getMessage()
 
 
+@pytest.mark.native  # the small read is answered on the event loop: C's one-call path
 @pytest.mark.trio
 async def test_big_reads_run_in_worker_threads(sock):
     """A `read` of more than INLINE_READ_MAX_BYTES waits for a worker thread even when its data is in memory;

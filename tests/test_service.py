@@ -201,6 +201,7 @@ def evict_from_page_cache(path: str) -> None:
         os.close(fd)
 
 
+@pytest.mark.native
 def test_thread_policy():
     """A lookup runs on the event loop when all it reads is in memory; cold data (an index not mapped
     yet, `.log` pages not in the page cache) sends it to a thread; listings and columnar calls

@@ -4,6 +4,7 @@ plain walk over every segment (ListOffsets' choice of segment)."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import struct
 
@@ -14,7 +15,8 @@ from hypothesis import strategies as st
 
 import reference as R
 from lookupd.errors import CorruptRecordError
-from lookupd.format import compression
+from lookupd.format import _accel as format_accel
+from lookupd.format._accel import python_only
 from lookupd.format import records as rec
 from lookupd.format.batch import Compression, TimestampType, parse_header
 from lookupd.format.builder import build_batch
@@ -25,15 +27,11 @@ from lookupd.tools.writer import LogWriter
 
 def scan(batch: bytes, target: int, start: int, native: bool):
     """find_timestamp with the C scan and C codecs (native) or in Python alone."""
-    saved = rec._decode, compression._decode
-    if not native:
-        rec._decode = compression._decode = None
-    try:
-        return rec.find_timestamp(parse_header(batch, 0), batch, target, start, path="t.log")
-    except CorruptRecordError as err:
-        return str(err)
-    finally:
-        rec._decode, compression._decode = saved
+    with contextlib.nullcontext() if native else python_only():
+        try:
+            return rec.find_timestamp(parse_header(batch, 0), batch, target, start, path="t.log")
+        except CorruptRecordError as err:
+            return str(err)
 
 
 def assert_alike(batch: bytes, targets, starts) -> None:
@@ -51,7 +49,7 @@ def assert_alike(batch: bytes, targets, starts) -> None:
 
 
 def test_the_native_scan_is_built():
-    assert rec._decode is not None
+    assert format_accel.NATIVE
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -137,27 +135,24 @@ def test_first_segment_at_a_time_is_found_as_the_plain_walk_finds_it(tmp_path):
 
 # ---------------------------------------------------------------- the batch-header walk of a .log
 
-from lookupd.log import filerecords  # noqa: E402
+from lookupd.log import _accel as log_accel  # noqa: E402
 from lookupd.log.filerecords import FileRecords  # noqa: E402
 
 
 def walk(path: str, target: int, start: int, end: int, by_timestamp: bool, strict: bool, native: bool):
-    saved = filerecords._native
-    if not native:
-        filerecords._native = None
     fr = FileRecords(path)
     try:
-        found = fr.find_batch(target, start, end, by_timestamp=by_timestamp, strict=strict)
+        with contextlib.nullcontext() if native else python_only():
+            found = fr.find_batch(target, start, end, by_timestamp=by_timestamp, strict=strict)
         return None if found is None else found[2:]
     except CorruptRecordError as err:
         return str(err)
     finally:
-        filerecords._native = saved
         fr.close()
 
 
 def test_the_native_walk_is_built():
-    assert filerecords._native is not None
+    assert log_accel.NATIVE
 
 
 def assert_walks_alike(path: str, targets, starts, end: int) -> None:

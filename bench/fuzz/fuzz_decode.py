@@ -11,7 +11,7 @@ key), and scanned for a timestamp by both paths of records.find_timestamp (and b
 find_timestamp_fast, whose every answer must be find_timestamp's); and the whole input,
 written as a .log, is walked for an offset and a timestamp by both paths of
 FileRecords.find_batch (lookupd/log/_native.c), walked as `read` walks what it hands out
-(`_decode.sound_batches` against the Python walk), and looked up through an offset index of its
+(`_accel.sound_batches` against the Python walk), and looked up through an offset index of its
 batches (damaged at times) by `_native.locate`, whose every answer must be the reference walk's
 (it may decline), and by timestamp through a time index of them by `_native.locate_time`, whose
 every answer must be its two halves' (`entry`, then `locate`); and taken as columns by arrays()' bitmap and flag helpers. Each pair must agree, answer or error. The C code must not crash,
@@ -29,6 +29,7 @@ that many inputs (the count is printed); a failing input is written to ./crash-<
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.machinery
 import importlib.util
 import os
@@ -44,8 +45,8 @@ sys.path.insert(0, REPO)
 import crc32c  # noqa: E402
 
 from lookupd.errors import CorruptRecordError  # noqa: E402
-from lookupd.format import columnar, compression, records, render  # noqa: E402
-from lookupd.log import filerecords  # noqa: E402
+from lookupd.format import _accel as format_accel, columnar, records, render  # noqa: E402
+from lookupd.log import _accel as log_accel, filerecords  # noqa: E402
 from lookupd.format.batch import Compression, parse_header, sound_v2_last_offset, whole_frames  # noqa: E402
 from lookupd.format.builder import build_batch  # noqa: E402
 
@@ -57,28 +58,37 @@ def load_extension(name: str, path: str):
     return module
 
 
+# The functions each layer's switch (lookupd.format._accel, lookupd.log._accel) takes from its extension.
+DECODE_NAMES = ("decode_frames", "decode_v2", "render_batch", "find_timestamp", "find_timestamp_batch", "sound_batches",
+                "decompress", "codecs", "validity_bitmap", "nonempty_bitmap", "spread_flag")
+NATIVE_NAMES = ("entry", "locate", "locate_time", "find_batch", "install", "register", "unregister", "faults",
+                "resident", "slot", "plain_slot")
+
+
 def load_instrumented(decode_so: str | None, native_so: str | None) -> None:
+    """The instrumented builds in place of the installed extensions, in each layer's switch."""
     if decode_so:
         module = load_extension("lookupd.format._decode", decode_so)
-        columnar._decode = render._decode = records._decode = compression._decode = module
+        format_accel.extension, format_accel.NATIVE = module, True
+        for name in DECODE_NAMES:
+            setattr(format_accel, name, getattr(module, name))
         columnar.NATIVE = True
         columnar.validity_bitmap, columnar.nonempty_bitmap, columnar.spread_flag = \
             module.validity_bitmap, module.nonempty_bitmap, module.spread_flag
     if native_so:
-        filerecords._native = load_extension("lookupd.log._native", native_so)
+        module = load_extension("lookupd.log._native", native_so)
+        log_accel.extension, log_accel.NATIVE = module, True
+        for name in NATIVE_NAMES:
+            setattr(log_accel, name, getattr(module, name))
 
 
 def swapped(native: bool, fn, *args):
-    """fn(*args) with the C paths of records and filerecords on (native) or off; errors as strings."""
-    saved = records._decode, filerecords._native, compression._decode
-    if not native:
-        records._decode = filerecords._native = compression._decode = None
-    try:
-        return fn(*args)
-    except CorruptRecordError as err:
-        return str(err)
-    finally:
-        records._decode, filerecords._native, compression._decode = saved
+    """fn(*args) with lookupd's C paths on (native) or off (a reference path: python_only); errors as strings."""
+    with contextlib.nullcontext() if native else format_accel.python_only():
+        try:
+            return fn(*args)
+        except CorruptRecordError as err:
+            return str(err)
 
 
 def scans(data: bytes, log_path: str) -> list:
@@ -111,7 +121,7 @@ def scans(data: bytes, log_path: str) -> list:
 def walk_check(data: bytes) -> str | None:
     """`_decode.sound_batches` (read's batch walk) against the Python walk of whole frames: where C answers,
     every whole batch must be sound and the bytes and last offset the same. None if so, else what differed."""
-    got = columnar._decode.sound_batches(data)
+    got = format_accel.sound_batches(data)
     if got is None:
         return None
     whole, last = 0, -1
@@ -133,7 +143,7 @@ def locate_checks(rnd: random.Random, data: bytes, log_path: str) -> str | None:
     """`_native.locate` of every kind over `data` as a .log, through an offset index of its batch
     positions (a byte of it damaged at times): each answer it gives must be the reference walk's from
     the index entry `_native.entry` picks. None if so, else what differed."""
-    native = filerecords._native
+    native = log_accel.extension
     if native is None:
         return None
     entries, pos = [], 0
@@ -184,7 +194,7 @@ def locate_checks(rnd: random.Random, data: bytes, log_path: str) -> str | None:
 def locate_time_check(rnd: random.Random, data: bytes, index: bytes, n: int, fd: int) -> str | None:
     """`_native.locate_time` against its two halves, `entry` on the time index then `locate`, over a time
     index of the batches' max timestamps (a byte of it damaged at times, or random bytes)."""
-    native = filerecords._native
+    native = log_accel.extension
     stamps, pos = [], 0
     while pos + 61 <= len(data) and len(stamps) < 8:
         size = 12 + struct.unpack_from(">i", data, pos + 8)[0]

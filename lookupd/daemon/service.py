@@ -40,7 +40,7 @@ import numpy as np
 
 from ..errors import InvalidArgument, LookupdError, TooLarge, Unauthorized, Unavailable
 from ..log.fileio import CAN_READ_NOWAIT, WouldBlock, mode as nonblocking_mode
-from ..log.locallog import int64_array
+from ..log.bulk import int64_array
 from ..log.logmanager import LogManager
 from .acl import ANONYMOUS, DESCRIBE, METHOD_OPERATIONS, Acl
 
@@ -154,7 +154,7 @@ class Service:
         if m.where == THREAD or not self.inline_hot_lookups or not CAN_READ_NOWAIT or \
                 (m.too_big_inline is not None and m.too_big_inline(params)):
             return NEEDS_THREAD
-        nonblocking_mode.on = True  # what `with nonblocking()` does, without its three Python calls
+        nonblocking_mode.on = True  # this thread's reads raise WouldBlock until reset below (fileio.mode)
         try:
             return self._run(m, name, params, session)
         except WouldBlock:
@@ -260,19 +260,23 @@ def _segments(s: Service, p: list) -> list:
     return s._log(p).segments_info()
 
 
+# The single lookups answer their NamedTuple as a map, `dict(zip(r._fields, r))` written out in each:
+# a shared helper would add a Python frame to every hot lookup.
+
+
 def _lookup_offset(s: Service, p: list) -> dict | None:
     r = s.manager.get(p[0], p[1]).lookup_offset(p[2], p[3])
-    return None if r is None else dict(zip(r._fields, r))  # as a map; written out, no helper frame
+    return None if r is None else dict(zip(r._fields, r))
 
 
 def _lookup_timestamp(s: Service, p: list) -> dict | None:
     r = s.manager.get(p[0], p[1]).lookup_timestamp(p[2], p[3])
-    return None if r is None else dict(zip(r._fields, r))  # as a map; written out, no helper frame
+    return None if r is None else dict(zip(r._fields, r))
 
 
 def _resolve_offset(s: Service, p: list) -> dict | None:
     r = s.manager.get(p[0], p[1]).resolve_offset(p[2])
-    return None if r is None else dict(zip(r._fields, r))  # as a map; written out, no helper frame
+    return None if r is None else dict(zip(r._fields, r))
 
 
 def _offset_for_timestamp(s: Service, p: list) -> dict | None:
@@ -295,7 +299,7 @@ def _read(s: Service, p: list) -> dict:
         raise TooLarge(f"max_bytes {max_bytes} is above the daemon's limit of {s.limits.max_read_bytes} "
                        f"(max_read_bytes): read in smaller pieces")
     r = s.manager.get(p[0], p[1]).read(p[2], max_bytes)
-    return dict(zip(r._fields, r))  # as a map; written out, no helper frame
+    return dict(zip(r._fields, r))
 
 
 def _lookup_offsets(s: Service, p: list) -> dict:

@@ -21,12 +21,9 @@ from .batch import CONTROL_MASK, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK, BatchH
 from .records import _v2_records, decode_batch, native_v2
 from ..errors import INT64_MAX, INT64_MIN, CorruptRecordError
 
-try:
-    from . import _decode
-except ImportError:  # built without a C compiler: the reference decoder fills the same columns
-    _decode = None
+from . import _accel
 
-NATIVE = _decode is not None
+NATIVE = _accel.NATIVE  # the C decoder is there (else the reference decoder fills the same columns)
 
 # Column order of _decode.decode_v2 (see lookupd/format/_decode.c).
 (OFFSET, TIMESTAMP, KEY_VALID, KEY_END, KEY_DATA, VALUE_VALID, VALUE_END, VALUE_DATA, HDR_END, HKEY_END, HKEY_DATA,
@@ -36,7 +33,7 @@ _ENDS = (KEY_END, VALUE_END, HDR_END, HKEY_END, HVAL_END)  # Arrow offsets: a le
 MAX_DATA_BYTES = (1 << 31) - 1
 _I32 = struct.Struct("=i")
 _I64 = struct.Struct("=q")
-# Per batch taken, six int64 (see _decode.c): file position, base offset, last offset, producer id, flags, records.
+# Per batch taken, six int64 (see _frames.c): file position, base offset, last offset, producer id, flags, records.
 _FACTS = struct.Struct("=6q")
 FLAG_TRANSACTIONAL, FLAG_LOG_APPEND_TIME = 1, 2
 
@@ -46,7 +43,7 @@ class ColumnBuilder:
 
     def __init__(self, include_headers: bool = True, *, native: bool = True):
         self.include_headers = include_headers
-        self.native = native and NATIVE
+        self.native = native and NATIVE and not _accel.mode.python
         self._reset()
 
     def _reset(self) -> None:
@@ -73,7 +70,7 @@ class ColumnBuilder:
             if self.native:
                 if self.data_bytes + (end - pos) > MAX_DATA_BYTES:
                     raise OverflowError("columns full: call arrays() before adding more")
-                pos = _decode.decode_frames(buf, pos, end, position, self.include_headers, self._facts, *self._cols)
+                pos = _accel.decode_frames(buf, pos, end, position, self.include_headers, self._facts, *self._cols)
                 self.count = len(self._cols[OFFSET]) // 8
                 if pos >= end:
                     break
@@ -101,7 +98,7 @@ class ColumnBuilder:
             records = _v2_records(header, batch, path)
             if len(records) + self.data_bytes > MAX_DATA_BYTES:
                 raise OverflowError("columns full: call arrays() before adding this batch")
-            if _decode.decode_v2(*native_v2(header, records), self.include_headers, *self._cols):
+            if _accel.decode_v2(*native_v2(header, records), self.include_headers, *self._cols):
                 return self._counted(header, header.record_count)
         return self._counted(header, self._append(decode_batch(header, batch, path=path), header, path))
 
@@ -212,38 +209,8 @@ def _buffer(pa, data) -> Any:
 
 
 # ------------------------------------------------------------------ Arrow validity, per record flags
-# In C (one pass over the bytes) where the extension is built; the numpy versions are the reference.
-
-
-def validity_bitmap_reference(flags) -> tuple[Any, int]:
-    """(Arrow validity bitmap, null count) of one byte per item, 0 for null; (None, 0) without nulls."""
-    import numpy as np
-
-    valid = np.frombuffer(flags, np.uint8)
-    nulls = len(valid) - int(np.count_nonzero(valid))
-    return (np.packbits(valid, bitorder="little").tobytes() if nulls else None), nulls
-
-
-def nonempty_bitmap_reference(ends) -> tuple[Any, int]:
-    """(Arrow validity bitmap of the lists holding items, count of empty ones) from n + 1 int32 offsets."""
-    import numpy as np
-
-    has = np.diff(np.frombuffer(ends, np.int32).astype(np.int64)) > 0  # int32 differences could wrap
-    nulls = len(has) - int(np.count_nonzero(has))
-    return (np.packbits(has, bitorder="little").tobytes() if nulls else None), nulls
-
-
-def spread_flag_reference(facts, flag: int) -> bytes:
-    """Per record of the batches in `facts` (six int64 each, as decode_frames writes them), in order: the
-    int32 1 where its batch's flags have `flag`, else 0."""
-    import numpy as np
-
-    f = _facts_of(facts)
-    return np.repeat(((f["flags"] & flag) != 0).astype(np.int32), f["records"]).tobytes()
-
-
-if NATIVE:
-    validity_bitmap, nonempty_bitmap, spread_flag = _decode.validity_bitmap, _decode.nonempty_bitmap, _decode.spread_flag
-else:
-    validity_bitmap, nonempty_bitmap, spread_flag = \
-        validity_bitmap_reference, nonempty_bitmap_reference, spread_flag_reference
+# In C (one pass over the bytes) where the extension is built; the numpy versions (lookupd.format._accel)
+# are the reference.
+validity_bitmap, nonempty_bitmap, spread_flag = _accel.validity_bitmap, _accel.nonempty_bitmap, _accel.spread_flag
+validity_bitmap_reference, nonempty_bitmap_reference, spread_flag_reference = \
+    _accel.validity_bitmap_reference, _accel.nonempty_bitmap_reference, _accel.spread_flag_reference

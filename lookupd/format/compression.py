@@ -56,10 +56,7 @@ except ImportError:  # no wheel for this platform: zlib inflates everything
 from .batch import Compression
 from ..errors import CorruptRecordError
 
-try:
-    from . import _decode  # the codec libraries called from C: the fast path, tried first
-except ImportError:  # built without a C compiler
-    _decode = None
+from . import _accel  # the codec libraries called from C: the fast path, tried first
 
 MAX_DECOMPRESSED_SIZE = (1 << 31) - 1
 
@@ -103,8 +100,8 @@ def decompress(codec: Compression, data, *, path=None, position: int | None = No
             raise CorruptRecordError(path, position, f"unknown compression codec id {codec}") from None
     if codec is Compression.NONE:
         return bytes(data)
-    if native and _decode is not None:
-        out = _decode.decompress(codec, data, max_size)
+    if native and not _accel.mode.python:
+        out = _accel.decompress(codec, data, max_size)
         if out is not None:
             return out
     try:

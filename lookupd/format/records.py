@@ -25,10 +25,7 @@ from .batch import (COMPRESSION_MASK, CONTROL_MASK, LOG_OVERHEAD, NO_TIMESTAMP, 
 from .compression import decompress
 from ..errors import INT64_MAX, INT64_MIN, CorruptRecordError
 
-try:
-    from . import _decode
-except ImportError:  # built without a C compiler: the Python scans below do it all
-    _decode = None
+from . import _accel
 
 Header = tuple[str, bytes | None]
 
@@ -357,12 +354,12 @@ def find_timestamp(header: BatchHeader, batch, target_timestamp: int, starting_o
                    path=None) -> tuple[int, int] | None:
     """(timestamp, offset) of the first record, in batch order, with timestamp >= target and
     offset >= starting_offset; None if there is none (FileRecords.searchForTimestamp's inner loop).
-    A v2 batch is scanned in C when the extension is built; the Python scan below does the rest,
-    and any batch the C scan hands back, so it reports every fault."""
-    if _decode is not None and header.magic >= 2 and header.record_count > 0 and \
+    A v2 batch is scanned in C (`_accel.find_timestamp`) unless a reference path runs; the Python scan
+    below does the rest, and any batch the C scan hands back, so it reports every fault."""
+    if not _accel.mode.python and header.magic >= 2 and header.record_count > 0 and \
             INT64_MIN <= target_timestamp <= INT64_MAX and INT64_MIN <= starting_offset <= INT64_MAX:
-        found = _decode.find_timestamp(*native_v2(header, _v2_records(header, batch, path)), target_timestamp,
-                                       starting_offset)
+        found = _accel.find_timestamp(*native_v2(header, _v2_records(header, batch, path)), target_timestamp,
+                                      starting_offset)
         if found is not False:
             return found
     for offset, ts in _offsets_and_timestamps(header, batch, path):
@@ -376,9 +373,9 @@ def find_timestamp_fast(batch, target_timestamp: int, starting_offset: int) -> t
     and without building its header: (timestamp, offset, partition leader epoch or None) when the C scan
     finds the record; None when the caller's full path must answer (no C extension, no match, any other
     batch, a codec form left to Python, or a fault to name)."""
-    if _decode is None or not (INT64_MIN <= target_timestamp <= INT64_MAX and INT64_MIN <= starting_offset <= INT64_MAX):
+    if not (INT64_MIN <= target_timestamp <= INT64_MAX and INT64_MIN <= starting_offset <= INT64_MAX):
         return None
-    return _decode.find_timestamp_batch(batch, target_timestamp, starting_offset)
+    return _accel.find_timestamp_batch(batch, target_timestamp, starting_offset)
 
 
 def offset_of_max_timestamp(header: BatchHeader, batch, *, path=None) -> int | None:

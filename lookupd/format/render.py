@@ -16,10 +16,7 @@ from .batch import CONTROL_MASK, BatchHeader, TimestampType
 from .records import Record, _v2_records, control_record, decode_batch, native_v2
 from ..errors import CorruptRecordError
 
-try:
-    from . import _decode
-except ImportError:  # built without a C compiler: the reference rendering does it all
-    _decode = None
+from . import _accel
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 
@@ -78,17 +75,17 @@ class JsonLines(NamedTuple):
 def record_lines(header: BatchHeader, batch, path=None, head: bytes = b"{", *, key: bytes | None = None) -> JsonLines:
     """`record_json` of each record of a batch whose CRC was checked (only those whose key is `key`, when
     given), a line each, every line starting with `head` (the opening brace and any fields put before the
-    record's). v2 data batches are decoded to columns and rendered from them in C (`_decode.render_batch`);
+    record's). v2 data batches are decoded to columns and rendered from them in C (`_accel.render_batch`);
     the reference path, `reference_lines`, does control batches, legacy messages, machines without the
     extension and any batch the C decoder hands back, so it also raises the errors. Both give the same bytes."""
-    if _decode is not None and header.magic >= 2 and not header.attributes & CONTROL_MASK and header.record_count > 0:
+    if not _accel.mode.python and header.magic >= 2 and not header.attributes & CONTROL_MASK and header.record_count > 0:
         try:
             records = _v2_records(header, batch, path)
         except CorruptRecordError:
             pass  # the reference path reports it
         else:
-            done = _decode.render_batch(*native_v2(header, records), head, _MID[header.timestamp_type],
-                                        _tail(header), key)
+            done = _accel.render_batch(*native_v2(header, records), head, _MID[header.timestamp_type],
+                                       _tail(header), key)
             if done is not None:
                 data, offsets, starts = done
                 return JsonLines(memoryview(offsets).cast("q"), memoryview(starts).cast("q"), data)

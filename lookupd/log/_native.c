@@ -29,6 +29,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "../format/_kafka.h"    /* Kafka's format constants and big-endian readers */
+
 #define MAX_RANGES 65536
 
 static _Atomic uintptr_t range_start[MAX_RANGES];
@@ -130,17 +132,11 @@ guard_faults(PyObject *self, PyObject *unused)
 
 /* ---------------------------------------------------------------- index search */
 
+/* A signed big-endian field of `width` bytes (4 or 8). */
 static inline int64_t
 read_be(const unsigned char *p, int width)
 {
-    if (width == 8) {
-        uint64_t v;
-        memcpy(&v, p, 8);
-        return (int64_t)__builtin_bswap64(v);
-    }
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return (int64_t)(int32_t)__builtin_bswap32(v);
+    return width == 8 ? (int64_t)be64(p) : (int64_t)(int32_t)be32(p);
 }
 
 /* The search arguments describe entries inside the buffer; else release it and raise ValueError. */
@@ -371,11 +367,8 @@ native_resident(PyObject *self, PyObject *args)
 
 /* ------------------------------------------------------------------ the batch-header walk of a .log */
 
-#define LOG_OVERHEAD 12             /* offset int64 + size int32 in front of every batch */
-#define HEADER_UP_TO_MAGIC 17
-#define RECORD_OVERHEAD_V0 14       /* the smallest legal size field */
-#define LAST_OFFSET_NEED 27         /* bytes of a header holding a v2 batch's last offset delta */
-#define MAX_TIMESTAMP_NEED 61       /* bytes of a header holding a v2 batch's max timestamp */
+#define LAST_OFFSET_NEED (LAST_OFFSET_DELTA_AT + 4)  /* bytes of a header holding a v2 batch's last offset delta */
+#define MAX_TIMESTAMP_NEED V2_HEADER                /* bytes of a header holding a v2 batch's max timestamp */
 
 /*
  * The walk itself over buf[0, len), `end` bytes of log from buf[0]: sets *stop to the batch it stopped

@@ -16,10 +16,7 @@ from ..format.batch import (HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, MAGIC_OFFSET,
 from ..errors import INT64_MAX, INT64_MIN, CorruptRecordError
 from .fileio import FileHandle, LazyHandle, regular_stat
 
-try:
-    from . import _native
-except ImportError:  # built without a C compiler: read_frames walks every header in Python
-    _native = None
+from . import _accel  # the header walk in C, unless a reference path runs: read_frames walks in Python
 
 # Header scans start at an index entry, at most `index.interval.bytes` (4 KiB by default)
 # before the batch looked for: 16 KiB usually reaches it, and what follows, in one pread.
@@ -146,17 +143,17 @@ class FileRecords:
         """The first batch from `start` whose last offset (with `by_timestamp`, max timestamp) >= target,
         as `read_frames` yields it (buffer, offset in it, file position, size); None if none before `end`.
 
-        The header walk runs in C (`_native.find_batch`) a chunk at a time; a batch it leaves
+        The header walk runs in C (`_accel.find_batch`) a chunk at a time; a batch it leaves
         (cut, corrupt, past the end) is where `read_frames` goes on, so both make the same
         decisions and raise the same errors."""
         h = self._file.get()
         pos = start
-        if _native is not None and INT64_MIN <= target <= INT64_MAX:
+        if not _accel.mode.python and INT64_MIN <= target <= INT64_MAX:
             chunk = FIRST_SCAN_BYTES
             while pos < end - HEADER_SIZE_UP_TO_MAGIC:
                 buf = h.pread(min(chunk, end - pos), pos)
                 chunk = HEADER_SCAN_BYTES
-                off, found = _native.find_batch(buf, end - pos, target, by_timestamp)
+                off, found = _accel.find_batch(buf, end - pos, target, by_timestamp)
                 if found:
                     return buf, off, pos + off, _SIZE.unpack_from(buf, off + 8)[0] + LOG_OVERHEAD
                 if off == 0:

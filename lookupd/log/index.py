@@ -26,33 +26,30 @@ maps a zero page over the faulting page, the search's answer is discarded and th
 remapped. The same C module runs the searches below; the Python versions stand in when
 it could not be built.
 
-The index classes hold the mapped-file state (map lifetime, the SIGBUS protocol, which entries
-are valid, live following); the searches themselves are pure functions over a buffer of
-entries in lookupd.log.search, as h11 keeps its readers apart from its connection.
+The index classes hold the mapped-file state (the SIGBUS protocol, which entries are valid, live
+following; the map itself and its lifetime are lookupd.log.mapping's); the searches themselves
+are pure functions over a buffer of entries in lookupd.log.search, as h11 keeps its readers apart
+from its connection.
 """
 
 from __future__ import annotations
 
 import logging
-import mmap
 import os
 import struct
 import threading
 import time
-import weakref
-from typing import TYPE_CHECKING, Callable, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 import numpy as np
 
 from ..errors import INT64_MAX, INT64_MIN, CorruptIndexError
-from .search import Layout, kafka_slot, search_sorted
+from .search import Layout, bulk_slots, ceiling_slot, host_order_columns, kafka_slot
 from .cache import tick
 from .fileio import RefusedFile, WouldBlock, is_nonblocking, mode as _nonblocking, open_regular, regular_stat
+from .mapping import NO_MAPPING, SIGBUS_GUARD, IndexMapping, IndexState, NoMapping, guard_faults
 
-try:
-    from . import _native
-except ImportError:  # built without a C compiler: Python searches, size checks before reads
-    _native = None
+from . import _accel  # without the C extension: Python searches, size checks before reads
 
 if TYPE_CHECKING:
     from .cache import IndexCache
@@ -62,107 +59,12 @@ T = TypeVar("T")
 
 WARM_SECTION_BYTES = 8192
 _PROBE_BYTES = 4096
-_PAGE_IN_CHUNK = 1 << 20
 _RETRIES = 5
 # How long a mapping found resident is trusted before mincore is asked again: pages of an index
 # being searched stay hot; one evicted meanwhile costs a page fault on the event loop at worst.
 RESIDENCY_RECHECK_S = 0.05
 
 
-def _no_faults() -> int:
-    return 0
-
-
-_faults: Callable[[], int] = _native.faults if _native is not None else _no_faults
-SIGBUS_GUARD = _native is not None
-
-
-def _release(mm: mmap.mmap, guard_slot: int) -> None:
-    if guard_slot >= 0:
-        _native.unregister(guard_slot)
-    try:
-        mm.close()
-    except BufferError:
-        pass  # a numpy view still exports it; it is unmapped when that view dies
-
-
-def _page_in(fd: int, length: int) -> None:
-    buf = memoryview(bytearray(min(length, _PAGE_IN_CHUNK)))
-    pos = 0
-    while pos < length:
-        got = os.preadv(fd, [buf[:min(len(buf), length - pos)]], pos)
-        if got <= 0:
-            break
-        pos += got
-
-
-class IndexMapping:
-    """One read-only map of an index file.
-
-    Released when the last holder drops the object: an evicted index still being searched
-    by another thread keeps its map until that search returns. The map keeps the only
-    descriptor (Python's mmap holds a duplicate); `size()` asks the file's current size.
-
-    The file is read once through `preadv` right after mapping. That pages it in with the
-    GIL released, so the first search (or validation) of a cold index on a slow disk does
-    not take page faults while holding the GIL and stall every other thread.
-    """
-
-    __slots__ = ("mm", "length", "address", "__weakref__")
-
-    def __init__(self, path: str):
-        fd, st = open_regular(path)
-        try:
-            length = st.st_size
-            mm = mmap.mmap(fd, length, mmap.MAP_SHARED, mmap.PROT_READ) if length else None
-            if mm is not None:
-                _page_in(fd, length)
-        finally:
-            os.close(fd)
-        self.mm = mm
-        self.length = length
-        self.address = 0
-        if mm is not None:
-            slot = -1
-            if _native is not None:
-                _native.install()
-                self.address = np.frombuffer(mm, np.uint8).ctypes.data
-                slot = _native.register(self.address, length)
-            weakref.finalize(self, _release, mm, slot)
-
-    def resident(self) -> bool:
-        """Whether every page of the map is in memory (False when that cannot be asked)."""
-        if self.mm is None:
-            return True
-        return _native is not None and _native.resident(self.address, self.length)
-
-    def size(self) -> int:
-        """The file's size now (an fstat)."""
-        return self.mm.size() if self.mm is not None else 0
-
-
-class _State(NamedTuple):
-    """What one look at an index found: its mapping, how many entries are valid, and any fault."""
-
-    mapping: "IndexMapping | _Missing"
-    entries: int
-    fault: CorruptIndexError | None
-
-
-class _Missing:
-    """Stands in for the mapping of a file that does not exist (yet), or is empty."""
-
-    mm = None
-    length = 0
-
-    def size(self) -> int:
-        return 0
-
-    def resident(self) -> bool:
-        return True
-
-
-_MISSING = _Missing()
 
 
 class AbstractIndex:
@@ -181,15 +83,15 @@ class AbstractIndex:
         self._cache = cache
         self.last_used = 0  # tick() of the last search (lookupd.log.cache)
         self._lock = threading.RLock()  # serialises (re)mapping; searches never take it
-        self._state: _State | None = None
+        self._state: IndexState | None = None
         self._live = False
         # Live only: whether an entry (absolute key, value) matches the `.log`, and the first slot
         # that did not with its bytes then (stale bytes ignored until the broker rewrites them).
         self._verify: Callable[[int, int], bool] | None = None
         self._rejected: tuple[int, bytes] | None = None
-        self._checked: _State | None = None  # the last state whose last entry passed `_verify`
+        self._checked: IndexState | None = None  # the last state whose last entry passed `_verify`
         self._resident_checked: tuple[object, float] | None = None  # (mapping, when mincore said resident)
-        self._native_cols: tuple[object, int, np.ndarray, np.ndarray] | None = None
+        self._host_order_cols: tuple[object, int, np.ndarray, np.ndarray] | None = None
         self.warm_entries = WARM_SECTION_BYTES // self.ENTRY_SIZE
         self._ZERO = bytes(self.ENTRY_SIZE)
 
@@ -223,7 +125,7 @@ class AbstractIndex:
         """Drop the mapping; the next lookup maps the file again (what the cache's eviction calls)."""
         with self._lock:
             self._state = None
-            self._native_cols = None
+            self._host_order_cols = None
 
     def set_live(self, live: bool, verify: Callable[[int, int], bool] | None = None) -> None:
         """Mark whether this belongs to the active segment (whose index may still grow); `verify`
@@ -237,7 +139,7 @@ class AbstractIndex:
                 if self._state is not None:
                     self._load()  # entries cut as "not yet valid" are judged again
 
-    def _ensure_open(self) -> _State:
+    def _ensure_open(self) -> IndexState:
         with self._lock:
             st = self._state
             fresh = st is None
@@ -247,23 +149,23 @@ class AbstractIndex:
             self._cache.opened(self)  # outside our lock: it may unmap other indexes
         return st
 
-    def _load(self) -> _State:
+    def _load(self) -> IndexState:
         """(Re)map the file, work out its valid entries from scratch, and publish both at once."""
         if is_nonblocking():
             raise WouldBlock()  # mapping reads the whole file in: a worker thread's job
         for _ in range(_RETRIES):
-            before = _faults()
+            before = guard_faults()
             try:
                 m = IndexMapping(self.path)
             except RefusedFile as err:  # a symbolic link: not read, and the index is not to be trusted
-                self._state = st = _State(_MISSING, 0, CorruptIndexError(self.path, None, err.strerror))
+                self._state = st = IndexState(NO_MAPPING, 0, CorruptIndexError(self.path, None, err.strerror))
                 return st
             except FileNotFoundError:
-                m = _MISSING  # LazyIndex creates the file on first access; until then it is empty
+                m = NO_MAPPING  # LazyIndex creates the file on first access; until then it is empty
             except ValueError:  # mmap: the file shrank between IndexMapping's fstat and its map; look again
                 continue
             if m.mm is None:
-                st = _State(_MISSING, 0, None)
+                st = IndexState(NO_MAPPING, 0, None)
             else:
                 n = m.length // self.ENTRY_SIZE
                 count, fault = self._ordered_prefix(m.mm, self._nonzero_prefix(m.mm, n))
@@ -274,18 +176,18 @@ class AbstractIndex:
                     fault = CorruptIndexError(
                         self.path, n * self.ENTRY_SIZE,
                         f"{self.KIND} size {m.length} is not a multiple of the entry size {self.ENTRY_SIZE}")
-                st = _State(m, count, fault)
-            if _faults() == before:
+                st = IndexState(m, count, fault)
+            if guard_faults() == before:
                 self._state = st
                 return st
         raise CorruptIndexError(self.path, None, "the file kept shrinking while it was being read")
 
-    def _reload(self, why: str) -> _State:
+    def _reload(self, why: str) -> IndexState:
         with self._lock:
             log.info("%s %s: mapping it again", self.path, why)
             return self._load()
 
-    def _publish(self, old: _State, new: _State) -> _State:
+    def _publish(self, old: IndexState, new: IndexState) -> IndexState:
         """Replace `old` by `new` unless someone remapped meanwhile; returns what is current."""
         with self._lock:
             if self._state is old:
@@ -304,7 +206,7 @@ class AbstractIndex:
         self._rejected = None  # the broker wrote that slot again
         return count
 
-    def _check_against_log(self, st: _State) -> _State:
+    def _check_against_log(self, st: IndexState) -> IndexState:
         """Live offset index: the valid entries, ended before the first whose batch the `.log` does not
         hold. New entries precede stale ones, so the boundary is found by bisection."""
         verify, mm, n = self._verify, st.mapping.mm, st.entries
@@ -322,7 +224,7 @@ class AbstractIndex:
         start = lo * self.ENTRY_SIZE
         self._rejected = (lo, bytes(mm[start:start + self.ENTRY_SIZE]))
         log.info("%s: entries from slot %d on are not in the log (left by a truncation); ignoring them", self.path, lo)
-        cut = _State(st.mapping, lo, st.fault)
+        cut = IndexState(st.mapping, lo, st.fault)
         self._publish(st, cut)
         self._checked = cut
         return cut
@@ -383,7 +285,7 @@ class AbstractIndex:
 
     # ----------------------------------------------------------------- safe access
 
-    def _view(self, limit: int | None = None) -> _State:
+    def _view(self, limit: int | None = None) -> IndexState:
         """A snapshot (mapping, valid entries, fault) covering entries inside the file right now.
 
         A live index first admits entries the broker appended. The file is checked to still
@@ -412,7 +314,7 @@ class AbstractIndex:
             st = self._check_against_log(st)
         return st
 
-    def _check_resident(self, st: _State | None) -> None:
+    def _check_resident(self, st: IndexState | None) -> None:
         """Non-blocking mode: raise WouldBlock unless the index is mapped and its pages are in memory.
         Residency is asked at most every RESIDENCY_RECHECK_S per mapping (one mincore)."""
         if st is None:
@@ -426,7 +328,7 @@ class AbstractIndex:
             raise WouldBlock()
         self._resident_checked = (m, now)
 
-    def _intact(self, m: IndexMapping | _Missing, n: int) -> bool:
+    def _intact(self, m: IndexMapping | NoMapping, n: int) -> bool:
         """Whether the file still holds the first `n` entries.
 
         With the SIGBUS guard this is one mapped read: a file cut inside entry n-1's page
@@ -440,31 +342,31 @@ class AbstractIndex:
             return m.mm[start:start + self.ENTRY_SIZE] != self._ZERO
         return m.size() >= n * self.ENTRY_SIZE
 
-    def _nothing_appended(self, st: _State) -> bool:
+    def _nothing_appended(self, st: IndexState) -> bool:
         """The slot after the last valid entry is still zero (one mapped read, no system call)."""
         start = st.entries * self.ENTRY_SIZE
         return start + self.ENTRY_SIZE <= st.mapping.length and \
             st.mapping.mm[start:start + self.ENTRY_SIZE] == self._ZERO
 
-    def _apply_limit(self, st: _State, limit: int) -> _State:
+    def _apply_limit(self, st: IndexState, limit: int) -> IndexState:
         cut = self._first_beyond(st.mapping.mm, st.entries, limit)
         if cut == st.entries:
             return st
         fault = st.fault
         if not self._live and fault is None:
             fault = CorruptIndexError(self.path, cut * self.ENTRY_SIZE, self._beyond_reason(st.mapping.mm, cut, limit))
-        new = _State(st.mapping, cut, fault)
+        new = IndexState(st.mapping, cut, fault)
         self._publish(st, new)
         return new
 
-    def _reload_if_changed(self, st: _State) -> _State:
+    def _reload_if_changed(self, st: IndexState) -> IndexState:
         try:
             size = regular_stat(self.path).st_size
         except FileNotFoundError:  # RefusedFile too: mapping it reports why
             size = 0
         return self._reload("appeared") if size else st
 
-    def _follow(self, st: _State) -> _State:
+    def _follow(self, st: IndexState) -> IndexState:
         """Admit entries appended since the last look (live index)."""
         E = self.ENTRY_SIZE
         m = st.mapping
@@ -487,7 +389,7 @@ class AbstractIndex:
             z = int(np.argmax(zero)) if zero.any() else k
             bad = self._disorder(keys[:z], values[:z], self._entry_raw(m.mm, n - 1) if n else None)
             good = z if bad is None else bad
-            new = self._publish(st, _State(m, n + good, st.fault))
+            new = self._publish(st, IndexState(m, n + good, st.fault))
             if new.mapping is not m or good < k:
                 return new
             st = new
@@ -514,19 +416,19 @@ class AbstractIndex:
     def _run(self, limit: int | None, search: Callable[[object, int], T]) -> T:
         """Run `search(mm, n)` over checked entries; redo it if the file shrank meanwhile."""
         for _ in range(_RETRIES):
-            before = _faults()
+            before = guard_faults()
             st = self._view(limit)
             if st.fault is not None:
                 raise st.fault
             result = search(st.mapping.mm, st.entries)
-            if _faults() == before and self._intact(st.mapping, st.entries):
+            if guard_faults() == before and self._intact(st.mapping, st.entries):
                 return result
             self._reload("was truncated while being read")
         raise CorruptIndexError(self.path, None, "the file kept shrinking while it was being read")
 
-    def native_view(self) -> _State | None:
+    def native_view(self) -> IndexState | None:
         """The current state when the native one-call searches may use it: mapped, sound and, if live,
-        checked against the `.log`, with at least 2 entries (`_native.entry` says why); None when `_run`
+        checked against the `.log`, with at least 2 entries (`_accel.entry` says why); None when `_run`
         must answer. In non-blocking mode, WouldBlock unless its pages are in memory (as `_view`)."""
         st = self._state
         if st is None or st.entries < 2 or st.fault is not None or not SIGBUS_GUARD or \
@@ -542,14 +444,14 @@ class AbstractIndex:
 
     def _entry_fast(self, target: int, ceiling: bool, value_limit: int) -> tuple[int, int, int] | None:
         """(slot, key, value) of the floor (`ceiling`: least >=) entry by key, slot -1 if none, in one native
-        call (`_native.entry`), entries with a value >= `value_limit` being past the `.log`; None when `_run`
-        must answer (see `native_view`, or in doubt)."""
-        if not INT64_MIN <= target <= INT64_MAX:
+        call (`_accel.entry`), entries with a value >= `value_limit` being past the `.log`; None when `_run`
+        must answer (see `native_view`, in doubt, or while a reference path runs)."""
+        if _accel.mode.python or not INT64_MIN <= target <= INT64_MAX:
             return None
         st = self.native_view()
         if st is None:
             return None
-        return _native.entry(st.mapping.mm, st.entries, self.ENTRY_SIZE, self._KEY.size, target, self.warm_entries,
+        return _accel.entry(st.mapping.mm, st.entries, self.ENTRY_SIZE, self._KEY.size, target, self.warm_entries,
                              ceiling, value_limit, self._live)
 
     def _entry_raw(self, mm, slot: int) -> tuple[int, int]:
@@ -624,16 +526,8 @@ class AbstractIndex:
 
     def _ceiling_search(self, t: int, by_value: bool) -> Callable[[object, int], int]:
         """A search(mm, n) for the least slot whose key (or value) is >= t (a search target), -1 if none."""
-        unpack = self._VALUE.unpack_from if by_value else self._KEY.unpack_from
-        skip = self._KEY.size if by_value else 0
-
-        def search(mm, n):
-            s = self._kafka_slot(mm, n, t, by_value, False)
-            if s >= 0 and unpack(mm, s * self.ENTRY_SIZE + skip)[0] == t:
-                return s
-            return s + 1 if s + 1 < n else -1
-
-        return search
+        layout, warm = self.LAYOUT, self.warm_entries
+        return lambda mm, n: ceiling_slot(mm, n, layout, t, by_value, warm)
 
     def _search_target(self, target: int, by_value: bool) -> int:
         return target
@@ -667,15 +561,13 @@ class AbstractIndex:
 
     # ----------------------------------------------------------------- vectorised
 
-    def _native(self, mm, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Native-order copies of both columns of the first `n` entries of map `mm`, kept
-        while the index stays mapped (what bulk searches run on)."""
-        cols = self._native_cols
+    def _host_order_columns(self, mm, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """`host_order_columns` of the first `n` entries of map `mm`, kept while the index stays mapped
+        (what bulk searches run on)."""
+        cols = self._host_order_cols
         if cols is None or cols[0] is not mm or cols[1] != n:
-            arr = np.frombuffer(mm, dtype=self._DTYPE, count=n) if n else np.empty(0, self._DTYPE)
-            cols = (mm, n, arr["key"].astype(self._DTYPE["key"].newbyteorder("=")),
-                    arr["value"].astype(self._DTYPE["value"].newbyteorder("=")))
-            self._native_cols = cols
+            cols = (mm, n, *host_order_columns(mm, n, self._DTYPE))
+            self._host_order_cols = cols
         return cols[2], cols[3]
 
     def _bulk(self, targets, limit: int | None, ceiling: bool):
@@ -683,14 +575,8 @@ class AbstractIndex:
         t = self._search_targets(np.asarray(targets, dtype=np.int64))
 
         def search(mm, n):
-            keys, values = self._native(mm, n)
-            slots = search_sorted(keys, t, ceiling)
-            if ceiling:
-                none = slots >= n
-            else:
-                slots -= 1
-                none = slots < 0
-            return slots, none, keys, values
+            keys, values = self._host_order_columns(mm, n)
+            return (*bulk_slots(keys, t, ceiling), keys, values)
 
         return self._run(limit, search)
 

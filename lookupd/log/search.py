@@ -16,10 +16,7 @@ import numpy as np
 
 from ..errors import INT64_MAX, INT64_MIN
 
-try:
-    from . import _native
-except ImportError:  # built without a C compiler: the Python versions below
-    _native = None
+from . import _accel  # the C searches, unless a reference path runs: the Python versions below
 
 
 class Layout(NamedTuple):
@@ -38,8 +35,8 @@ def kafka_slot(buf, n: int, layout: Layout, target: int, by_value: bool, upper: 
     field = layout.value if by_value else layout.key
     skip = layout.key.size if by_value else 0
     E = layout.entry_size
-    if _native is not None:
-        return _native.slot(buf, n, E, skip, field.size, min(max(target, INT64_MIN), INT64_MAX), warm_entries, upper)
+    if _accel.NATIVE and not _accel.mode.python:
+        return _accel.slot(buf, n, E, skip, field.size, min(max(target, INT64_MIN), INT64_MAX), warm_entries, upper)
     unpack = field.unpack_from
     first_hot = max(0, n - 1 - warm_entries)
     if unpack(buf, first_hot * E + skip)[0] < target:
@@ -62,11 +59,21 @@ def kafka_slot(buf, n: int, layout: Layout, target: int, by_value: bool, upper: 
     return lo
 
 
+def ceiling_slot(buf, n: int, layout: Layout, target: int, by_value: bool, warm_entries: int) -> int:
+    """Least slot of the first `n` entries whose key (or value) is >= target, -1 if none: Kafka's
+    floor search, then a step up unless the floor entry is the target itself."""
+    s = kafka_slot(buf, n, layout, target, by_value, False, warm_entries)
+    field, skip = (layout.value, layout.key.size) if by_value else (layout.key, 0)
+    if s >= 0 and field.unpack_from(buf, s * layout.entry_size + skip)[0] == target:
+        return s
+    return s + 1 if s + 1 < n else -1
+
+
 def plain_floor_slot(buf, n: int, layout: Layout, target: int) -> int:
     """Textbook binary search over all `n` keys: the baseline the warm section is measured against."""
     E = layout.entry_size
-    if _native is not None and n:
-        return _native.plain_slot(buf, n, E, 0, layout.key.size, min(max(target, INT64_MIN), INT64_MAX))
+    if _accel.NATIVE and not _accel.mode.python and n:
+        return _accel.plain_slot(buf, n, E, 0, layout.key.size, min(max(target, INT64_MIN), INT64_MAX))
     unpack = layout.key.unpack_from
     lo, hi = 0, n - 1
     while lo <= hi:
@@ -98,3 +105,20 @@ def search_sorted(keys: np.ndarray, targets: np.ndarray, ceiling: bool) -> np.nd
     if ceiling and narrow is not targets:
         slots[targets > (1 << 31) - 1] = len(keys)  # clipping made these equal to the largest key
     return slots
+
+
+def host_order_columns(buf, n: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Copies of the key and value columns of the first `n` entries of `buf` (big-endian entries of
+    the structured `dtype`, fields key and value) in this machine's byte order: what bulk searches run on."""
+    arr = np.frombuffer(buf, dtype=dtype, count=n) if n else np.empty(0, dtype)
+    return arr["key"].astype(dtype["key"].newbyteorder("=")), arr["value"].astype(dtype["value"].newbyteorder("="))
+
+
+def bulk_slots(keys: np.ndarray, targets: np.ndarray, ceiling: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(slot per target, where there is none) over sorted host-order `keys`: the floor slot (-1 where
+    none), or with `ceiling` the least slot >= the target (len(keys) where none)."""
+    slots = search_sorted(keys, targets, ceiling)
+    if ceiling:
+        return slots, slots >= len(keys)
+    slots -= 1
+    return slots, slots < 0

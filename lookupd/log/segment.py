@@ -21,10 +21,7 @@ from .index import OffsetIndex, TimeIndex
 from ..format.names import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, segment_file_name
 from .txnindex import AbortedTxn, TransactionIndex
 
-try:
-    from ._native import locate as _locate, locate_time as _locate_time
-except ImportError:  # built without a C compiler: every lookup takes the Python path
-    _locate = _locate_time = None
+from . import _accel
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +185,7 @@ class LogSegment:
     # ------------------------------------------------------------- one native call
 
     def locate(self, kind: int, offset: int, extra: int = 0) -> tuple | None:
-        """A lookup in this segment in one native call (`_native.locate`: index entry, header walk, read),
+        """A lookup in this segment in one native call (`_accel.locate`: index entry, header walk, read),
         for an offset in [0, int64 max]. By kind, as the Python path would answer:
         LOCATE_ENTRY and LOCATE_CEILING: (base offset, entry offset, position) of the floor entry
         (`offset_index_lookup`) or of the least entry >= offset (`ceiling_entry`);
@@ -198,13 +195,11 @@ class LogSegment:
         opens first from `offset` for timestamp `extra`.
         None when the Python path must answer: no native code, an index not mapped or in doubt,
         anything the walk leaves to the reference walk."""
-        if _locate is None:
-            return None
         st = self.offset_index.native_view()
         if st is None:
             return None
-        found = _locate(kind, st.mapping.mm, st.entries, self.offset_index.warm_entries, self.live,
-                        self.log.handle().fd, self.base_offset, offset, extra, _nonblocking.on)
+        found = _accel.locate(kind, st.mapping.mm, st.entries, self.offset_index.warm_entries, self.live,
+                              self.log.handle().fd, self.base_offset, offset, extra, _nonblocking.on)
         if found is False:
             raise WouldBlock()
         if kind == LOCATE_READ and self.live and found is not None:
@@ -237,17 +232,17 @@ class LogSegment:
 
     def _locate_by_time(self, kind: int, timestamp: int, starting_offset: int = 0) -> tuple | None:
         """A rolled segment's time-index floor and `locate`'s work from it in one native call
-        (`_native.locate_time`; kind LOCATE_ENTRY or LOCATE_TIME, timestamp in [0, int64 max]); None when
+        (`_accel.locate_time`; kind LOCATE_ENTRY or LOCATE_TIME, timestamp in [0, int64 max]); None when
         the two-step path must answer: the active segment, no native code, an index not mapped or in doubt."""
-        if _locate_time is None or self.live or not (0 <= timestamp <= INT64_MAX and 0 <= starting_offset <= INT64_MAX):
+        if self.live or not (0 <= timestamp <= INT64_MAX and 0 <= starting_offset <= INT64_MAX):
             return None
         tst = self.time_index.native_view()
         st = self.offset_index.native_view() if tst is not None else None
         if st is None:
             return None
-        found = _locate_time(kind, tst.mapping.mm, tst.entries, self.time_index.warm_entries, st.mapping.mm,
-                             st.entries, self.offset_index.warm_entries, self.log.handle().fd, self.base_offset,
-                             timestamp, starting_offset, _nonblocking.on)
+        found = _accel.locate_time(kind, tst.mapping.mm, tst.entries, self.time_index.warm_entries, st.mapping.mm,
+                                   st.entries, self.offset_index.warm_entries, self.log.handle().fd,
+                                   self.base_offset, timestamp, starting_offset, _nonblocking.on)
         if found is False:
             raise WouldBlock()
         return found
