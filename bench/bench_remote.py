@@ -260,37 +260,27 @@ def run(quick: bool) -> list[Figure]:
     import tiered_writer as W
 
     times = 3 if quick else 7
-    server = s3server.start_server()
-    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION")}
-    os.environ.update(AWS_ACCESS_KEY_ID=s3server.ACCESS_KEY, AWS_SECRET_ACCESS_KEY=s3server.SECRET_KEY,
-                      AWS_REGION=s3server.REGION)
     keydir = tempfile.mkdtemp(prefix="lookupd-bench-keys-")
     figures: list[Figure] = []
     try:
-        key = W.TestKey.create(keydir)
-        partition_dir, base = _segment()
-        client = server.client()
-        for variant, kw in VARIANTS.items():
-            bucket = server.bucket()
-            opts = W.Options(chunk_size=CHUNK, compression=kw.get("compression", False),
-                             encryption=key if kw.get("encryption") else None)
-            up = W.upload_segment(client, bucket, partition_dir, base, topic="large", partition=0,
-                                  topic_id=W.kafka_uuid(), opts=opts)
-            if variant == "plain":
-                figures += client_figures(server, bucket, up.log_key, up.segment.stat().st_size, times)
-            figures += sequential_figures(server, bucket, up, key if opts.encryption else None, times, variant)
-            figures += cold_index_figures(server, bucket, up, key if opts.encryption else None, variant)
-            figures += restore_figures(server, bucket, up, key if opts.encryption else None, times, variant)
-        figures += fuse_figures(server, times)
+        with s3server.running_server() as server:
+            key = W.TestKey.create(keydir)
+            partition_dir, base = _segment()
+            client = server.client()
+            for variant, kw in VARIANTS.items():
+                bucket = server.bucket()
+                opts = W.Options(chunk_size=CHUNK, compression=kw.get("compression", False),
+                                 encryption=key if kw.get("encryption") else None)
+                up = W.upload_segment(client, bucket, partition_dir, base, topic="large", partition=0,
+                                      topic_id=W.kafka_uuid(), opts=opts)
+                if variant == "plain":
+                    figures += client_figures(server, bucket, up.log_key, up.segment.stat().st_size, times)
+                figures += sequential_figures(server, bucket, up, key if opts.encryption else None, times, variant)
+                figures += cold_index_figures(server, bucket, up, key if opts.encryption else None, variant)
+                figures += restore_figures(server, bucket, up, key if opts.encryption else None, times, variant)
+            figures += fuse_figures(server, times)
     finally:
-        server.stop()
-        shutil.rmtree(server.data_dir, ignore_errors=True)
         shutil.rmtree(keydir, ignore_errors=True)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     return figures
 
 

@@ -107,40 +107,32 @@ def _session():
 
 
 def run(quick: bool = False) -> list[Figure]:
-    from s3server import ACCESS_KEY, REGION, SECRET_KEY, start_server
+    from s3server import running_server
 
     from spark_client.examples.with_daemon import running_daemon
 
     records, times = (40_000, 2) if quick else (1_000_000, 3)
     root = tempfile.mkdtemp(prefix="lkbst", dir=os.environ.get("BENCH_DIR", "/tmp"))
-    env = {k: os.environ.get(k) for k in AWS_ENV}
-    # Before Spark starts: its Python workers inherit the JVM's environment (the standard AWS chain).
-    os.environ.update(AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY, AWS_REGION=REGION)
-    server = start_server()
+    # The credentials are in the environment before Spark starts: its Python workers inherit the JVM's
+    # environment (the standard AWS chain).
     try:
-        local, tiered = os.path.join(root, "local"), os.path.join(root, "tiered")
-        _write(local, records)
-        shutil.copytree(local, tiered)
-        remote = _tier(tiered, server)
-        conf = os.path.join(root, "tiered.toml")
-        with open(conf, "w") as f:
-            f.write(f'[remote]\nbucket = "{remote["bucket"]}"\nendpoint_url = "{remote["endpoint_url"]}"\n'
-                    f'cache_dir = "{root}/daemon-cache"\n')
-        socks = {name: os.path.join(root, f"{name}.sock") for name in ("local", "tiered")}
-        with running_daemon([local], socks["local"]), running_daemon([tiered], socks["tiered"], config=conf):
-            spark = _session()
-            try:
-                return reads(spark, socks["local"], socks["tiered"], records, times)
-            finally:
-                spark.stop()
+        with running_server() as server:
+            local, tiered = os.path.join(root, "local"), os.path.join(root, "tiered")
+            _write(local, records)
+            shutil.copytree(local, tiered)
+            remote = _tier(tiered, server)
+            conf = os.path.join(root, "tiered.toml")
+            with open(conf, "w") as f:
+                f.write(f'[remote]\nbucket = "{remote["bucket"]}"\nendpoint_url = "{remote["endpoint_url"]}"\n'
+                        f'cache_dir = "{root}/daemon-cache"\n')
+            socks = {name: os.path.join(root, f"{name}.sock") for name in ("local", "tiered")}
+            with running_daemon([local], socks["local"]), running_daemon([tiered], socks["tiered"], config=conf):
+                spark = _session()
+                try:
+                    return reads(spark, socks["local"], socks["tiered"], records, times)
+                finally:
+                    spark.stop()
     finally:
-        for k, v in env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        server.stop()
-        shutil.rmtree(server.data_dir, ignore_errors=True)
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -170,30 +170,19 @@ def cold(t, targets, n: int) -> list[Figure]:
 
 
 def run(quick: bool = False) -> list[Figure]:
-    from s3server import start_server
+    from s3server import running_server
 
     calls, times, n = (300, 3, 5) if quick else (2000, 5, 20)
     root = Path(tempfile.mkdtemp(prefix="lookupd-bench-tiered-"))
-    server = start_server()
-    env = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION")}
-    from s3server import ACCESS_KEY, REGION, SECRET_KEY
-
-    os.environ.update(AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY, AWS_REGION=REGION)
     try:
-        t, below = _setup(root, server)
-        targets = _targets(below, 50)
-        figures = in_process(t, targets, calls, times)
-        figures += through_daemon(t, targets, calls // 4, times, tempfile.mkdtemp(prefix="lkdb", dir="/tmp"))
-        figures += cold(t, targets, n)
-        return figures
+        with running_server() as server:
+            t, below = _setup(root, server)
+            targets = _targets(below, 50)
+            figures = in_process(t, targets, calls, times)
+            figures += through_daemon(t, targets, calls // 4, times, tempfile.mkdtemp(prefix="lkdb", dir="/tmp"))
+            figures += cold(t, targets, n)
+            return figures
     finally:
-        for k, v in env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        server.stop()
-        shutil.rmtree(server.data_dir, ignore_errors=True)
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -10,6 +10,7 @@ It is stopped by its process id at the end of the session.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
@@ -21,6 +22,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import boto3
 import botocore.config
@@ -114,12 +116,18 @@ def start_server() -> S3Server:
             time.sleep(0.25)
 
 
-@pytest.fixture(scope="session")
-def s3_server():
-    server = start_server()
-    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION")}
+AWS_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION")
+
+
+@contextlib.contextmanager
+def running_server() -> Iterator["S3Server"]:
+    """A started server, with its credentials in os.environ (the standard AWS chain every client here
+    reads) for as long as it runs; afterwards the environment is as it was and the server is gone."""
+    saved = {k: os.environ.get(k) for k in AWS_ENV}
     os.environ.update(AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY, AWS_REGION=REGION)
+    server = None
     try:
+        server = start_server()
         yield server
     finally:
         for k, v in saved.items():
@@ -127,5 +135,12 @@ def s3_server():
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        server.stop()
-        shutil.rmtree(server.data_dir, ignore_errors=True)
+        if server is not None:
+            server.stop()
+            shutil.rmtree(server.data_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    with running_server() as server:
+        yield server
