@@ -84,5 +84,5 @@ def decrypt(key: RSAPrivateKey, ciphertext: bytes) -> bytes:
         raise DecryptionError(f"a wrapped key of {len(ciphertext)} bytes does not fit a {k * 8}-bit RSA key")
     c = int.from_bytes(ciphertext, "big")
     if c >= n:
-        raise DecryptionError("the wrapped key is not below the RSA modulus")
+        raise DecryptionError("the wrapped key is not below the RSA modulus: wrong key or corrupt wrapped key")
     return oaep_decode(rsa_decrypt_raw(key, c).to_bytes(k, "big"), k)
