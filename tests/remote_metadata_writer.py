@@ -10,7 +10,7 @@ import os
 import struct
 from typing import Iterable
 
-from lookupd.format.builder import build_batch
+from lookupd.format.builder import _uvarint, build_batch  # Kafka's unsigned varint
 from lookupd.log.remote_metadata import (COPY_SEGMENT_FINISHED, COPY_SEGMENT_STARTED, FRAME_VERSION,
                                          PARTITION_DELETE, REMOTE_LOG_METADATA_TOPIC, SEGMENT_METADATA,
                                          SEGMENT_UPDATE, uuid_bytes)
@@ -18,15 +18,6 @@ from lookupd.tools.writer import LogWriter
 
 BROKER_ID = 1
 EVENT_TIME = 1_700_000_000_000
-
-
-def _uvarint(v: int) -> bytes:
-    out = bytearray()
-    while v >= 0x80:
-        out.append(v & 0x7F | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
 
 
 def _string(s: str) -> bytes:

@@ -54,7 +54,8 @@ def _write_atomically(path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def _sync_dir(directory: str) -> None:
+def sync_dir(directory: str) -> None:
+    """fsync a directory, so the renames in it are durable."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -113,7 +114,7 @@ def recover_partition(directory: str, *, index_interval_bytes: int = DEFAULT_IND
             txn_path = os.path.join(directory, segment_file_name(base, TXN_INDEX_SUFFIX))
             if aborted or os.path.exists(txn_path):
                 _write_atomically(txn_path, b"".join(encode_aborted_txn(t) for t in aborted))
-            _sync_dir(directory)
+            sync_dir(directory)
         finally:
             seg.close()
     return reports

@@ -25,6 +25,7 @@ from ..log.remote.layout import RemotePartition, partition_dirs
 from ..log.remotelog import RemoteTier
 from ..log.segment import LogSegment
 from .progress import Progress
+from .recover import sync_dir
 from .verify import index_problems, scan_segment
 
 PIECE_BYTES = 4 * 1024 * 1024    # one read and write of a `.log` (the plugin's usual chunk.size): small enough
@@ -167,14 +168,6 @@ def verify_segment(dest: str, base: int) -> list[str]:
         seg.close()
 
 
-def _sync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _writable(directory: str) -> bool:
     try:
         os.makedirs(directory, mode=0o700, exist_ok=True)
@@ -230,7 +223,7 @@ def restore_partition(tier: RemoteTier, dest: str, topic: str, partition: int, *
             counts.bytes += restore_segment(dest, base, data, progress)
             counts.restored += 1
         _write_atomically(metadata_path, [want])
-        _sync_dir(dest)
+        sync_dir(dest)
         problems = []
         if verify:
             for base, _ in datas:
