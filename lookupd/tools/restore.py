@@ -15,21 +15,24 @@ import re
 import shutil
 import sys
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable
 
 from ..daemon.config import load_remote
 from ..errors import CorruptDataError, InvalidArgument
-from ..log.remote.layout import RemotePartition, partition_dirs
+from ..log.remote.layout import ListedSegment, RemotePartition, segments_in, topic_ids
 from ..log.remotelog import RemoteTier
 from ..log.segment import LogSegment
 from .progress import Progress
 from .recover import sync_dir
 from .verify import index_problems, scan_segment
 
-PIECE_BYTES = 4 * 1024 * 1024    # one read and write of a `.log` (the plugin's usual chunk.size): small enough
+PIECE_BYTES = 4 * 1024 * 1024    # one GET of a `.log` (whole chunks; the plugin's usual chunk.size): small enough
                                  # to overlap writing with fetching, big enough for few calls
+GETS_IN_FLIGHT = 4               # GETs (each decoded on its thread) running ahead of the writer: keeps the store
+                                 # busy while a piece is decoded and written; memory: this many pieces
+WRITES_QUEUED = 2                # decoded pieces waiting for the writer thread (memory: this many pieces more)
 TMP = ".tmp"
 METADATA = "partition.metadata"
 # The index kinds restored, with their file suffixes (the producer snapshot and leader-epoch index are
@@ -71,47 +74,57 @@ class Counts:
     bytes: int = 0
 
 
-def _find_partition(store, prefix: str, topic: str, partition: int, topic_id: str | None) -> RemotePartition:
-    found = partition_dirs(store, prefix, topic, partition)
-    if topic_id is not None:
-        found = [rp for rp in found if rp.topic_id == topic_id]
+def start_writeback(fd: int, offset: int, length: int) -> None:
+    """Have the kernel start writing the piece to disk now, while the next ones are fetched, so that the sync
+    before the rename waits for the last piece only (on Linux POSIX_FADV_DONTNEED starts the writeback of
+    dirty pages; it drops the pages only once they are clean)."""
+    if hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
+
+
+def _find_partition(store, prefix: str, topic: str, partition: int,
+                    topic_id: str | None) -> tuple[RemotePartition, list[ListedSegment]]:
+    """The partition's bucket directory and its uploads: one listing of the topic directories, then one of
+    the partition directory under each that bears the topic's name."""
+    found = []
+    for tid in topic_ids(store, prefix, topic):
+        if topic_id is None or tid == topic_id:
+            rp = RemotePartition(topic, partition, tid)
+            objects = store.list(rp.dir(prefix))
+            if objects:
+                found.append((rp, segments_in(prefix, rp, objects)))
     if not found:
         which = f" with topic id {topic_id}" if topic_id else ""
         raise InvalidArgument(f"s3://{store.bucket}/{prefix} holds no partition {topic}-{partition}{which}; "
                               "check --topic, --partition and the [remote] bucket and prefix")
     if len(found) > 1:
-        ids = ", ".join(rp.topic_id for rp in found)
+        ids = ", ".join(rp.topic_id for rp, _ in found)
         raise InvalidArgument(f"s3://{store.bucket}/{prefix} holds {topic}-{partition} under several topic ids "
                               f"({ids}: the topic was deleted and created again); choose one with --topic-id")
     return found[0]
 
 
-def _write_all(f, piece: bytes) -> None:
+def _write_all(fd: int, piece) -> None:
     view = memoryview(piece)
     while view:
-        view = view[f.write(view):]  # an unbuffered write may take fewer bytes than given
+        view = view[os.write(fd, view):]  # a write may take fewer bytes than given
 
 
-def _write_atomically(path: str, pieces, *, before_rename: Callable[[int], None] | None = None) -> int:
-    """Write `pieces` to `path` + .tmp, sync, rename; the bytes written. Each piece is written on a
-    background thread while the next one is fetched (the GIL is released in both). `before_rename(n)`
-    may refuse the file (it raises) or wait for others to be in place first."""
-    tmp = path + TMP
-    n = 0
-    with open(tmp, "wb", buffering=0) as f, ThreadPoolExecutor(1, thread_name_prefix="restore-write") as writer:
-        pending = None
-        for piece in pieces:
-            if pending is not None:
-                pending.result()
-            pending = writer.submit(_write_all, f, piece)
-            n += len(piece)
-        if pending is not None:
-            pending.result()
-        os.fsync(f.fileno())
-    if before_rename is not None:
-        before_rename(n)
-    os.replace(tmp, path)
-    return n
+def _write_atomically(files: dict[str, bytes]) -> None:
+    """Write each path's bytes to path + .tmp, sync them all, then rename them all (the first sync commits
+    the others' metadata too: one journal commit, not one a file)."""
+    fds = []
+    try:
+        for path, data in files.items():
+            fds.append(os.open(path + TMP, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+            _write_all(fds[-1], data)
+        for fd in fds:
+            os.fsync(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    for path in files:
+        os.replace(path + TMP, path)
 
 
 def _complete(dest: str, base: int, expected: dict[str, int]) -> bool:
@@ -124,38 +137,114 @@ def _complete(dest: str, base: int, expected: dict[str, int]) -> bool:
     return True
 
 
-def _log_pieces(data, progress: Progress):
-    position = 0
-    while position < data.size:
-        piece = data.read(position, PIECE_BYTES, sequential=True)
-        if not piece:
-            break
-        position += len(piece)
-        progress.advance(len(piece))
-        yield piece
-
-
-def _copy(path: str) -> list[bytes]:
+def _read(path: str) -> bytes:
     with open(path, "rb") as f:
-        return [f.read()]
+        return f.read()
 
 
-def restore_segment(dest: str, base: int, data, progress: Progress) -> int:
-    """The segment's index files (written and synced on a thread meanwhile), then its `.log`, renamed last:
-    a `.log` of full size marks a finished segment."""
-    stem = os.path.join(dest, f"{base:020d}")
-    paths = data.index_paths(list(INDEX_FILES))
-    with ThreadPoolExecutor(1, thread_name_prefix="restore-index") as pool:
-        indexes = [pool.submit(_write_atomically, stem + suffix, _copy(paths[kind]))
-                   for kind, suffix in INDEX_FILES.items() if paths[kind] is not None]
+class _SegmentFiles:
+    """One segment's files in DEST_DIR: its indexes (fetched, written, synced and renamed on a GET thread
+    meanwhile), and its `.log`, written piece by piece on the writer thread (writeback started after each
+    piece), then synced and renamed last: a `.log` of full size marks a finished segment."""
 
-        def last(n: int) -> None:
-            if n != data.size:
-                raise CorruptDataError(data.key, n, f"the segment ends after {n} bytes, its manifest says "
-                                       f"{data.size}")
-            for written in indexes:
-                written.result()
-        return _write_atomically(stem + ".log", _log_pieces(data, progress), before_rename=last)
+    def __init__(self, dest: str, base: int, data):
+        self.stem = os.path.join(dest, f"{base:020d}")
+        self.data = data
+        self.indexes: Future | None = None
+        self.fd: int | None = None
+        self.written = 0
+
+    def restore_indexes(self) -> None:
+        paths = self.data.index_paths(list(INDEX_FILES))
+        _write_atomically({self.stem + suffix: _read(paths[kind]) for kind, suffix in INDEX_FILES.items()
+                           if paths[kind] is not None})
+
+    def write(self, pieces: list) -> None:
+        if self.fd is None:
+            self.fd = os.open(self.stem + ".log" + TMP, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        for piece in pieces:
+            _write_all(self.fd, piece)
+            start_writeback(self.fd, self.written, len(piece))
+            self.written += len(piece)
+
+    def finish(self) -> None:
+        self.write([])  # an empty segment still has its (empty) file
+        try:
+            os.fdatasync(self.fd)
+        finally:
+            os.close(self.fd)
+            self.fd = None
+        if self.written != self.data.size:
+            raise CorruptDataError(self.data.key, self.written, f"the segment ends after {self.written} bytes, "
+                                   f"its manifest says {self.data.size}")
+        self.indexes.result()
+        os.replace(self.stem + ".log" + TMP, self.stem + ".log")
+
+    def abandon(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _jobs(todo: list[_SegmentFiles], pool: ThreadPoolExecutor):
+    """The `.log` GETs of a restore in order, each (segment files, call): runs of whole chunks of about
+    PIECE_BYTES, then (files, None) when a segment's are all out. A segment's indexes are started on `pool`
+    when its first `.log` GET is asked for."""
+    for files in todo:
+        files.indexes = pool.submit(files.restore_indexes)
+        for run in files.data.chunk_runs(PIECE_BYTES):
+            yield files, lambda data=files.data, run=run: data.fetch_chunks(*run)
+        yield files, None
+
+
+def _ahead(pool: ThreadPoolExecutor, jobs, limit: int):
+    """(files, result) of `jobs` in order, their calls run on `pool` at most `limit` ahead (a job without a
+    call gives None)."""
+    pending: deque = deque()
+    try:
+        for files, call in jobs:
+            pending.append((files, None if call is None else pool.submit(call)))
+            while len(pending) > limit or (pending and pending[0][1] is None):
+                files0, future = pending.popleft()
+                yield files0, None if future is None else future.result()
+        while pending:
+            files0, future = pending.popleft()
+            yield files0, None if future is None else future.result()
+    finally:
+        for _, future in pending:
+            if future is not None:
+                future.cancel()
+
+
+def restore_segments(todo: list[_SegmentFiles], progress: Progress, also: dict[str, bytes]) -> int:
+    """Fetch, decode and write the segments: GETS_IN_FLIGHT GETs (and their decoding) run ahead of the writer,
+    across segment boundaries, while the writer thread writes and syncs; the `.log` bytes written. The files
+    `also` (path -> bytes) are written meanwhile."""
+    written = 0
+    writes: deque = deque()
+    with ThreadPoolExecutor(GETS_IN_FLIGHT, thread_name_prefix="restore-get") as pool, \
+            ThreadPoolExecutor(1, thread_name_prefix="restore-write") as writer:
+        writes.append(pool.submit(_write_atomically, also))
+        try:
+            for files, pieces in _ahead(pool, _jobs(todo, pool), GETS_IN_FLIGHT):
+                if pieces is None:
+                    writes.append(writer.submit(files.finish))
+                else:
+                    writes.append(writer.submit(files.write, pieces))
+                    n = sum(len(piece) for piece in pieces)
+                    progress.advance(n)
+                    written += n
+                while len(writes) > WRITES_QUEUED:
+                    writes.popleft().result()
+            while writes:
+                writes.popleft().result()
+        finally:
+            for future in writes:
+                future.cancel()
+            writer.shutdown(wait=True)
+            for files in todo:
+                files.abandon()
+    return written
 
 
 def verify_segment(dest: str, base: int) -> list[str]:
@@ -196,8 +285,8 @@ def restore_partition(tier: RemoteTier, dest: str, topic: str, partition: int, *
                       verify: bool = False, out=None) -> int:
     """Restore (or finish restoring) one partition into `dest`; the exit status (1: --verify found problems)."""
     out = out if out is not None else sys.stdout
-    rp = _find_partition(tier.store, tier.config.prefix, topic, partition, topic_id)
-    segments = tier.list_partition(rp, None, [])
+    rp, listed = _find_partition(tier.store, tier.config.prefix, topic, partition, topic_id)
+    segments = tier.list_partition(rp, None, [], listed=listed)
     bases = {info.base_offset for info in segments}
     os.makedirs(dest, exist_ok=True)
     foreign = foreign_files(os.listdir(dest), bases)
@@ -216,13 +305,10 @@ def restore_partition(tier: RemoteTier, dest: str, topic: str, partition: int, *
         if name.endswith(TMP):
             os.unlink(os.path.join(dest, name))
     datas = [(info.base_offset, tier.data(info.keys)) for info in segments]
-    todo = [(base, data) for base, data in datas if not _complete(dest, base, expected_files(data))]
-    counts = Counts(skipped=len(datas) - len(todo))
-    with Progress(sum(d.size for _, d in todo), f"restore {rp.topic}-{rp.partition}") as progress:
-        for base, data in todo:
-            counts.bytes += restore_segment(dest, base, data, progress)
-            counts.restored += 1
-        _write_atomically(metadata_path, [want])
+    todo = [_SegmentFiles(dest, base, data) for base, data in datas if not _complete(dest, base, expected_files(data))]
+    counts = Counts(restored=len(todo), skipped=len(datas) - len(todo))
+    with Progress(sum(files.data.size for files in todo), f"restore {rp.topic}-{rp.partition}") as progress:
+        counts.bytes = restore_segments(todo, progress, also={metadata_path: want})
         sync_dir(dest)
         problems = []
         if verify:

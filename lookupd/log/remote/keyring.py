@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
@@ -33,7 +34,10 @@ class Keyring:
                                        "in [remote.encryption.keys]: add its PEM private key file there")
             try:
                 with open(path, "rb") as f:
-                    key = load_pem_private_key(f.read(), password=None)
+                    # OpenSSL's key check tests p and q for primality: 40 ms and more of CPU with the GIL
+                    # held, per process. The key only ever feeds oaep.py's arithmetic (never OpenSSL's RSA),
+                    # so _consistent's cheap check of the numbers it uses stands in for it.
+                    key = load_pem_private_key(f.read(), password=None, unsafe_skip_rsa_key_validation=True)
             except OSError as e:
                 raise Unavailable(f"cannot read the private key file {path} of key id {key_id!r}: "
                                   f"{e.strerror}") from None
@@ -42,6 +46,9 @@ class Keyring:
                                   f"{e}") from None
             if not isinstance(key, RSAPrivateKey):
                 raise Unavailable(f"{path} (key id {key_id!r}) is not an RSA private key")
+            if not _consistent(key):
+                raise Unavailable(f"{path} (key id {key_id!r}) is not a valid RSA private key: its numbers "
+                                  "disagree (a damaged file?); export the key pair again")
             self._keys[key_id] = key
             return key
 
@@ -56,3 +63,14 @@ class Keyring:
             raise CorruptDataError(object_key, None, f"encryption.dataKey unwraps to {len(data_key)} bytes, "
                                    f"not an AES-256 key")
         return data_key
+
+
+def _consistent(key: RSAPrivateKey) -> bool:
+    """Whether the private numbers oaep.py computes with agree: n = pq, and d, its CRT exponents and the
+    CRT coefficient invert e and q as they must (no primality test: that is the slow part of OpenSSL's)."""
+    priv = key.private_numbers()
+    p, q, d = priv.p, priv.q, priv.d
+    n, e = priv.public_numbers.n, priv.public_numbers.e
+    lam = (p - 1) * (q - 1) // math.gcd(p - 1, q - 1)
+    return (p > 1 and q > 1 and p * q == n and d * e % lam == 1 and priv.dmp1 == d % (p - 1)
+            and priv.dmq1 == d % (q - 1) and priv.iqmp * q % p == 1)

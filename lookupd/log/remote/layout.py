@@ -91,8 +91,13 @@ def list_segments(store, prefix: str, partition: RemotePartition) -> list[Listed
     Two uploads may cover the same offsets (a leader change mid-copy); both are listed and the caller
     picks by leader-epoch lineage.
     """
+    return segments_in(prefix, partition, store.list(partition.dir(prefix)))
+
+
+def segments_in(prefix: str, partition: RemotePartition, objects) -> list[ListedSegment]:
+    """list_segments over a listing already made (ObjectInfo of the partition directory's objects)."""
     found: dict[SegmentKeys, dict[str, int]] = {}
-    for obj in store.list(partition.dir(prefix)):
+    for obj in objects:
         parsed = parse_key(prefix, obj.key)
         if parsed is not None and parsed[0].partition == partition:
             found.setdefault(parsed[0], {})[parsed[1]] = obj.size
@@ -117,9 +122,15 @@ def list_partitions(store, prefix: str) -> list[RemotePartition]:
 def partition_dirs(store, prefix: str, topic: str, partition: int) -> list[RemotePartition]:
     """One partition's directories in the bucket, one per topic id the topic had: one listing of the topic
     directories, then one of each that bears the topic's name (not one per topic in the bucket)."""
+    return sorted(RemotePartition(topic, partition, topic_id) for topic_id in topic_ids(store, prefix, topic)
+                  if f"{prefix}{topic}-{topic_id}/{partition}/" in store.list_dirs(f"{prefix}{topic}-{topic_id}/"))
+
+
+def topic_ids(store, prefix: str, topic: str) -> list[str]:
+    """The ids of the topic directories under `prefix` that bear the topic's name (one listing)."""
     out = []
     for topic_dir in store.list_dirs(prefix):
         t = _TOPIC_DIR.fullmatch(topic_dir[len(prefix):].rstrip("/"))
-        if t is not None and t["topic"] == topic and f"{topic_dir}{partition}/" in store.list_dirs(topic_dir):
-            out.append(RemotePartition(topic, partition, t["topic_id"]))
+        if t is not None and t["topic"] == topic:
+            out.append(t["topic_id"])
     return sorted(out)

@@ -126,20 +126,31 @@ class RemoteSegmentData:
                                    f"{end - start}")
         return blob
 
-    def _fetch(self, first: int, last: int) -> dict[int, bytes]:
-        """Chunks first..last in one ranged GET, decoded and cached."""
+    def fetch_chunks(self, first: int, last: int) -> list[bytes | memoryview]:
+        """Chunks first..last in one ranged GET, decoded, not cached: for a reader that takes each byte
+        once (restore), calling from its own threads."""
         index = self.manifest.chunk_index
         start, end = index.transformed_span(first, last)
         blob = self.store.get_range_buffer(self.key, start, end)
         if len(blob) != end - start:
             raise CorruptDataError(self.key, start + len(blob), f"the .log object ends before chunk "
                                    f"{index.chunk_at_transformed(start + len(blob))} does (at {end})")
-        out = {}
+        out = []
         for i in range(first, last + 1):
             a, b = index.transformed_span(i, i)
-            data = self._decode(i, blob[a - start:b - start])
+            out.append(self._decode(i, blob[a - start:b - start]))
+        return out
+
+    def chunk_runs(self, max_bytes: int) -> list[tuple[int, int]]:
+        """Every chunk, grouped into runs (first, last) for fetch_chunks of at most `max_bytes` fetched or
+        decoded each (a bigger chunk: a run of its own)."""
+        return self._runs(list(range(self.manifest.chunk_index.chunk_count)), max_bytes)
+
+    def _fetch(self, first: int, last: int) -> dict[int, bytes]:
+        """Chunks first..last in one ranged GET, decoded and cached."""
+        out = dict(zip(range(first, last + 1), self.fetch_chunks(first, last)))
+        for i, data in out.items():
             self._cache.put(cache_name(self.key, str(i)), data)
-            out[i] = data
         return out
 
     def _runs(self, chunks: list[int], max_bytes: int) -> list[tuple[int, int]]:
