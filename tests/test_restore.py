@@ -14,6 +14,10 @@ import pytest
 
 import reference as R
 from faultproxy import FaultProxy
+from lookupd.errors import CorruptDataError
+from lookupd.log.remote.config import RemoteConfig
+from lookupd.log.remote.layout import RemotePartition
+from lookupd.log.remotelog import RemoteTier
 from s3server import s3_server  # noqa: F401 - fixture
 from tiered_helpers import tier_partition
 from tiered_writer import Options, TestKey
@@ -159,3 +163,29 @@ def test_foreign_files_and_a_missing_partition_are_refused(s3_server, tmp_path):
     rc, out, err = _lookupd("restore", "--config", conf, "--topic", t.topic, "--partition", "7",
                             str(tmp_path / "other"))
     assert rc == 1 and f"no partition {t.topic}-7" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("suffix", [".log", ".indexes"])
+def test_corrupt_bytes_fail_a_restore_as_they_fail_a_cached_read(s3_server, tmp_path, suffix):  # noqa: F811
+    """Restore reads through RemoteSegmentData's uncached fetch_chunks and fetch_indexes; the cached read
+    path (read, index_paths) is the reference: the same corrupt object gives the same error."""
+    R.require()
+    t, key, _ = _tiered(tmp_path, s3_server, "compressed-0", compression=True, encrypted=True)
+    first = t.uploaded[0]
+    with FaultProxy(s3_server.endpoint_url) as proxy:
+        proxy.inject("GET", suffix.replace(".", r"\.") + "$", "corrupt", at=20)
+        conf = _config(tmp_path / "proxy.toml", t, proxy.url, key)
+        rc, out, err = _lookupd("restore", "--config", conf, "--topic", t.topic, "--partition", "0",
+                                str(tmp_path / "restored"))
+        tier = RemoteTier(RemoteConfig(bucket=t.config.bucket, cache_dir=str(tmp_path / "reference-cache"),
+                                       endpoint_url=proxy.url, encryption_keys={key.key_id: key.pem_path}))
+        infos = tier.list_partition(RemotePartition(t.topic, 0, _topic_id(t)), None, [])
+        data = tier.data(next(info.keys for info in infos if info.keys.log == first.log_key))
+        with pytest.raises(CorruptDataError) as e:
+            if suffix == ".log":
+                data.read(0, data.size)
+            else:
+                data.index_paths(["offset", "timestamp"])
+    assert rc == 1 and "Traceback" not in err, err
+    assert err.strip() == f"lookupd restore: {e.value}"
+    assert (suffix == ".log") == ("chunk 0: AES-GCM tag mismatch" in err), err

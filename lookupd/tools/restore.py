@@ -137,11 +137,6 @@ def _complete(dest: str, base: int, expected: dict[str, int]) -> bool:
     return True
 
 
-def _read(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
-
-
 class _SegmentFiles:
     """One segment's files in DEST_DIR: its indexes (fetched, written, synced and renamed on a GET thread
     meanwhile), and its `.log`, written piece by piece on the writer thread (writeback started after each
@@ -155,9 +150,9 @@ class _SegmentFiles:
         self.written = 0
 
     def restore_indexes(self) -> None:
-        paths = self.data.index_paths(list(INDEX_FILES))
-        _write_atomically({self.stem + suffix: _read(paths[kind]) for kind, suffix in INDEX_FILES.items()
-                           if paths[kind] is not None})
+        indexes = self.data.fetch_indexes(list(INDEX_FILES))
+        _write_atomically({self.stem + suffix: indexes[kind] for kind, suffix in INDEX_FILES.items()
+                           if indexes[kind] is not None})
 
     def write(self, pieces: list) -> None:
         if self.fd is None:

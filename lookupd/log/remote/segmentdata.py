@@ -280,9 +280,7 @@ class RemoteSegmentData:
 
     def index_paths(self, kinds: list[str]) -> dict[str, str | None]:
         """index_path for several kinds, adjacent missing ones in one GET (offset + timestamp: one GET)."""
-        for kind in kinds:
-            if kind not in INDEX_KINDS:
-                raise ValueError(f"unknown index kind {kind!r}: one of {', '.join(INDEX_KINDS)}")
+        _check_kinds(kinds)
         out: dict[str, str | None] = {}
         missing = []
         for kind in INDEX_KINDS:  # the `.indexes` object's order
@@ -306,16 +304,39 @@ class RemoteSegmentData:
             else:
                 groups.append([kind])
         for group in groups:
-            start = self.manifest.indexes[group[0]][0]
-            end = sum(self.manifest.indexes[group[-1]])
-            blob = self.store.get_range_buffer(self.indexes_key, start, end)
-            if len(blob) != end - start:
-                raise CorruptDataError(self.indexes_key, start + len(blob), f"the .indexes object ends before "
-                                       f"the {group[-1]} index does (at {end})")
-            for kind in group:
-                pos, size = self.manifest.indexes[kind]
-                data = bytes(blob[pos - start:pos - start + size])
-                if self.manifest.encryption is not None:
-                    data = self._decrypt(data, self.indexes_key, pos, f"{kind} index")
+            for kind, data in self._fetch_indexes(group).items():
                 out[kind] = self._cache.put_file(cache_name(self.key, kind), data)
         return out
+
+    def fetch_indexes(self, kinds: list[str]) -> dict[str, bytes | None]:
+        """Indexes `kinds` as Kafka wrote them (None: the segment has none), from one ranged GET spanning
+        them (the small ones between come along), not cached: for a reader that takes them once (restore)."""
+        _check_kinds(kinds)
+        out: dict[str, bytes | None] = dict.fromkeys(kinds)
+        out.update(self._fetch_indexes([k for k in INDEX_KINDS if k in kinds and self.manifest.indexes[k]]))
+        return out
+
+    def _fetch_indexes(self, kinds: list[str]) -> dict[str, bytes]:
+        """Indexes `kinds` (present ones, in the `.indexes` object's order) from one ranged GET, decrypted."""
+        if not kinds:
+            return {}
+        start = self.manifest.indexes[kinds[0]][0]
+        end = sum(self.manifest.indexes[kinds[-1]])
+        blob = self.store.get_range_buffer(self.indexes_key, start, end)
+        if len(blob) != end - start:
+            raise CorruptDataError(self.indexes_key, start + len(blob), f"the .indexes object ends before "
+                                   f"the {kinds[-1]} index does (at {end})")
+        out = {}
+        for kind in kinds:
+            pos, size = self.manifest.indexes[kind]
+            data = bytes(blob[pos - start:pos - start + size])
+            if self.manifest.encryption is not None and size:
+                data = self._decrypt(data, self.indexes_key, pos, f"{kind} index")
+            out[kind] = data
+        return out
+
+
+def _check_kinds(kinds: list[str]) -> None:
+    for kind in kinds:
+        if kind not in INDEX_KINDS:
+            raise ValueError(f"unknown index kind {kind!r}: one of {', '.join(INDEX_KINDS)}")
