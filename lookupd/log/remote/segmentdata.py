@@ -126,12 +126,13 @@ class RemoteSegmentData:
                                    f"{end - start}")
         return blob
 
-    def fetch_chunks(self, first: int, last: int) -> list[bytes | memoryview]:
+    def fetch_chunks(self, first: int, last: int, blob: memoryview | None = None) -> list[bytes | memoryview]:
         """Chunks first..last in one ranged GET, decoded, not cached: for a reader that takes each byte
-        once (restore), calling from its own threads."""
+        once (restore), calling from its own threads. `blob`: their bytes, when the caller has them already."""
         index = self.manifest.chunk_index
         start, end = index.transformed_span(first, last)
-        blob = self.store.get_range_buffer(self.key, start, end)
+        if blob is None:
+            blob = self.store.get_range_buffer(self.key, start, end)
         if len(blob) != end - start:
             raise CorruptDataError(self.key, start + len(blob), f"the .log object ends before chunk "
                                    f"{index.chunk_at_transformed(start + len(blob))} does (at {end})")
@@ -141,10 +142,10 @@ class RemoteSegmentData:
             out.append(self._decode(i, blob[a - start:b - start]))
         return out
 
-    def chunk_runs(self, max_bytes: int) -> list[tuple[int, int]]:
-        """Every chunk, grouped into runs (first, last) for fetch_chunks of at most `max_bytes` fetched or
-        decoded each (a bigger chunk: a run of its own)."""
-        return self._runs(list(range(self.manifest.chunk_index.chunk_count)), max_bytes)
+    def chunk_runs(self, max_bytes: int, start: int = 0) -> list[tuple[int, int]]:
+        """The chunks from `start` on, grouped into runs (first, last) for fetch_chunks of at most `max_bytes`
+        fetched or decoded each (a bigger chunk: a run of its own)."""
+        return self._runs(list(range(start, self.manifest.chunk_index.chunk_count)), max_bytes)
 
     def _fetch(self, first: int, last: int) -> dict[int, bytes]:
         """Chunks first..last in one ranged GET, decoded and cached."""

@@ -1,0 +1,201 @@
+"""The fetch, decode and write pipeline of `lookupd restore` (restore.py decides what to restore).
+
+GETS_IN_FLIGHT threads fetch a partition's `.log` pieces in order, each decoding what it fetched, running
+ahead of one writer thread across segment boundaries; a segment's indexes are fetched alongside and written
+by SYNC_THREADS other threads. The writer starts the writeback of each piece as it writes it, so the sync
+before a `.log` is renamed waits for its last piece only. Every file is written as `<name>.tmp`, synced,
+then renamed; a segment's `.log` last, once its indexes are in place: a `.log` of full size marks a
+finished segment. Nothing is cached: each byte is read once.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+from ..errors import CorruptDataError
+from .progress import Progress
+
+PIECE_BYTES = 4 * 1024 * 1024    # one GET of a `.log` (whole chunks; the plugin's usual chunk.size): small enough
+                                 # to overlap writing with fetching, big enough for few calls
+GETS_IN_FLIGHT = 4               # GETs (each decoded on its thread) running ahead of the writer: keeps the store
+                                 # busy while a piece is decoded and written; memory: this many pieces
+SYNC_THREADS = 2                 # threads writing and syncing the small files (indexes, partition.metadata), off
+                                 # the GET threads: a sync may wait for a journal commit
+WRITES_QUEUED = 2                # decoded pieces waiting for the writer thread (memory: this many pieces more)
+TMP = ".tmp"
+# The index kinds restored, with their file suffixes (the producer snapshot and leader-epoch index are
+# per-segment copies of broker state, not segment files: the broker rebuilds both on load).
+INDEX_FILES = {"offset": ".index", "timestamp": ".timeindex", "transaction": ".txnindex"}
+
+
+def _write_all(fd: int, piece) -> None:
+    view = memoryview(piece)
+    while view:
+        view = view[os.write(fd, view):]  # a write may take fewer bytes than given
+
+
+def write_atomically(files: dict[str, bytes]) -> None:
+    """Write each path's bytes to path + .tmp, sync them all, then rename them all (the first sync commits
+    the others' metadata too: one journal commit, not one a file)."""
+    fds = []
+    try:
+        for path, data in files.items():
+            fds.append(os.open(path + TMP, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+            _write_all(fds[-1], data)
+        for fd in fds:
+            os.fsync(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    for path in files:
+        os.replace(path + TMP, path)
+
+
+def start_writeback(fd: int, offset: int, length: int) -> None:
+    """Have the kernel start writing the piece to disk now, while the next ones are fetched (on Linux
+    POSIX_FADV_DONTNEED starts the writeback of dirty pages; it drops the pages only once they are clean)."""
+    if hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
+
+
+class SegmentFiles:
+    """One segment's files in DEST_DIR (`dest/<base>`): its indexes, then its `.log`."""
+
+    def __init__(self, dest: str, base: int, data):
+        self.stem = os.path.join(dest, f"{base:020d}")
+        self.data = data                      # its RemoteSegmentData
+        self.indexes: Future | None = None    # the index files written
+        self._fd: int | None = None
+        self._written = 0
+
+    def write_indexes(self, fetched: Future) -> None:
+        indexes = fetched.result()
+        write_atomically({self.stem + suffix: indexes[kind] for kind, suffix in INDEX_FILES.items()
+                          if indexes[kind] is not None})
+
+    def write(self, pieces: list) -> None:
+        if self._fd is None:
+            self._fd = os.open(self.stem + ".log" + TMP, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        for piece in pieces:
+            _write_all(self._fd, piece)
+            start_writeback(self._fd, self._written, len(piece))
+            self._written += len(piece)
+
+    def finish(self) -> None:
+        self.write([])  # an empty segment still has its (empty) file
+        try:
+            os.fdatasync(self._fd)
+        finally:
+            self.abandon()
+        if self._written != self.data.size:
+            raise CorruptDataError(self.data.key, self._written, f"the segment ends after {self._written} "
+                                   f"bytes, its manifest says {self.data.size}")
+        self.indexes.result()
+        os.replace(self.stem + ".log" + TMP, self.stem + ".log")
+
+    def abandon(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+@dataclass
+class Head:
+    """The first bytes of a `.log` object, fetched while the manifests are (before its chunks are known)."""
+
+    key: str
+    size: int
+    blob: Future
+
+
+def _ahead(pool: ThreadPoolExecutor, jobs, limit: int):
+    """(files, result) of `jobs` in order, their calls run on `pool` at most `limit` ahead (a job without a
+    call gives None)."""
+    pending: deque = deque()
+    try:
+        for files, call in jobs:
+            pending.append((files, None if call is None else pool.submit(call)))
+            while len(pending) > limit or (pending and pending[0][1] is None):
+                files0, future = pending.popleft()
+                yield files0, None if future is None else future.result()
+        while pending:
+            files0, future = pending.popleft()
+            yield files0, None if future is None else future.result()
+    finally:
+        for _, future in pending:
+            if future is not None:
+                future.cancel()
+
+
+class Pipeline:
+    """The threads of one restore (a context manager: they end with it)."""
+
+    def __init__(self):
+        self._gets = ThreadPoolExecutor(GETS_IN_FLIGHT, thread_name_prefix="restore-get")
+        self._syncer = ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="restore-sync")
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="restore-write")
+
+    def __enter__(self) -> Pipeline:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for pool in (self._gets, self._syncer, self._writer):
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def head(self, store, key: str, size: int) -> Head:
+        """Start fetching the first piece of the `.log` object `key` of `size` bytes."""
+        size = min(size, PIECE_BYTES)
+        return Head(key, size, self._gets.submit(store.get_range_buffer, key, 0, size))
+
+    def write_files(self, files: dict[str, bytes]) -> Future:
+        """write_atomically(files) on a sync thread."""
+        return self._syncer.submit(write_atomically, files)
+
+    def _jobs(self, todo: list[SegmentFiles], head: Head | None):
+        """The `.log` GETs in order, each (segment files, call): runs of whole chunks of about PIECE_BYTES
+        (those in `head`, when it is this segment's, from its bytes), then (files, None) when a segment's are
+        all out. A segment's indexes are fetched and written from when its first GET is asked for."""
+        for files in todo:
+            data = files.data
+            files.indexes = self._syncer.submit(files.write_indexes,
+                                                self._gets.submit(data.fetch_indexes, list(INDEX_FILES)))
+            first = 0
+            if head is not None and head.key == data.key:
+                index = data.manifest.chunk_index
+                while first < index.chunk_count and index.transformed_start(first + 1) <= head.size:
+                    first += 1
+                if first:
+                    end = index.transformed_start(first)
+                    yield files, lambda data=data, n=first, end=end: data.fetch_chunks(0, n - 1,
+                                                                                       head.blob.result()[:end])
+            for run in data.chunk_runs(PIECE_BYTES, first):
+                yield files, lambda data=data, run=run: data.fetch_chunks(*run)
+            yield files, None
+
+    def run(self, todo: list[SegmentFiles], progress: Progress, head: Head | None = None) -> int:
+        """Restore the segments `todo`, in order; the `.log` bytes written."""
+        written = 0
+        writes: deque = deque()
+        try:
+            for files, pieces in _ahead(self._gets, self._jobs(todo, head), GETS_IN_FLIGHT):
+                if pieces is None:
+                    writes.append(self._writer.submit(files.finish))
+                else:
+                    writes.append(self._writer.submit(files.write, pieces))
+                    n = sum(len(piece) for piece in pieces)
+                    progress.advance(n)
+                    written += n
+                while len(writes) > WRITES_QUEUED:
+                    writes.popleft().result()
+            while writes:
+                writes.popleft().result()
+        finally:
+            for future in writes:
+                future.cancel()
+            self._writer.submit(lambda: None).result()  # the writer is idle: no file of `todo` is in use
+            for files in todo:
+                files.abandon()
+        return written
