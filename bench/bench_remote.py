@@ -155,39 +155,43 @@ def cold_index_figures(server, bucket: str, up, key, variant: str) -> list[Figur
 
 def restore_figures(server, bucket: str, up, key, times: int, variant: str) -> list[Figure]:
     """`lookupd restore` of the uploaded partition (cold cache, files synced; listing included) against plain
-    whole-object GETs of the same three objects (manifest, `.indexes`, `.log`), one after the other, with the
-    same client. One 14.8 MB segment: the restore's fixed costs (two listings, fsyncs) weigh more here than
-    on a partition of 1 GB segments."""
+    GETs of the same three objects (manifest, `.indexes`, `.log` in restore's PIECE_BYTES ranges) with as
+    many in flight as restore keeps (GETS_IN_FLIGHT), through the same client: one ObjectStore, its
+    connections already open for both (a restore process opens them once). One 14.8 MB segment: the
+    restore's fixed costs (two listings, a manifest GET before the chunks are known, syncs) weigh more here
+    than on a partition of 1 GB segments."""
     import io
 
     from lookupd.log.remote.config import RemoteConfig
     from lookupd.log.remote.store import ObjectStore
     from lookupd.log.remotelog import RemoteTier
     from lookupd.tools.restore import restore_partition
+    from lookupd.tools.restorefetch import GETS_IN_FLIGHT, PIECE_BYTES
 
     original = up.segment.stat().st_size
     keys = {key.key_id: key.pem_path} if key else {}
-    objects = [up.manifest_key, up.indexes_key, up.log_key]
+    store = ObjectStore(RemoteConfig(bucket=bucket, cache_dir="unused", endpoint_url=server.endpoint_url))
+    sizes = {k: store.size(k) for k in (up.manifest_key, up.indexes_key, up.log_key)}
+    gets = [(up.manifest_key, 0, sizes[up.manifest_key]), (up.indexes_key, 0, sizes[up.indexes_key])] + \
+        [(up.log_key, a, min(a + PIECE_BYTES, sizes[up.log_key])) for a in range(0, sizes[up.log_key], PIECE_BYTES)]
     ours, plain = [], []
     for rep in range(times + 1):
         work = tempfile.mkdtemp(prefix="lookupd-bench-restore-")
         try:
             cfg = RemoteConfig(bucket=bucket, cache_dir=os.path.join(work, "cache"), endpoint_url=server.endpoint_url,
                                encryption_keys=keys)
-            tier = RemoteTier(cfg)
+            tier = RemoteTier(cfg, store=store)
             t0 = time.perf_counter()
             restore_partition(tier, os.path.join(work, "dest"), "large", 0, out=io.StringIO())
             ours.append(original / (time.perf_counter() - t0) / 1e6)
-            tier.disk_cache.flush()
         finally:
             shutil.rmtree(work, ignore_errors=True)
-        store = ObjectStore(RemoteConfig(bucket=bucket, cache_dir="unused", endpoint_url=server.endpoint_url))
-        sizes = [store.size(k) for k in objects]
         t0 = time.perf_counter()
-        for k, size in zip(objects, sizes):
-            store.get_range_buffer(k, 0, size)
+        with ThreadPoolExecutor(GETS_IN_FLIGHT) as pool:
+            for _ in pool.map(lambda g: store.get_range_buffer(*g), gets):
+                pass
         plain.append(original / (time.perf_counter() - t0) / 1e6)
-    params = {"variant": variant, "segment_bytes": original}
+    params = {"variant": variant, "segment_bytes": original, "in_flight": GETS_IN_FLIGHT}
     return [Figure(f"restore, {variant}, lookupd restore", "MB/s", ours[1:], group="remote-restore",
                    params={**params, "path": "lookupd restore"}, higher_is_better=True),
             Figure(f"restore, {variant}, plain GETs", "MB/s", plain[1:], group="remote-restore",
@@ -295,7 +299,7 @@ def ratios(figures: list[Figure]) -> list[dict | None]:
         out.append(ratio(f"restore vs plain GETs, {variant}", figures, f"restore, {variant}, lookupd restore",
                          f"restore, {variant}, plain GETs",
                          "MB/s of `lookupd restore` (files written and synced) over plain GETs of the same objects "
-                         "with the same client (target: at least 0.8)"))
+                         "with the same client, as many in flight (target: at least 0.8)"))
     out.append(ratio("FUSE sequential read of a remote .log vs plain ranged GETs", figures,
                      "FUSE sequential read of a remote .log, cold", "FUSE sequential read of a remote .log: plain ranged GETs",
                      "MB/s of a whole remote segment read through the mount over plain ranged GETs of the same object "

@@ -75,8 +75,12 @@ def test_a_restored_partition_is_the_original(s3_server, tmp_path, name, opts): 
     R.require()
     t, _key, conf = _tiered(tmp_path, s3_server, name, **opts)
     dest = tmp_path / "restored" / name
+    daemon_cache = tmp_path / "c-cache"  # the config's cache_dir, as a running daemon leaves it
+    daemon_cache.mkdir()
+    (daemon_cache / "chunk-being-written.tmp").write_bytes(b"daemon's")
     rc, out, err = _lookupd("restore", "--config", conf, "--topic", t.topic, "--partition", "0", "--verify", str(dest))
     assert rc == 0, err
+    assert os.listdir(daemon_cache) == ["chunk-being-written.tmp"]  # restore caches nothing, touches nothing
     assert f"{len(t.uploaded)} segments" in out and f"{len(t.uploaded)} verified" in out
     _assert_identical(t.local_dir / name, dest, _topic_id(t))
     rc, out, err = _lookupd("dump", "--index-sanity-check", str(dest))

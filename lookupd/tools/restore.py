@@ -1,11 +1,12 @@
 """`lookupd restore`: a partition's tiered segments rebuilt into a local directory, as Kafka wrote them.
 
-Each remote segment becomes `<base>.log` (the original bytes, read through RemoteSegmentData's chunk
-cache and read-ahead), `.index`, `.timeindex` and `.txnindex` (the index bytes the plugin uploaded:
-Kafka's own files of a rolled segment, trimmed on roll), plus `partition.metadata`. Every file is
-written as `<name>.tmp`, synced, then renamed, so a crash leaves whole files and `.tmp` leftovers only;
-a rerun deletes the leftovers and skips each segment whose files are all there with the sizes the
-manifest gives. Reads only from the bucket: the one place written is DEST_DIR (and the cache_dir).
+Each remote segment becomes `<base>.log` (the original bytes), `.index`, `.timeindex` and `.txnindex`
+(the index bytes the plugin uploaded: Kafka's own files of a rolled segment, trimmed on roll), plus
+`partition.metadata`. This module finds the partition (one listing of the topic directories, one of the
+partition's), checks DEST_DIR and decides what is left to do; restorefetch.py fetches, decodes and writes.
+Every file is written as `<name>.tmp`, synced, then renamed, so a crash leaves whole files and `.tmp`
+leftovers only; a rerun deletes the leftovers and skips each segment whose files are all there with the
+sizes the manifest gives. Reads only from the bucket: the one place written is DEST_DIR.
 """
 
 from __future__ import annotations
@@ -106,28 +107,19 @@ def verify_segment(dest: str, base: int) -> list[str]:
         seg.close()
 
 
-def _writable(directory: str) -> bool:
-    try:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-    except OSError:
-        return False
-    return os.access(directory, os.W_OK | os.X_OK)
-
-
 def run(args) -> int:
     settings = load_remote(args.config)
     if not settings.bucket:
         raise InvalidArgument(f"{args.config} has no [remote] table with a bucket: restore reads the bucket "
                               "it names")
-    tmp_cache = None
-    if not _writable(settings.cache_dir):  # e.g. the daemon's config run by another user: a temporary cache
-        tmp_cache = settings.cache_dir = tempfile.mkdtemp(prefix="lookupd-restore-")
+    # Restore reads each byte once and caches nothing: an empty temporary cache_dir, so that the daemon's
+    # cache (and its half-written files) is never touched, whoever runs the restore.
+    settings.cache_dir = tempfile.mkdtemp(prefix="lookupd-restore-")
     try:
         return restore_partition(RemoteTier(settings.remote_config()), args.dest, args.topic, args.partition,
                                  topic_id=args.topic_id, verify=args.verify)
     finally:
-        if tmp_cache is not None:
-            shutil.rmtree(tmp_cache, ignore_errors=True)
+        shutil.rmtree(settings.cache_dir, ignore_errors=True)
 
 
 def restore_partition(tier: RemoteTier, dest: str, topic: str, partition: int, *, topic_id: str | None = None,
