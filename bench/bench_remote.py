@@ -5,7 +5,8 @@ mount against plain ranged GETs.
 
 Against a real S3 server on this machine (SeaweedFS `weed mini`, started here), so the network is the
 loopback: the figures show client and decoding overhead, not a WAN. The segment is Kafka-written
-(the reference corpus's large-0, 14.8 MB), uploaded in the tiered-storage plugin's layout in 4 MiB chunks.
+(the reference corpus's large-0, 14.8 MB), uploaded in the tiered-storage plugin's layout in 4 MiB chunks;
+restore is also measured on a partition of RESTORE_COPIES copies of it.
 
 Run: python bench/bench_remote.py [--quick] [--json OUT]
 """
@@ -27,6 +28,7 @@ from common import Figure, ratio  # noqa: E402
 
 CHUNK = 4 * 1024 * 1024   # the plugin's usual chunk.size
 STEP = 1024 * 1024        # how much each read asks for (a Kafka fetch's max.partition.fetch.bytes)
+RESTORE_COPIES = 4        # segments in the partition of the second restore figure (copies of large-0's)
 VARIANTS = {"plain": {}, "zstd+encrypted": {"compression": True, "encryption": True}}
 
 
@@ -153,13 +155,13 @@ def cold_index_figures(server, bucket: str, up, key, variant: str) -> list[Figur
         shutil.rmtree(cache_dir, ignore_errors=True)
 
 
-def restore_figures(server, bucket: str, up, key, times: int, variant: str) -> list[Figure]:
-    """`lookupd restore` of the uploaded partition (cold cache, files synced; listing included) against plain
-    GETs of the same three objects (manifest, `.indexes`, `.log` in restore's PIECE_BYTES ranges) with as
-    many in flight as restore keeps (GETS_IN_FLIGHT), through the same client: one ObjectStore, its
-    connections already open for both (a restore process opens them once). One 14.8 MB segment: the
-    restore's fixed costs (two listings, a manifest GET before the chunks are known, syncs) weigh more here
-    than on a partition of 1 GB segments."""
+def restore_figures(server, bucket: str, ups: list, key, times: int, variant: str, what: str = "") -> list[Figure]:
+    """`lookupd restore` of the uploaded partition (`ups`: its segments; files synced, listing included)
+    against plain GETs of the same objects (each segment's manifest, `.indexes`, and `.log` in restore's
+    PIECE_BYTES ranges) with as many in flight as restore keeps (GETS_IN_FLIGHT), through the same client:
+    one ObjectStore, its connections already open for both (a restore process opens them once). On one
+    14.8 MB segment the restore's fixed costs (two listings, a manifest GET before the chunks are known,
+    syncs) weigh more than on a partition of several segments, whose GETs run on across segments."""
     import io
 
     from lookupd.log.remote.config import RemoteConfig
@@ -168,12 +170,14 @@ def restore_figures(server, bucket: str, up, key, times: int, variant: str) -> l
     from lookupd.tools.restore import restore_partition
     from lookupd.tools.restorefetch import GETS_IN_FLIGHT, PIECE_BYTES
 
-    original = up.segment.stat().st_size
+    original = sum(up.segment.stat().st_size for up in ups)
     keys = {key.key_id: key.pem_path} if key else {}
     store = ObjectStore(RemoteConfig(bucket=bucket, cache_dir="unused", endpoint_url=server.endpoint_url))
-    sizes = {k: store.size(k) for k in (up.manifest_key, up.indexes_key, up.log_key)}
-    gets = [(up.manifest_key, 0, sizes[up.manifest_key]), (up.indexes_key, 0, sizes[up.indexes_key])] + \
-        [(up.log_key, a, min(a + PIECE_BYTES, sizes[up.log_key])) for a in range(0, sizes[up.log_key], PIECE_BYTES)]
+    gets = []
+    for up in ups:
+        gets += [(k, 0, store.size(k)) for k in (up.manifest_key, up.indexes_key)]
+        log_size = store.size(up.log_key)
+        gets += [(up.log_key, a, min(a + PIECE_BYTES, log_size)) for a in range(0, log_size, PIECE_BYTES)]
     ours, plain = [], []
     for rep in range(times + 1):
         work = tempfile.mkdtemp(prefix="lookupd-bench-restore-")
@@ -191,11 +195,36 @@ def restore_figures(server, bucket: str, up, key, times: int, variant: str) -> l
             for _ in pool.map(lambda g: store.get_range_buffer(*g), gets):
                 pass
         plain.append(original / (time.perf_counter() - t0) / 1e6)
-    params = {"variant": variant, "segment_bytes": original, "in_flight": GETS_IN_FLIGHT}
-    return [Figure(f"restore, {variant}, lookupd restore", "MB/s", ours[1:], group="remote-restore",
+    params = {"variant": variant, "segments": len(ups), "partition_bytes": original, "in_flight": GETS_IN_FLIGHT}
+    return [Figure(f"restore{what}, {variant}, lookupd restore", "MB/s", ours[1:], group="remote-restore",
                    params={**params, "path": "lookupd restore"}, higher_is_better=True),
-            Figure(f"restore, {variant}, plain GETs", "MB/s", plain[1:], group="remote-restore",
+            Figure(f"restore{what}, {variant}, plain GETs", "MB/s", plain[1:], group="remote-restore",
                    params={**params, "path": "plain GETs"}, higher_is_better=True)]
+
+
+def upload_copies(client, bucket: str, partition_dir: str, base: int, copies: int, opts) -> list:
+    """`copies` uploads of one segment's files as consecutive segments of partition large-0 (bases
+    base, base + 1,000,000, ...: links to the same files). Their manifests carry no offsets
+    (with_metadata off), so the listing keeps them all, as it keeps a pre-2023 plugin's uploads."""
+    import dataclasses
+    from pathlib import Path
+
+    import tiered_writer as W
+
+    root = Path(tempfile.mkdtemp(prefix="lookupd-bench-copies-"))
+    try:
+        topic_id = W.kafka_uuid()
+        ups = []
+        for i in range(copies):
+            b = base + i * 1_000_000
+            for p in Path(partition_dir).glob(f"{base:020d}.*"):
+                os.symlink(p, root / (f"{b:020d}" + p.suffix))
+            up = W.upload_segment(client, bucket, root, b, topic="large", partition=0, topic_id=topic_id,
+                                  opts=dataclasses.replace(opts, with_metadata=False))
+            ups.append(dataclasses.replace(up, segment=Path(partition_dir) / f"{base:020d}.log"))
+        return ups
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def fuse_figures(server, times: int) -> list[Figure]:
@@ -281,7 +310,11 @@ def run(quick: bool) -> list[Figure]:
                     figures += client_figures(server, bucket, up.log_key, up.segment.stat().st_size, times)
                 figures += sequential_figures(server, bucket, up, key if opts.encryption else None, times, variant)
                 figures += cold_index_figures(server, bucket, up, key if opts.encryption else None, variant)
-                figures += restore_figures(server, bucket, up, key if opts.encryption else None, times, variant)
+                figures += restore_figures(server, bucket, [up], key if opts.encryption else None, times, variant)
+                bucket = server.bucket()
+                ups = upload_copies(client, bucket, partition_dir, base, RESTORE_COPIES, opts)
+                figures += restore_figures(server, bucket, ups, key if opts.encryption else None, times, variant,
+                                           f" of {RESTORE_COPIES} segments")
             figures += fuse_figures(server, times)
     finally:
         shutil.rmtree(keydir, ignore_errors=True)
@@ -296,10 +329,11 @@ def ratios(figures: list[Figure]) -> list[dict | None]:
                          f"remote sequential read, {variant}, plain ranged GETs",
                          "MB/s of a whole-segment read through RemoteSegmentData over plain ranged GETs of the "
                          "same object with the same client, two in flight (target: at least 0.8)"))
-        out.append(ratio(f"restore vs plain GETs, {variant}", figures, f"restore, {variant}, lookupd restore",
-                         f"restore, {variant}, plain GETs",
-                         "MB/s of `lookupd restore` (files written and synced) over plain GETs of the same objects "
-                         "with the same client, as many in flight (target: at least 0.8)"))
+        for what in ("", f" of {RESTORE_COPIES} segments"):
+            out.append(ratio(f"restore{what} vs plain GETs, {variant}", figures,
+                             f"restore{what}, {variant}, lookupd restore", f"restore{what}, {variant}, plain GETs",
+                             "MB/s of `lookupd restore` (files written and synced) over plain GETs of the same "
+                             "objects with the same client, as many in flight (target: at least 0.8)"))
     out.append(ratio("FUSE sequential read of a remote .log vs plain ranged GETs", figures,
                      "FUSE sequential read of a remote .log, cold", "FUSE sequential read of a remote .log: plain ranged GETs",
                      "MB/s of a whole remote segment read through the mount over plain ranged GETs of the same object "
