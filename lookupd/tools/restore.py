@@ -19,8 +19,9 @@ import tempfile
 from dataclasses import dataclass
 
 from ..daemon.config import load_remote
-from ..errors import CorruptDataError, InvalidArgument
+from ..errors import InvalidArgument
 from ..log.remote.layout import ListedSegment, RemotePartition, segments_in, topic_ids
+from ..log.remote.segmentdata import index_size
 from ..log.remotelog import RemoteTier
 from ..log.segment import LogSegment
 from .progress import Progress
@@ -37,11 +38,11 @@ def partition_metadata(topic_id: str) -> bytes:
     return f"version: 0\ntopic_id: {topic_id}".encode()
 
 
-def expected_files(data) -> dict[str, int]:
+def expected_files(manifest) -> dict[str, int]:
     """suffix -> size of every file a segment restores to (its `.log` and the indexes it has)."""
-    out = {".log": data.size}
+    out = {".log": manifest.chunk_index.file_size}
     for kind, suffix in INDEX_FILES.items():
-        size = data.index_size(kind)
+        size = index_size(manifest, kind)
         if size is not None:
             out[suffix] = size
     return out
@@ -150,21 +151,24 @@ def restore_partition(tier: RemoteTier, dest: str, topic: str, partition: int, *
             if name.endswith(TMP):
                 os.unlink(os.path.join(dest, name))
         metadata = pipeline.write_files({metadata_path: want})
-        datas = [(info.base_offset, tier.data(info.keys)) for info in segments]
-        todo = [SegmentFiles(dest, base, data) for base, data in datas
-                if not _complete(dest, base, expected_files(data))]
-        counts = Counts(restored=len(todo), skipped=len(datas) - len(todo))
-        with Progress(sum(files.data.size for files in todo), f"restore {rp.topic}-{rp.partition}") as progress:
+        todo = []
+        for info in segments:
+            manifest = tier.manifest(info.keys)  # fetched by the listing
+            if not _complete(dest, info.base_offset, expected_files(manifest)):
+                todo.append(SegmentFiles(dest, info.base_offset, manifest.chunk_index.file_size,
+                                         lambda keys=info.keys: tier.data(keys)))  # made when its turn comes
+        counts = Counts(restored=len(todo), skipped=len(segments) - len(todo))
+        with Progress(sum(files.size for files in todo), f"restore {rp.topic}-{rp.partition}") as progress:
             counts.bytes = pipeline.run(todo, progress, head)
             metadata.result()
             sync_dir(dest)
             problems = []
             if verify:
-                for base, _ in datas:
+                for base in sorted(bases):
                     problems += verify_segment(dest, base)
             for p in problems:
                 progress.write(f"error: {p}", sys.stderr)
-    verified = f", {len(datas)} verified" if verify and not problems else ""
+    verified = f", {len(segments)} verified" if verify and not problems else ""
     out.write(f"restored {rp.topic}-{rp.partition} (topic id {rp.topic_id}) into {dest}: {counts.restored} "
               f"segments ({counts.bytes:,} bytes of log) written, {counts.skipped} already complete{verified}\n")
     return 1 if problems else 0

@@ -14,6 +14,7 @@ import os
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Callable
 
 from ..errors import CorruptDataError
 from .progress import Progress
@@ -64,12 +65,20 @@ def start_writeback(fd: int, offset: int, length: int) -> None:
 class SegmentFiles:
     """One segment's files in DEST_DIR (`dest/<base>`): its indexes, then its `.log`."""
 
-    def __init__(self, dest: str, base: int, data):
+    def __init__(self, dest: str, base: int, size: int, open_data: Callable[[], object]):
         self.stem = os.path.join(dest, f"{base:020d}")
-        self.data = data                      # its RemoteSegmentData
+        self.size = size                      # of its `.log`
+        self._open_data = open_data           # its RemoteSegmentData, made when first asked for
+        self._data = None
         self.indexes: Future | None = None    # the index files written
         self._fd: int | None = None
         self._written = 0
+
+    @property
+    def data(self):
+        if self._data is None:
+            self._data = self._open_data()
+        return self._data
 
     def write_indexes(self, fetched: Future) -> None:
         indexes = fetched.result()
@@ -90,9 +99,9 @@ class SegmentFiles:
             os.fdatasync(self._fd)
         finally:
             self.abandon()
-        if self._written != self.data.size:
+        if self._written != self.size:
             raise CorruptDataError(self.data.key, self._written, f"the segment ends after {self._written} "
-                                   f"bytes, its manifest says {self.data.size}")
+                                   f"bytes, its manifest says {self.size}")
         self.indexes.result()
         os.replace(self.stem + ".log" + TMP, self.stem + ".log")
 

@@ -262,12 +262,7 @@ class RemoteSegmentData:
 
     def index_size(self, kind: str) -> int | None:
         """The size of index `kind` as Kafka wrote it (without fetching it); None when the segment has none."""
-        span = self.manifest.indexes[kind]
-        if span is None:
-            return None
-        if span[1] and self.manifest.encryption is not None:
-            return span[1] - IV_BYTES - TAG_BYTES  # stored with its IV in front and GCM tag behind
-        return span[1]
+        return index_size(self.manifest, kind)
 
     def index_path(self, kind: str) -> str | None:
         """The file in cache_dir holding index `kind` as Kafka wrote it; None when the segment has none.
@@ -335,6 +330,16 @@ class RemoteSegmentData:
                 data = self._decrypt(data, self.indexes_key, pos, f"{kind} index")
             out[kind] = data
         return out
+
+
+def index_size(manifest: Manifest, kind: str) -> int | None:
+    """The size of the segment's index `kind` as Kafka wrote it; None when the segment has none."""
+    span = manifest.indexes[kind]
+    if span is None:
+        return None
+    if span[1] and manifest.encryption is not None:
+        return span[1] - IV_BYTES - TAG_BYTES  # stored with its IV in front and GCM tag behind
+    return span[1]
 
 
 def _check_kinds(kinds: list[str]) -> None:
