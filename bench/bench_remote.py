@@ -7,7 +7,8 @@ Against a real S3 server on this machine (SeaweedFS `weed mini`, started here), 
 loopback: the figures show client and decoding overhead, not a WAN. The segment is Kafka-written
 (the reference corpus's large-0, 14.8 MB), uploaded in the tiered-storage plugin's layout in 4 MiB chunks.
 
-Run: python bench/bench_remote.py [--quick] [--json OUT]
+Run: python bench/bench_remote.py [--quick] [--json OUT] [--sequential-only]
+(--sequential-only: just the sequential-read figures, for iterating on the read path.)
 """
 
 from __future__ import annotations
@@ -255,7 +256,10 @@ def fuse_figures(server, times: int) -> list[Figure]:
                    group="remote-fuse", params={**params, "path": "plain GETs"}, higher_is_better=True)]
 
 
-def run(quick: bool) -> list[Figure]:
+SEQUENTIAL_ONLY = "--sequential-only"
+
+
+def run(quick: bool, sequential_only: bool = False) -> list[Figure]:
     import s3server
     import tiered_writer as W
 
@@ -273,12 +277,17 @@ def run(quick: bool) -> list[Figure]:
                                  encryption=key if kw.get("encryption") else None)
                 up = W.upload_segment(client, bucket, partition_dir, base, topic="large", partition=0,
                                       topic_id=W.kafka_uuid(), opts=opts)
+                if sequential_only:
+                    figures += sequential_figures(server, bucket, up, key if opts.encryption else None, times,
+                                                  variant)
+                    continue
                 if variant == "plain":
                     figures += client_figures(server, bucket, up.log_key, up.segment.stat().st_size, times)
                 figures += sequential_figures(server, bucket, up, key if opts.encryption else None, times, variant)
                 figures += cold_index_figures(server, bucket, up, key if opts.encryption else None, variant)
                 figures += restore_figures(server, bucket, up, key if opts.encryption else None, times, variant)
-            figures += fuse_figures(server, times)
+            if not sequential_only:
+                figures += fuse_figures(server, times)
     finally:
         shutil.rmtree(keydir, ignore_errors=True)
     return figures
@@ -309,4 +318,15 @@ def ratios(figures: list[Figure]) -> list[dict | None]:
 
 
 if __name__ == "__main__":
-    common.main(run, __doc__)
+    if SEQUENTIAL_ONLY in sys.argv:
+        sys.argv.remove(SEQUENTIAL_ONLY)
+
+        def sequential(quick: bool) -> list[Figure]:
+            figures = run(quick, sequential_only=True)
+            for r in ratios(figures):
+                if r is not None:
+                    print(f"{r['name']}: {r['value']:.2f}x")
+            return figures
+        common.main(sequential, __doc__)
+    else:
+        common.main(run, __doc__)
