@@ -32,8 +32,9 @@ READ_AHEAD_BYTES = 16 * 1024 * 1024  # how far ahead of a sequential reader chun
 READ_AHEAD_GET_BYTES = 4 * 1024 * 1024  # read-ahead GETs fetch about this much, several in flight (small chunks
                                         # coalesced, big ones one a GET: the first arrives sooner)
 READ_AHEAD_THREADS = 4              # background GETs in flight, across all segments
-DECODE_THREADS = os.cpu_count() or 2  # chunks decrypted and decompressed at once besides the readers' own
-                                      # (zstd and AES-GCM release the GIL: one a core)
+# Chunks decrypted and decompressed at once besides the readers' own: one a core this process may run on
+# (zstd and AES-GCM release the GIL).
+DECODE_THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 2
 
 # Two pools, so that a GET never waits in a queue behind decoding and decoding never takes more threads
 # than there are cores. No task in either waits for one queued after it in the same pool.
