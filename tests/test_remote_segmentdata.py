@@ -262,7 +262,7 @@ def _parallel(seg, chunks: list[int]):
     """The fast path: one GET per run, its chunks decoded on the decode pool as in a read-ahead."""
     runs, futures = seg._start(chunks)
     for run in runs:
-        segmentdata._pool().submit(seg._run, *run, futures)
+        segmentdata._pool("readahead").submit(seg._run, *run, futures)
     out = {}
     for i in chunks:  # the first error, in chunk order, as the reference path raises it
         out[i] = futures[i].result()
@@ -314,6 +314,27 @@ def test_a_key_file_fixed_after_a_failed_unwrap_is_picked_up(s3_server, tiered, 
         seg.read(0, 10)
     shutil.copy(key.pem_path, pem)
     assert seg.read(0, 10) == up.segment.read_bytes()[:10]
+
+
+def test_reads_finish_when_the_pools_refuse_work(s3_server, tiered, tmp_path):
+    """At interpreter shutdown the pools refuse new tasks: the reading thread does the work itself rather
+    than fail, or leave a chunk claimed that no one will ever fetch."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    (buckets, key) = tiered
+    bucket, uploads = buckets["zstd-encrypted"]
+    up = max(uploads, key=lambda u: u.segment.stat().st_size)
+    for name in ("readahead", "decode"):
+        segmentdata._pool(name).shutdown(wait=True)
+    try:
+        seg = _open(s3_server.endpoint_url, bucket, up, key, tmp_path)
+        with ThreadPoolExecutor(1) as reader:  # a hang fails this test, not the whole run
+            assert reader.submit(seg.read, 0, seg.size, sequential=True).result(timeout=120) == \
+                up.segment.read_bytes()
+            assert not seg._inflight
+    finally:
+        with segmentdata._pool_lock:
+            segmentdata._pools.clear()  # fresh pools for the tests that follow
 
 
 def test_a_segment_deleted_after_listing_is_not_found(s3_server, tiered, tmp_path):

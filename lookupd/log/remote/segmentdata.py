@@ -42,7 +42,7 @@ _pools: dict[str, ThreadPoolExecutor] = {}
 _pool_lock = threading.Lock()
 
 
-def _pool(name: str = "readahead") -> ThreadPoolExecutor:
+def _pool(name: str) -> ThreadPoolExecutor:
     """The shared "readahead" (GETs) or "decode" pool, made on first use."""
     with _pool_lock:
         pool = _pools.get(name)
@@ -50,6 +50,20 @@ def _pool(name: str = "readahead") -> ThreadPoolExecutor:
             threads = READ_AHEAD_THREADS if name == "readahead" else DECODE_THREADS
             pool = _pools[name] = ThreadPoolExecutor(threads, thread_name_prefix=f"lookupd-{name}")
         return pool
+
+
+def _submit(name: str, fn, *args) -> Future:
+    """fn(*args) on pool `name`; here and now if the pool refuses it (interpreter shutdown), so that no
+    chunk's future is left for its waiters to wait on forever."""
+    try:
+        return _pool(name).submit(fn, *args)
+    except RuntimeError:
+        done: Future = Future()
+        try:
+            done.set_result(fn(*args))
+        except Exception as e:
+            done.set_exception(e)
+        return done
 
 
 def sibling_key(log_key: str, suffix: str) -> str:
@@ -83,7 +97,7 @@ class RemoteSegmentData:
             # Unwrapped from the start, in the background: the RSA operation (milliseconds) overlaps the
             # first GETs. Queued before any chunk of this segment is, so no decode task waits for it
             # from its place in the queue.
-            self._key = _pool("decode").submit(self._unwrap)
+            self._key = _submit("decode", self._unwrap)
         self._inflight: dict[int, Future] = {}  # chunk -> its pending fetch (a read waits instead of refetching)
         self._next_sequential = -1              # where the last read ended: a read starting there is sequential
         self._decompressor = threading.local()
@@ -223,7 +237,7 @@ class RemoteSegmentData:
                 self._settle(i, futures[i], None, e)
             return
         for i in range(first + 1, last + 1):
-            _pool("decode").submit(self._decode_settle, i, blob, first, futures[i])
+            _submit("decode", self._decode_settle, i, blob, first, futures[i])
         self._decode_settle(first, blob, first, futures[first])
 
     def _decode_settle(self, i: int, blob: memoryview, first: int, future: Future) -> None:
@@ -271,7 +285,7 @@ class RemoteSegmentData:
         # Fewer, bigger GETs cost the store less; their chunks are still decoded in parallel.
         runs, futures = self._start(wanted, READ_AHEAD_GET_BYTES, READ_AHEAD_BYTES)
         for run in runs:
-            _pool().submit(self._run, *run, futures)
+            _submit("readahead", self._run, *run, futures)
 
     def read(self, position: int, size: int, *, sequential: bool | None = None) -> bytes:
         """Original segment bytes [position, position + size), fewer where the segment ends.
