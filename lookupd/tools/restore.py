@@ -98,6 +98,28 @@ def _complete(dest: str, base: int, expected: dict[str, int]) -> bool:
     return True
 
 
+def _prepare(dest: str, bases: set[int], topic_id: str) -> dict[str, bytes]:
+    """Check that `dest` is empty or an interrupted restore of this partition, and delete that one's
+    half-written files; the partition.metadata to write there (path -> bytes)."""
+    os.makedirs(dest, exist_ok=True)
+    foreign = foreign_files(os.listdir(dest), bases)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise InvalidArgument(f"{dest} holds files that are not this partition's restore ({shown}); restore "
+                              "into an empty directory (or the one an interrupted restore left)")
+    metadata_path = os.path.join(dest, METADATA)
+    want = partition_metadata(topic_id)
+    if os.path.exists(metadata_path):
+        with open(metadata_path, "rb") as f:
+            if f.read() != want:
+                raise InvalidArgument(f"{metadata_path} names another topic id than {topic_id}: {dest} holds "
+                                      "another partition's restore")
+    for name in os.listdir(dest):  # an interrupted run's half-written files
+        if name.endswith(TMP):
+            os.unlink(os.path.join(dest, name))
+    return {metadata_path: want}
+
+
 def verify_segment(dest: str, base: int) -> list[str]:
     """What `lookupd dump --verify-index-only` reports for the restored segment (empty: all good)."""
     seg = LogSegment(dest, base, live=False)
@@ -134,23 +156,7 @@ def restore_partition(tier: RemoteTier, dest: str, topic: str, partition: int, *
                                                                                first.log_size)
         segments = tier.list_partition(rp, None, [], listed=listed)  # the manifests: meanwhile, that head
         bases = {info.base_offset for info in segments}
-        os.makedirs(dest, exist_ok=True)
-        foreign = foreign_files(os.listdir(dest), bases)
-        if foreign:
-            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-            raise InvalidArgument(f"{dest} holds files that are not this partition's restore ({shown}); restore "
-                                  "into an empty directory (or the one an interrupted restore left)")
-        metadata_path = os.path.join(dest, METADATA)
-        want = partition_metadata(rp.topic_id)
-        if os.path.exists(metadata_path):
-            with open(metadata_path, "rb") as f:
-                if f.read() != want:
-                    raise InvalidArgument(f"{metadata_path} names another topic id than {rp.topic_id}: {dest} "
-                                          "holds another partition's restore")
-        for name in os.listdir(dest):  # an interrupted run's half-written files
-            if name.endswith(TMP):
-                os.unlink(os.path.join(dest, name))
-        metadata = pipeline.write_files({metadata_path: want})
+        metadata = pipeline.write_files(_prepare(dest, bases, rp.topic_id))
         todo = []
         for info in segments:
             manifest = tier.manifest(info.keys)  # fetched by the listing
