@@ -313,7 +313,6 @@ def test_every_timestamp_method_accepts_the_list_offsets_specials(service, metho
 
 def test_a_partition_deleted_while_listed_drops_out_of_partitions(tmp_path):
     """`partitions` answers for the partitions that exist, not UNAVAILABLE for everyone."""
-
     for name in ("plain-0", "txn-0"):
         shutil.copytree(R.log_dir(name), tmp_path / name)
     lm = LogManager([str(tmp_path)])

@@ -7,8 +7,8 @@ stand-ins of those hand everything back. So callers call `_accel.X` with no chec
 for one: a function a reference path reaches is skipped while `mode.python` is set.
 
 The reference paths run in Python alone: within `python_only()` this thread calls no C function of
-either layer (lookupd.log._accel shares `mode`), which is how tests take the answers of record beside
-the fast paths'. LOOKUPD_PURE_PYTHON=1 makes the whole process pure Python, as on a machine without a
+either layer (lookupd.log._accel shares `mode`) but the SIGBUS guard's, which compute no answer; that
+is how tests take the answers of record beside the fast paths' (tests/test_accel.py checks it). LOOKUPD_PURE_PYTHON=1 makes the whole process pure Python, as on a machine without a
 compiler (`make test` runs the format, log, conformance and daemon tests so a second time).
 """
 

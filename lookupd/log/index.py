@@ -436,9 +436,9 @@ class AbstractIndex:
     def native_view(self) -> IndexState | None:
         """The current state when the native one-call searches may use it: mapped, sound and, if live,
         checked against the `.log`, with at least 2 entries (`_accel.entry` says why); None when `_run`
-        must answer. In non-blocking mode, WouldBlock unless its pages are in memory (as `_view`)."""
+        must answer, and while a reference path runs (`_accel.mode.python`). In non-blocking mode, WouldBlock unless its pages are in memory (as `_view`)."""
         st = self._state
-        if st is None or st.entries < 2 or st.fault is not None or not SIGBUS_GUARD or \
+        if st is None or st.entries < 2 or st.fault is not None or not SIGBUS_GUARD or _accel.mode.python or \
                 (self._verify is not None and st is not self._checked):
             return None
         if _nonblocking.on:  # as _view does: WouldBlock unless the pages are in memory
@@ -453,7 +453,7 @@ class AbstractIndex:
         """(slot, key, value) of the floor (`ceiling`: least >=) entry by key, slot -1 if none, in one native
         call (`_accel.entry`), entries with a value >= `value_limit` being past the `.log`; None when `_run`
         must answer (see `native_view`, in doubt, or while a reference path runs)."""
-        if _accel.mode.python or not INT64_MIN <= target <= INT64_MAX:
+        if not INT64_MIN <= target <= INT64_MAX:
             return None
         st = self.native_view()
         if st is None:
