@@ -436,7 +436,8 @@ class AbstractIndex:
     def native_view(self) -> IndexState | None:
         """The current state when the native one-call searches may use it: mapped, sound and, if live,
         checked against the `.log`, with at least 2 entries (`_accel.entry` says why); None when `_run`
-        must answer, and while a reference path runs (`_accel.mode.python`). In non-blocking mode, WouldBlock unless its pages are in memory (as `_view`)."""
+        must answer, and while a reference path runs (`_accel.mode.python`). In non-blocking mode,
+        WouldBlock unless its pages are in memory (as `_view`)."""
         st = self._state
         if st is None or st.entries < 2 or st.fault is not None or not SIGBUS_GUARD or _accel.mode.python or \
                 (self._verify is not None and st is not self._checked):

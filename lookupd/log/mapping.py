@@ -176,11 +176,5 @@ class NoMapping:
     def resident(self) -> bool:
         return True
 
-    def read(self, start: int, stop: int) -> bytes:
-        return b""
-
-    def refresh(self, start: int, stop: int) -> None:
-        pass
-
 
 NO_MAPPING = NoMapping()
