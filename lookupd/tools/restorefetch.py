@@ -113,11 +113,20 @@ class SegmentFiles:
 
 @dataclass
 class Head:
-    """The first bytes of a `.log` object, fetched while the manifests are (before its chunks are known)."""
+    """The start of a `.log` object, fetched while the manifests are (before its chunks are known): GETs of
+    PIECE_BYTES each from byte 0, `size` bytes in all."""
 
     key: str
     size: int
-    blob: Future
+    pieces: list[Future]
+
+    def span(self, start: int, end: int) -> memoryview | bytes:
+        """Bytes [start, end) of the object (end <= size): a view of one piece, or joined across two."""
+        first, last = start // PIECE_BYTES, (end - 1) // PIECE_BYTES
+        parts = [memoryview(self.pieces[i].result()) for i in range(first, last + 1)]
+        parts[-1] = parts[-1][:end - last * PIECE_BYTES]
+        parts[0] = parts[0][start - first * PIECE_BYTES:]
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _ahead(pool: ThreadPoolExecutor, jobs, limit: int):
@@ -155,9 +164,10 @@ class Pipeline:
             pool.shutdown(wait=True, cancel_futures=True)
 
     def head(self, store, key: str, size: int) -> Head:
-        """Start fetching the first piece of the `.log` object `key` of `size` bytes."""
-        size = min(size, PIECE_BYTES)
-        return Head(key, size, self._gets.submit(store.get_range_buffer, key, 0, size))
+        """Start fetching the first GETS_IN_FLIGHT pieces of the `.log` object `key` of `size` bytes."""
+        size = min(size, GETS_IN_FLIGHT * PIECE_BYTES)
+        return Head(key, size, [self._gets.submit(store.get_range_buffer, key, a, min(a + PIECE_BYTES, size))
+                                for a in range(0, size, PIECE_BYTES)])
 
     def write_files(self, files: dict[str, bytes]) -> Future:
         """write_atomically(files) on a sync thread."""
@@ -171,15 +181,16 @@ class Pipeline:
             data = files.data
             files.indexes = self._syncer.submit(files.write_indexes,
                                                 self._gets.submit(data.fetch_indexes, list(INDEX_FILES)))
-            first = 0
+            first = 0  # the first chunk not wholly in `head`
             if head is not None and head.key == data.key:
                 index = data.manifest.chunk_index
                 while first < index.chunk_count and index.transformed_start(first + 1) <= head.size:
                     first += 1
-                if first:
-                    end = index.transformed_start(first)
-                    yield files, lambda data=data, n=first, end=end: data.fetch_chunks(0, n - 1,
-                                                                                       head.blob.result()[:end])
+                for a, b in data.chunk_runs(PIECE_BYTES):
+                    if a < first:
+                        b = min(b, first - 1)
+                        span = index.transformed_start(a), index.transformed_start(b + 1)
+                        yield files, lambda data=data, a=a, b=b, span=span: data.fetch_chunks(a, b, head.span(*span))
             for run in data.chunk_runs(PIECE_BYTES, first):
                 yield files, lambda data=data, run=run: data.fetch_chunks(*run)
             yield files, None
