@@ -502,7 +502,7 @@ async def _tcp_peer(d) -> RawPeer:
 @pytest.mark.trio
 async def test_before_auth_frames_are_small_and_time_is_short(sock, short_dir):
     """Until `auth` succeeds a TCP peer may send at most 64 KiB per message and has auth_timeout_s to do it."""
-    from lookupd.daemon.server import PRE_AUTH_FRAME_BYTES
+    from lookupd.daemon.connection import PRE_AUTH_FRAME_BYTES
 
     token_file = write_token(short_dir)
     async with running(sock, tcp="127.0.0.1:0", auth_token_file=token_file, auth_timeout_s=1.0) as d:
