@@ -6,6 +6,12 @@ the framing (`protocol`, lookupd.rpc.protocol, no I/O) -> the method (`_step`: S
 or `_start_in_thread` for one that must wait for the disk) -> the partition, its segment and its
 index (lookupd.log) -> the answer, written at once (`_write_now`) or by the connection's task (`_act`).
 What the reactor's handler cannot do without waiting it hands the connection's task as an Action.
+
+Where work runs (see Service.call_inline): a single lookup whose data is all in memory runs on the
+event loop (microseconds; a trip through trio.to_thread costs ~100-200 us on 2 cores:
+bench/bench_daemon.py); one that would wait for the disk, and every listing and columnar call, runs
+in a worker thread under a CapacityLimiter of `blocking_threads`, so a cold index on a slow disk
+stalls only its caller.
 """
 
 from __future__ import annotations

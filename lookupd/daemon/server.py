@@ -12,11 +12,7 @@ Structure: a nursery of listeners inside a nursery of connections inside the roo
 (the reactor, rescans, signals, watchdog). Each connection has a task, plus one task per
 request that needs a worker thread. A connection waiting for requests is parked in the
 reactor (lookupd.daemon.reactor): one task reads every ready connection and answers what can
-be answered at once, and a connection's task wakes only for what must be awaited. Where work runs (see Service.call_inline): a single lookup whose
-data is all in memory runs on the event loop (microseconds; a trip through trio.to_thread
-costs ~100-200 us on 2 cores: bench/bench_daemon.py); one that would wait for the disk, and
-every listing and columnar call, runs in a worker thread under a CapacityLimiter of
-`blocking_threads`, so a cold index on a slow disk stalls only its caller.
+be answered at once, and a connection's task wakes only for what must be awaited.
 `stats` counts `connections` currently open, `requests` and `errors` since start.
 
 What clients may hold is bounded: memory per connection and overall (lookupd.daemon.buffers),
