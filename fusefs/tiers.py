@@ -13,11 +13,9 @@ from __future__ import annotations
 import threading
 import time
 
-import tomllib
-
 from lookupd.errors import InvalidArgument, LookupdError
 from lookupd.format.names import segment_file_name
-from lookupd.log.remote.config import DEFAULT_CACHE_BYTES, RemoteConfig
+from lookupd.log.remote.config import RemoteConfig, load_remote
 from lookupd.log.remote.layout import partition_dirs
 from lookupd.log.remote_metadata import read_leader_epoch_checkpoint, read_topic_id
 from lookupd.log.remotelog import RemoteTier
@@ -25,37 +23,15 @@ from lookupd.log.remotesegment import RemoteSegment, RemoteSegmentInfo
 
 LIST_TTL_S = 30.0  # as the daemon's REMOTE_RESCAN_S: uploads appear within this, retention is noticed on a miss
 MARK = "remote"    # remote segments' files are named <base>.remote.<suffix>: `ls` tells the tiers apart
-DEFAULT_CACHE_DIR = "/var/cache/lookupd"  # the daemon's remote.cache_dir default (docs/configuration.md)
-_KEYS = {"bucket", "prefix", "endpoint_url", "region", "cache_dir", "cache_bytes", "encryption"}
 
 
 def load_config(path: str) -> RemoteConfig:
-    """The `[remote]` table of the daemon's TOML as a RemoteConfig (the mount sits beside the daemon, not
-    above it, so it reads the table itself; the daemon checks the rest of the file)."""
-    try:
-        with open(path, "rb") as f:
-            table = tomllib.load(f).get("remote")
-    except OSError as err:
-        raise InvalidArgument(f"cannot read config file {path}: {err.strerror}") from None
-    except tomllib.TOMLDecodeError as err:
-        raise InvalidArgument(f"config file {path}: {err}") from None
-    if not isinstance(table, dict) or not table.get("bucket"):
+    """The `[remote]` table of the daemon's TOML (the mount sits beside the daemon, not above it), read and
+    checked as the daemon reads it; InvalidArgument when it is bad or names no bucket."""
+    config = load_remote(path).remote_config()
+    if config is None:
         raise InvalidArgument(f"{path} has no [remote] table with a bucket")
-    unknown = set(table) - _KEYS
-    if unknown:
-        raise InvalidArgument(f"unknown config key 'remote.{sorted(unknown)[0]}' in {path}")
-    encryption = table.get("encryption", {})
-    keys = encryption.get("keys", {}) if isinstance(encryption, dict) else None
-    if not isinstance(keys, dict) or not all(isinstance(v, str) for v in keys.values()):
-        raise InvalidArgument(f"[remote.encryption.keys] in {path} maps key ids to PEM file paths (strings)")
-    try:
-        return RemoteConfig(bucket=str(table["bucket"]), cache_dir=str(table.get("cache_dir", DEFAULT_CACHE_DIR)),
-                            prefix=str(table.get("prefix", "")), endpoint_url=table.get("endpoint_url") or None,
-                            region=str(table.get("region", "us-east-1")),
-                            cache_bytes=table.get("cache_bytes", DEFAULT_CACHE_BYTES),
-                            encryption_keys=dict(keys))
-    except ValueError as err:
-        raise InvalidArgument(f"{path}: {err}") from None
+    return config
 
 
 def file_name(base_offset: int, suffix: str, remote: bool) -> str:
