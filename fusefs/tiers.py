@@ -23,6 +23,10 @@ from lookupd.log.remotesegment import RemoteSegment, RemoteSegmentInfo
 
 LIST_TTL_S = 30.0  # as the daemon's REMOTE_RESCAN_S: uploads appear within this, retention is noticed on a miss
 MARK = "remote"    # remote segments' files are named <base>.remote.<suffix>: `ls` tells the tiers apart
+# A remote `.log` is opened with direct I/O: each read(2) of it reaches the mount as one read of up to this
+# (libfuse 3's most), a copy out of a decoded chunk; through the page cache it would come in 128 KiB pieces,
+# eight times as many calls into Python.
+REMOTE_IO_SIZE = 1 << 20
 
 
 def load_config(path: str) -> RemoteConfig:
@@ -42,9 +46,8 @@ def file_name(base_offset: int, suffix: str, remote: bool) -> str:
 class RemoteLogFile:
     """A remote segment's `.log` open in the mount: `read(size, offset)` of the original bytes.
 
-    A read within SEQUENTIAL_SLACK of where the last one ended counts as sequential and starts the read-ahead:
-    the kernel's own read-ahead sends reads from several FUSE threads, so they may arrive a little out
-    of order."""
+    A read within SEQUENTIAL_SLACK of where the last one ended counts as sequential and starts the read-ahead
+    (reads of one file may come from several FUSE threads, so a little out of order)."""
 
     SEQUENTIAL_SLACK = 1 << 20
 
