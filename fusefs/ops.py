@@ -77,7 +77,7 @@ def _once(content: bytes, cursor: None) -> Pieces:
 
 
 class OpenFile(NamedTuple):
-    content: LocalFile | RemoteLog | Stream
+    content: LocalFile | RemoteLog | RemoteLogFile | Stream
     attrs: dict  # at open
 
     def stat(self) -> dict:
@@ -269,6 +269,8 @@ class KafkaFS(Operations):
         """Fill `buf` (a buffer libfuse sends on) from `offset` of a generated file or a `.log` read through
         the daemon; how many bytes went in."""
         content = self._files[fi.fh].content
+        if isinstance(content, RemoteLogFile):
+            return content.read_into(buf, offset)
         data = content.read(len(buf), offset)
         buf[:len(data)] = data
         if len(data) < len(buf) and isinstance(content, Stream):

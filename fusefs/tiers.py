@@ -44,7 +44,7 @@ def file_name(base_offset: int, suffix: str, remote: bool) -> str:
 
 
 class RemoteLogFile:
-    """A remote segment's `.log` open in the mount: `read(size, offset)` of the original bytes.
+    """A remote segment's `.log` open in the mount: `read_into(buf, offset)` of the original bytes.
 
     A read within SEQUENTIAL_SLACK of where the last one ended counts as sequential and starts the read-ahead
     (reads of one file may come from several FUSE threads, so a little out of order)."""
@@ -58,10 +58,14 @@ class RemoteLogFile:
     def size(self) -> int:
         return self._data.size
 
-    def read(self, size: int, offset: int) -> bytes:
+    def read_into(self, buf: memoryview, offset: int) -> int:
+        """`read(len(buf), offset)` into `buf` (libfuse's reply buffer), copied once; how many bytes went in."""
+        return self._data.read_into(offset, buf, sequential=self._sequential(offset, len(buf)))
+
+    def _sequential(self, offset: int, size: int) -> bool:
         sequential = abs(offset - self._end) <= self.SEQUENTIAL_SLACK
         self._end = offset + size
-        return self._data.read(offset, size, sequential=sequential)
+        return sequential
 
 
 class RemoteSegments:
