@@ -266,8 +266,8 @@ class KafkaFS(Operations):
         return content.fd if isinstance(content, LocalFile) else None
 
     def read(self, path: str, buf: memoryview, offset: int, fi) -> int:
-        """Fill `buf` (a buffer libfuse sends on) from `offset` of a generated file or a `.log` read through
-        the daemon; how many bytes went in."""
+        """Fill `buf` (a buffer libfuse sends on) from `offset` of a generated file, a `.log` read through
+        the daemon or a remote `.log` (copied from its decoded chunks); how many bytes went in."""
         content = self._files[fi.fh].content
         if isinstance(content, RemoteLogFile):
             return content.read_into(buf, offset)
