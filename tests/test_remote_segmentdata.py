@@ -255,6 +255,93 @@ def test_a_missing_or_wrong_key_is_corrupt_data_naming_the_manifest(s3_server, t
     assert e.value.path == up.manifest_key
 
 
+def _outcome(fn):
+    """fn()'s chunks as bytes, or its error as (type, text, path, position): what two paths must share."""
+    try:
+        return {i: bytes(data) for i, data in fn().items()}
+    except CorruptDataError as e:
+        return type(e), str(e), e.path, e.position
+
+
+def _parallel(seg, chunks: list[int]):
+    """The fast path: one GET per run, its chunks decoded on the decode pool as in a read-ahead."""
+    runs, futures = seg._start(chunks)
+    for run in runs:
+        segmentdata._pool("readahead").submit(seg._run, *run, futures)
+    out = {}
+    for i in chunks:  # the first error, in chunk order, as the reference path raises it
+        out[i] = futures[i].result()
+    return out
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("corrupt_chunk", [None, 0, 2])
+def test_parallel_decoding_gives_the_reference_paths_bytes_and_errors(s3_server, tiered, tmp_path, variant,
+                                                                       corrupt_chunk):
+    """`_run` (chunks of one GET decoded in parallel) against `_fetch` (decoded one after the other), on
+    intact bytes and with one bit flipped in one chunk of the GET (plain: both return the flipped bytes)."""
+    (buckets, key) = tiered
+    bucket, uploads = buckets[variant]
+    up = max(uploads, key=lambda u: u.segment.stat().st_size)
+    with FaultProxy(s3_server.endpoint_url) as proxy:
+        probe = _open(proxy.url, bucket, up, key, tmp_path / "probe")
+        index = probe.manifest.chunk_index
+        chunks = list(range(min(index.chunk_count, 6)))
+        assert len(chunks) == 6 and len(probe._runs(chunks, segmentdata.MAX_GET_BYTES)) == 1  # one GET each
+        if corrupt_chunk is not None:
+            proxy.inject("GET", r"\.log$", "corrupt", at=index.transformed_start(corrupt_chunk) + 20)
+        reference = _outcome(lambda: _open(proxy.url, bucket, up, key, tmp_path / "ref")._fetch(0, chunks[-1]))
+        fast = _outcome(lambda: _parallel(_open(proxy.url, bucket, up, key, tmp_path / "fast"), chunks))
+    assert fast == reference
+    original = up.segment.read_bytes()
+    if corrupt_chunk is None:
+        assert b"".join(reference.values()) == original[:len(b"".join(reference.values()))]
+    elif variant == "plain" or variant == "plain-variable":
+        assert reference[corrupt_chunk] != original[corrupt_chunk * index.chunk_size:][:index.chunk_size]
+    else:
+        assert reference[0] is CorruptDataError and f"chunk {corrupt_chunk}" in reference[1]
+
+
+def test_a_key_file_fixed_after_a_failed_unwrap_is_picked_up(s3_server, tiered, tmp_path):
+    """The data key is unwrapped in the background; a failure is not kept: the next read tries again."""
+    import shutil
+
+    from lookupd.errors import Unavailable
+
+    (buckets, key) = tiered
+    bucket, uploads = buckets["encrypted"]
+    up = uploads[0]
+    store = ObjectStore(RemoteConfig(bucket=bucket, cache_dir=str(tmp_path), endpoint_url=s3_server.endpoint_url))
+    pem = tmp_path / "later.pem"
+    seg = segmentdata.open_segment(store, up.log_key, Keyring({key.key_id: str(pem)}),
+                                   DiskCache(str(tmp_path / "cache"), 10 ** 8))
+    with pytest.raises(Unavailable, match="cannot read the private key file"):
+        seg.read(0, 10)
+    shutil.copy(key.pem_path, pem)
+    assert seg.read(0, 10) == up.segment.read_bytes()[:10]
+
+
+def test_reads_finish_when_the_pools_refuse_work(s3_server, tiered, tmp_path):
+    """At interpreter shutdown the pools refuse new tasks: the reading thread does the work itself rather
+    than fail, or leave a chunk claimed that no one will ever fetch."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    (buckets, key) = tiered
+    bucket, uploads = buckets["zstd-encrypted"]
+    up = max(uploads, key=lambda u: u.segment.stat().st_size)
+    for name in ("readahead", "decode"):
+        segmentdata._pool(name).shutdown(wait=True)
+    try:
+        seg = _open(s3_server.endpoint_url, bucket, up, key, tmp_path)
+        with ThreadPoolExecutor(1) as reader:  # a hang fails this test, not the whole run
+            assert reader.submit(seg.read, 0, seg.size, sequential=True).result(timeout=120) == \
+                up.segment.read_bytes()
+            assert not seg._inflight
+    finally:
+        with segmentdata._pool_lock:
+            segmentdata._pools.clear()  # fresh pools for the tests that follow
+
+
 def test_a_segment_deleted_after_listing_is_not_found(s3_server, tiered, tmp_path):
     (buckets, key) = tiered
     bucket, uploads = buckets["plain"]
