@@ -59,7 +59,8 @@ class RemoteLogFile:
         return self._data.size
 
     def read_into(self, buf: memoryview, offset: int) -> int:
-        """`read(len(buf), offset)` into `buf` (libfuse's reply buffer), copied once; how many bytes went in."""
+        """The original bytes from `offset` into `buf` (libfuse's reply buffer), copied once from the decoded
+        chunks; how many went in (fewer at the end of the segment)."""
         return self._data.read_into(offset, buf, sequential=self._sequential(offset, len(buf)))
 
     def _sequential(self, offset: int, size: int) -> bool:
