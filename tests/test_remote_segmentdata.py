@@ -342,6 +342,33 @@ def test_reads_finish_when_the_pools_refuse_work(s3_server, tiered, tmp_path):
             segmentdata._pools.clear()  # fresh pools for the tests that follow
 
 
+def test_a_long_read_fetches_at_most_two_gets_ahead_of_decoding(s3_server, tiered, tmp_path, monkeypatch):
+    """A read spanning many GETs starts the next GET only once the one before the last is decoded, so its
+    fetched but undecoded bytes stay within two GETs however long the read (decoding slowed down here)."""
+    (buckets, key) = tiered
+    bucket, uploads = buckets["zstd-encrypted"]
+    up = max(uploads, key=lambda u: u.segment.stat().st_size)
+    seg = _open(s3_server.endpoint_url, bucket, up, key, tmp_path)
+    chunk = seg.manifest.chunk_index.chunk_size
+    assert seg.manifest.chunk_index.chunk_count >= 24
+    monkeypatch.setattr(segmentdata, "MAX_GET_BYTES", 4 * chunk)  # 4 chunks a GET: 3 of them on the pool
+    decode, get_run = seg._decode, seg._get_run
+    undecoded = []
+
+    def slow_decode(i, blob):
+        time.sleep(0.02)
+        return decode(i, blob)
+
+    def watched_get_run(first, last):
+        before_previous = first - (last - first + 1)
+        undecoded.append([i for i, f in list(seg._inflight.items()) if i < before_previous and not f.done()])
+        return get_run(first, last)
+
+    seg._decode, seg._get_run = slow_decode, watched_get_run
+    assert seg.read(0, 24 * chunk) == up.segment.read_bytes()[:24 * chunk]
+    assert len(undecoded) == 6 and not any(undecoded)
+
+
 def test_a_segment_deleted_after_listing_is_not_found(s3_server, tiered, tmp_path):
     (buckets, key) = tiered
     bucket, uploads = buckets["plain"]

@@ -206,9 +206,11 @@ class RemoteSegmentData:
             runs.append((i, i))
         return runs
 
-    def _start(self, chunks: list[int], max_bytes: int = MAX_GET_BYTES,
+    def _start(self, chunks: list[int], max_bytes: int | None = None,
                max_decoded: int | None = None) -> tuple[list[tuple[int, int]], dict[int, Future]]:
-        """Claim the chunks no one is fetching: their GETs (the caller runs them) and each chunk's future."""
+        """Claim the chunks no one is fetching: their GETs (the caller runs them; at most max_bytes, default
+        MAX_GET_BYTES, each) and each chunk's future."""
+        max_bytes = MAX_GET_BYTES if max_bytes is None else max_bytes
         futures: dict[int, Future] = {}
         with self._lock:
             for i in chunks:
@@ -259,8 +261,11 @@ class RemoteSegmentData:
                 got[i] = data
         if missing:
             runs, mine = self._start(missing)
-            for run in runs:
+            for k, run in enumerate(runs):
                 self._run(*run, mine)
+                if k:  # the next GET waits until the one before this is decoded: two GETs' bytes at most
+                    for i in range(runs[k - 1][0], runs[k - 1][1] + 1):
+                        mine[i].exception()  # waits; an error is raised below, in chunk order
             for i in missing:
                 future = mine.get(i)
                 if future is None:
