@@ -7,7 +7,8 @@ Against a real S3 server on this machine (SeaweedFS `weed mini`, started here), 
 loopback: the figures show client and decoding overhead, not a WAN. The segment is Kafka-written
 (the reference corpus's large-0, 14.8 MB), uploaded in the tiered-storage plugin's layout in 4 MiB chunks.
 
-Run: python bench/bench_remote.py [--quick] [--json OUT]
+Run: python bench/bench_remote.py [--quick] [--json OUT] [--sequential-only]
+(--sequential-only: just the sequential-read figures, for iterating on the read path.)
 """
 
 from __future__ import annotations
@@ -78,9 +79,23 @@ def client_figures(server, bucket: str, key: str, size: int, times: int) -> list
     return out
 
 
+def _cpu_ms(pid: int) -> float:
+    """CPU time of every thread of process `pid` so far, in ms (the scheduler's own count: exact, where
+    /proc/PID/stat counts in 10 ms ticks)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # a thread that ended meanwhile
+    return total / 1e6
+
+
 def sequential_figures(server, bucket: str, up, key, times: int, variant: str) -> list[Figure]:
     """A whole-segment sequential read through RemoteSegmentData (cold cache) against plain ranged GETs
-    of the same `.log` object, chunk by chunk with one GET ahead (the read path's reader + read-ahead)."""
+    of the same `.log` object, chunk by chunk with one GET ahead (the read path's reader + read-ahead);
+    with the CPU time each took in this process and in the S3 server (they share the machine's cores)."""
     from lookupd.log.remote import segmentdata
     from lookupd.log.remote.config import RemoteConfig
     from lookupd.log.remote.diskcache import DiskCache
@@ -91,26 +106,39 @@ def sequential_figures(server, bucket: str, up, key, times: int, variant: str) -
     keyring = Keyring({key.key_id: key.pem_path} if key else {})  # one per daemon: its PEM is loaded once
     original = up.segment.stat().st_size
     obj_size = store.size(up.log_key)
+    me, weed = os.getpid(), server.process.pid
     ours, plain = [], []
+    cpu = {path: ([], []) for path in ("lookupd", "plain GETs")}  # path -> (client ms, server ms) per run
+
+    def timed(path: str, fn) -> float:
+        c0, w0, t0 = _cpu_ms(me), _cpu_ms(weed), time.perf_counter()
+        fn()
+        elapsed = time.perf_counter() - t0
+        cpu[path][0].append(_cpu_ms(me) - c0)
+        cpu[path][1].append(_cpu_ms(weed) - w0)
+        return original / elapsed / 1e6
+
+    def read_through(seg) -> None:
+        position = 0
+        while position < seg.size:
+            position += len(seg.read(position, STEP, sequential=True))
+
+    def plain_gets() -> None:
+        ranges = [(a, min(a + CHUNK, obj_size)) for a in range(0, obj_size, CHUNK)]
+        with ThreadPoolExecutor(2) as pool:
+            for _ in pool.map(lambda r: store.get_range_buffer(up.log_key, *r), ranges):
+                pass
+
     for rep in range(times + 1):
         cache_dir = tempfile.mkdtemp(prefix="lookupd-bench-cache-")
         try:
             cache = DiskCache(cache_dir, 10 ** 9)
             seg = segmentdata.open_segment(store, up.log_key, keyring, cache)
-            t0 = time.perf_counter()
-            position = 0
-            while position < seg.size:
-                position += len(seg.read(position, STEP, sequential=True))
-            ours.append(original / (time.perf_counter() - t0) / 1e6)
+            ours.append(timed("lookupd", lambda: read_through(seg)))
             cache.flush()
         finally:
             shutil.rmtree(cache_dir, ignore_errors=True)
-        t0 = time.perf_counter()
-        ranges = [(a, min(a + CHUNK, obj_size)) for a in range(0, obj_size, CHUNK)]
-        with ThreadPoolExecutor(2) as pool:
-            for _ in pool.map(lambda r: store.get_range_buffer(up.log_key, *r), ranges):
-                pass
-        plain.append(original / (time.perf_counter() - t0) / 1e6)
+        plain.append(timed("plain GETs", plain_gets))
     params = {"variant": variant, "segment_bytes": original, "object_bytes": obj_size, "chunk": CHUNK}
     decode = []
     if seg.manifest.compression or seg.manifest.encryption:
@@ -124,10 +152,16 @@ def sequential_figures(server, bucket: str, up, key, times: int, variant: str) -
         decode = [Figure(f"remote sequential read, {variant}, decoding only (one thread, in memory)", "MB/s",
                          decode[1:], group="remote-read", params={**params, "path": "decode only"},
                          higher_is_better=True)]
+    spent = []
+    for path, (client, server_ms) in cpu.items():
+        for who, values in (("lookupd's process", client), ("the S3 server", server_ms)):
+            spent.append(Figure(f"remote sequential read, {variant}, {path}: CPU time of {who}", "ms",
+                                values[1:], group="remote-read-cpu",
+                                params={**params, "path": path, "process": who}))
     return decode + [Figure(f"remote sequential read, {variant}, through RemoteSegmentData", "MB/s", ours[1:],
                    group="remote-read", params={**params, "path": "lookupd"}, higher_is_better=True),
             Figure(f"remote sequential read, {variant}, plain ranged GETs", "MB/s", plain[1:],
-                   group="remote-read", params={**params, "path": "plain GETs"}, higher_is_better=True)]
+                   group="remote-read", params={**params, "path": "plain GETs"}, higher_is_better=True)] + spent
 
 
 def cold_index_figures(server, bucket: str, up, key, variant: str) -> list[Figure]:
@@ -197,7 +231,8 @@ def restore_figures(server, bucket: str, up, key, times: int, variant: str) -> l
 def fuse_figures(server, times: int) -> list[Figure]:
     """A sequential read of a remote segment's `.log` through the mount (`fusefs mount --config`, a new
     mount and cache each time: cold) against plain ranged GETs of the same object, CHUNK bytes each with
-    two in flight, measured right after it. The daemon and the mount run as subprocesses."""
+    two in flight, measured right after it. The daemon and the mount run as subprocesses. The same read
+    again, warm (no GET), is what the FUSE path alone costs."""
     from pathlib import Path
 
     import reference as R
@@ -208,7 +243,7 @@ def fuse_figures(server, times: int) -> list[Figure]:
     from lookupd.log.remote.config import RemoteConfig
     from lookupd.log.remote.store import ObjectStore
 
-    ours, plain = [], []
+    ours, warm, plain = [], [], []
     original = 0
     for rep in range(times + 1):
         root = tempfile.mkdtemp(prefix="fz", dir="/tmp")  # short: the daemon's socket path is bounded
@@ -228,11 +263,12 @@ def fuse_figures(server, times: int) -> list[Figure]:
                 mount.start()
                 path = mount.path("large", "0", "00000000000000000000.remote.log")
                 original = os.stat(path).st_size  # the listing and the manifest: not timed
-                t0 = time.perf_counter()
-                with open(path, "rb", buffering=0) as f:
-                    while f.read(STEP):
-                        pass
-                ours.append(original / (time.perf_counter() - t0) / 1e6)
+                for into in (ours, warm):  # cold, then again from the chunks the mount holds decoded
+                    t0 = time.perf_counter()
+                    with open(path, "rb", buffering=0) as f:
+                        while f.read(STEP):
+                            pass
+                    into.append(original / (time.perf_counter() - t0) / 1e6)
             finally:
                 mount.stop()
                 daemon.stop()
@@ -251,11 +287,16 @@ def fuse_figures(server, times: int) -> list[Figure]:
     params = {"segment_bytes": original, "chunk": CHUNK, "read": STEP}
     return [Figure("FUSE sequential read of a remote .log, cold", "MB/s", ours[1:], group="remote-fuse",
                    params={**params, "path": "fusefs"}, higher_is_better=True),
+            Figure("FUSE sequential read of a remote .log, warm (its chunks decoded in the mount's memory)", "MB/s",
+                   warm[1:], group="remote-fuse", params={**params, "path": "fusefs warm"}, higher_is_better=True),
             Figure("FUSE sequential read of a remote .log: plain ranged GETs", "MB/s", plain[1:],
                    group="remote-fuse", params={**params, "path": "plain GETs"}, higher_is_better=True)]
 
 
-def run(quick: bool) -> list[Figure]:
+SEQUENTIAL_ONLY = "--sequential-only"
+
+
+def run(quick: bool, sequential_only: bool = False) -> list[Figure]:
     import s3server
     import tiered_writer as W
 
@@ -273,12 +314,17 @@ def run(quick: bool) -> list[Figure]:
                                  encryption=key if kw.get("encryption") else None)
                 up = W.upload_segment(client, bucket, partition_dir, base, topic="large", partition=0,
                                       topic_id=W.kafka_uuid(), opts=opts)
+                if sequential_only:
+                    figures += sequential_figures(server, bucket, up, key if opts.encryption else None, times,
+                                                  variant)
+                    continue
                 if variant == "plain":
                     figures += client_figures(server, bucket, up.log_key, up.segment.stat().st_size, times)
                 figures += sequential_figures(server, bucket, up, key if opts.encryption else None, times, variant)
                 figures += cold_index_figures(server, bucket, up, key if opts.encryption else None, variant)
                 figures += restore_figures(server, bucket, up, key if opts.encryption else None, times, variant)
-            figures += fuse_figures(server, times)
+            if not sequential_only:
+                figures += fuse_figures(server, times)
     finally:
         shutil.rmtree(keydir, ignore_errors=True)
     return figures
@@ -309,4 +355,15 @@ def ratios(figures: list[Figure]) -> list[dict | None]:
 
 
 if __name__ == "__main__":
-    common.main(run, __doc__)
+    if SEQUENTIAL_ONLY in sys.argv:
+        sys.argv.remove(SEQUENTIAL_ONLY)
+
+        def sequential(quick: bool) -> list[Figure]:
+            figures = run(quick, sequential_only=True)
+            for r in ratios(figures):
+                if r is not None:
+                    print(f"{r['name']}: {r['value']:.2f}x")
+            return figures
+        common.main(sequential, __doc__)
+    else:
+        common.main(run, __doc__)

@@ -81,3 +81,67 @@ def test_python_only_is_this_threads_alone():
             pass
         assert format_accel.mode.python  # a nested reference path leaves it set
     assert not format_accel.mode.python and seen == {"other": False}
+
+
+# The SIGBUS guard's calls compute no answer: they make reading a map safe, for whichever path reads it.
+GUARD = {"install", "register", "unregister", "faults", "resident"}
+
+
+def c_calls_into_our_extensions(fn) -> list[str]:
+    """The names of lookupd's C functions but the guard's that `fn()` calls on this thread (sys.setprofile)."""
+    called = []
+
+    def profile(frame, event, arg):
+        if event == "c_call" and getattr(arg, "__module__", None) in EXTENSIONS and arg.__name__ not in GUARD:
+            called.append(f"{arg.__module__}.{arg.__name__}")
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return called
+
+
+def test_within_python_only_no_c_function_of_ours_runs():
+    """The answers of record are Python's alone: every lookup and its reference path, the columnar decoder
+    (Arrow bitmaps included) and the JSON lines, within `python_only()`, over batches of every codec."""
+    import pyarrow as pa
+
+    from lookupd.format.batch import parse_header
+    from lookupd.format.columnar import ColumnBuilder
+    from lookupd.format.render import record_lines
+    from lookupd.log.logmanager import LogManager
+
+    R.require()
+    manager = LogManager([str(R.LOGS)])
+    headers = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
+
+    def everything():
+        for topic in ("plain", "compressed", "large", "txn", "logappend", "ooo-time"):
+            llog = manager.get(topic, 0)
+            start, end = llog.log_start_offset, llog.log_end_offset
+            for fast, reference in (("lookup_offset", "lookup_offset_reference"),
+                                    ("lookup_timestamp", "lookup_timestamp_reference")):
+                for name in (fast, reference):
+                    for mode in ("floor", "ceiling"):
+                        getattr(llog, name)(start if fast == "lookup_offset" else 1, mode)
+            for o in (start, (start + end) // 2, end - 1):
+                for name in ("lookup_offset", "lookup_offset_reference"):
+                    getattr(llog, name)(o, "floor")
+                for name in ("resolve_offset", "resolve_offset_reference"):
+                    getattr(llog, name)(o)
+                for name in ("offset_for_timestamp", "offset_for_timestamp_reference"):
+                    getattr(llog, name)(1)
+                for name in ("read", "read_reference"):
+                    records = getattr(llog, name)(o, 1 << 16).records
+                builder = ColumnBuilder(True)
+                builder.add_frames(records, 0)
+                builder.arrays(headers)
+                header = parse_header(records, 0)
+                record_lines(header, memoryview(records)[:header.size])
+
+    with format_accel.python_only():
+        called = c_calls_into_our_extensions(everything)
+    manager.close()
+    assert called == [], " ".join(sorted(set(called)))

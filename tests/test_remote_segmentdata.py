@@ -87,7 +87,11 @@ def test_random_ranges_match_the_segment(s3_server, tiered, tmp_path_factory, va
     @given(st.integers(0, len(original) + 10), st.integers(0, 3 * 4096 + 7))
     def check(position, size):
         seg = _open(s3_server.endpoint_url, bucket, up, key, tmp_path_factory.mktemp("c"), store=store)
-        assert seg.read(position, size) == original[position:position + size]
+        want = original[position:position + size]
+        assert seg.read(position, size) == want
+        out = bytearray(b"\xee" * (size + 3))  # read_into (the mount's path) gives read's bytes, nothing past them
+        assert seg.read_into(position, memoryview(out)[:size]) == len(want)
+        assert out == want + b"\xee" * (size + 3 - len(want))
 
     check()
 
@@ -203,10 +207,11 @@ def test_a_corrupt_encrypted_chunk_names_the_key_and_byte(s3_server, tiered, tmp
         proxy.inject("GET", r"\.log$", "corrupt", at=100)
         seg = _open(proxy.url, bucket, up, key, tmp_path)
         chunk = seg.manifest.chunk_index.transformed_start(2)
-        with pytest.raises(CorruptDataError, match="AES-GCM tag mismatch") as e:
-            seg.read(2 * 4096 + 5, 10)  # chunk 2 alone
-        assert e.value.path == up.log_key and e.value.position == chunk
-        assert f"{up.log_key} at byte {chunk}: chunk 2" in str(e.value)
+        for read in (lambda: seg.read(2 * 4096 + 5, 10), lambda: seg.read_into(2 * 4096 + 5, memoryview(bytearray(10)))):
+            with pytest.raises(CorruptDataError, match="AES-GCM tag mismatch") as e:
+                read()  # chunk 2 alone
+            assert e.value.path == up.log_key and e.value.position == chunk
+            assert f"{up.log_key} at byte {chunk}: chunk 2" in str(e.value)
 
 
 def test_a_corrupt_compressed_chunk_is_corrupt_data(s3_server, tiered, tmp_path):
@@ -248,6 +253,120 @@ def test_a_missing_or_wrong_key_is_corrupt_data_naming_the_manifest(s3_server, t
     with pytest.raises(CorruptDataError, match="wrong key or corrupt") as e:
         seg.read(0, 10)
     assert e.value.path == up.manifest_key
+
+
+def _outcome(fn):
+    """fn()'s chunks as bytes, or its error as (type, text, path, position): what two paths must share."""
+    try:
+        return {i: bytes(data) for i, data in fn().items()}
+    except CorruptDataError as e:
+        return type(e), str(e), e.path, e.position
+
+
+def _parallel(seg, chunks: list[int]):
+    """The fast path: one GET per run, its chunks decoded on the decode pool as in a read-ahead."""
+    runs, futures = seg._start(chunks)
+    for run in runs:
+        segmentdata._pool("readahead").submit(seg._run, *run, futures)
+    out = {}
+    for i in chunks:  # the first error, in chunk order, as the reference path raises it
+        out[i] = futures[i].result()
+    return out
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("corrupt_chunk", [None, 0, 2])
+def test_parallel_decoding_gives_the_reference_paths_bytes_and_errors(s3_server, tiered, tmp_path, variant,
+                                                                       corrupt_chunk):
+    """`_run` (chunks of one GET decoded in parallel) against `_fetch` (decoded one after the other), on
+    intact bytes and with one bit flipped in one chunk of the GET (plain: both return the flipped bytes)."""
+    (buckets, key) = tiered
+    bucket, uploads = buckets[variant]
+    up = max(uploads, key=lambda u: u.segment.stat().st_size)
+    with FaultProxy(s3_server.endpoint_url) as proxy:
+        probe = _open(proxy.url, bucket, up, key, tmp_path / "probe")
+        index = probe.manifest.chunk_index
+        chunks = list(range(min(index.chunk_count, 6)))
+        assert len(chunks) == 6 and len(probe._runs(chunks, segmentdata.MAX_GET_BYTES)) == 1  # one GET each
+        if corrupt_chunk is not None:
+            proxy.inject("GET", r"\.log$", "corrupt", at=index.transformed_start(corrupt_chunk) + 20)
+        reference = _outcome(lambda: _open(proxy.url, bucket, up, key, tmp_path / "ref")._fetch(0, chunks[-1]))
+        fast = _outcome(lambda: _parallel(_open(proxy.url, bucket, up, key, tmp_path / "fast"), chunks))
+    assert fast == reference
+    original = up.segment.read_bytes()
+    if corrupt_chunk is None:
+        assert b"".join(reference.values()) == original[:len(b"".join(reference.values()))]
+    elif variant == "plain" or variant == "plain-variable":
+        assert reference[corrupt_chunk] != original[corrupt_chunk * index.chunk_size:][:index.chunk_size]
+    else:
+        assert reference[0] is CorruptDataError and f"chunk {corrupt_chunk}" in reference[1]
+
+
+def test_a_key_file_fixed_after_a_failed_unwrap_is_picked_up(s3_server, tiered, tmp_path):
+    """The data key is unwrapped in the background; a failure is not kept: the next read tries again."""
+    import shutil
+
+    from lookupd.errors import Unavailable
+
+    (buckets, key) = tiered
+    bucket, uploads = buckets["encrypted"]
+    up = uploads[0]
+    store = ObjectStore(RemoteConfig(bucket=bucket, cache_dir=str(tmp_path), endpoint_url=s3_server.endpoint_url))
+    pem = tmp_path / "later.pem"
+    seg = segmentdata.open_segment(store, up.log_key, Keyring({key.key_id: str(pem)}),
+                                   DiskCache(str(tmp_path / "cache"), 10 ** 8))
+    with pytest.raises(Unavailable, match="cannot read the private key file"):
+        seg.read(0, 10)
+    shutil.copy(key.pem_path, pem)
+    assert seg.read(0, 10) == up.segment.read_bytes()[:10]
+
+
+def test_reads_finish_when_the_pools_refuse_work(s3_server, tiered, tmp_path):
+    """At interpreter shutdown the pools refuse new tasks: the reading thread does the work itself rather
+    than fail, or leave a chunk claimed that no one will ever fetch."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    (buckets, key) = tiered
+    bucket, uploads = buckets["zstd-encrypted"]
+    up = max(uploads, key=lambda u: u.segment.stat().st_size)
+    for name in ("readahead", "decode"):
+        segmentdata._pool(name).shutdown(wait=True)
+    try:
+        seg = _open(s3_server.endpoint_url, bucket, up, key, tmp_path)
+        with ThreadPoolExecutor(1) as reader:  # a hang fails this test, not the whole run
+            assert reader.submit(seg.read, 0, seg.size, sequential=True).result(timeout=120) == \
+                up.segment.read_bytes()
+            assert not seg._inflight
+    finally:
+        with segmentdata._pool_lock:
+            segmentdata._pools.clear()  # fresh pools for the tests that follow
+
+
+def test_a_long_read_fetches_at_most_two_gets_ahead_of_decoding(s3_server, tiered, tmp_path, monkeypatch):
+    """A read spanning many GETs starts the next GET only once the one before the last is decoded, so its
+    fetched but undecoded bytes stay within two GETs however long the read (decoding slowed down here)."""
+    (buckets, key) = tiered
+    bucket, uploads = buckets["zstd-encrypted"]
+    up = max(uploads, key=lambda u: u.segment.stat().st_size)
+    seg = _open(s3_server.endpoint_url, bucket, up, key, tmp_path)
+    chunk = seg.manifest.chunk_index.chunk_size
+    assert seg.manifest.chunk_index.chunk_count >= 24
+    monkeypatch.setattr(segmentdata, "MAX_GET_BYTES", 4 * chunk)  # 4 chunks a GET: 3 of them on the pool
+    decode, get_run = seg._decode, seg._get_run
+    undecoded = []
+
+    def slow_decode(i, blob):
+        time.sleep(0.02)
+        return decode(i, blob)
+
+    def watched_get_run(first, last):
+        before_previous = first - (last - first + 1)
+        undecoded.append([i for i, f in list(seg._inflight.items()) if i < before_previous and not f.done()])
+        return get_run(first, last)
+
+    seg._decode, seg._get_run = slow_decode, watched_get_run
+    assert seg.read(0, 24 * chunk) == up.segment.read_bytes()[:24 * chunk]
+    assert len(undecoded) == 6 and not any(undecoded)
 
 
 def test_a_segment_deleted_after_listing_is_not_found(s3_server, tiered, tmp_path):

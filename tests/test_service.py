@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import shutil
 import time
 
 import numpy as np
@@ -201,20 +202,36 @@ def evict_from_page_cache(path: str) -> None:
         os.close(fd)
 
 
+def private_corpus(root) -> str:
+    """A copy of the reference corpus that no other process knows of, its pages written to disk: a page
+    another process has mapped (a daemon of another test, a parallel run over the same corpus) stays
+    in the page cache whatever we advise, and the eviction below would then fail."""
+    logs = os.path.join(root, "logs")
+    for name in R.PARTITIONS:
+        shutil.copytree(R.log_dir(name), os.path.join(logs, name))
+    for d, _, files in os.walk(logs):
+        for f in files:
+            fd = os.open(os.path.join(d, f), os.O_RDONLY)
+            os.fsync(fd)  # clean pages: POSIX_FADV_DONTNEED drops them at once
+            os.close(fd)
+    return logs
+
+
 @pytest.mark.native
-def test_thread_policy():
+def test_thread_policy(tmp_path):
     """A lookup runs on the event loop when all it reads is in memory; cold data (an index not mapped
     yet, `.log` pages not in the page cache) sends it to a thread; listings and columnar calls
     always go there."""
     R.require()
-    lm = LogManager([R.LOGS])
+    logs = private_corpus(tmp_path)
+    lm = LogManager([logs])
     try:
         svc = Service(lm)
         ts = lm.get("large", 0).offset_for_timestamp(0).timestamp + 1000
         hot = {"lookup_offset": ["large", 0, 1000, "floor"], "lookup_timestamp": ["large", 0, ts, "floor"],
                "resolve_offset": ["large", 0, 1000], "offset_for_timestamp": ["large", 0, ts],
                "read": ["large", 0, 1000, 1], "aborted_transactions": ["txn", 0, 0, 300]}
-        fresh = LogManager([R.LOGS])
+        fresh = LogManager([logs])
         for m, p in hot.items():
             if m != "aborted_transactions":  # reads no index: inline as soon as its pages are cached
                 assert Service(fresh).call_inline(m, p, TRUSTED) is NEEDS_THREAD, m  # no index mapped yet
@@ -235,7 +252,7 @@ def test_thread_policy():
         seg = lm.get("large", 0).resolve_offset(1000).segment
         # A read with RWF_NOWAIT that misses may start readahead, and on a fast virtual disk that can
         # finish before the read returns (then it answers): evicted again, a later try misses.
-        log_path = str(R.log_dir("large-0") / f"{seg:020d}.log")
+        log_path = os.path.join(logs, "large-0", f"{seg:020d}.log")
         tries = []
         while len(tries) < 20 and (not tries or tries[-1] is not NEEDS_THREAD):
             evict_from_page_cache(log_path)
@@ -296,8 +313,6 @@ def test_every_timestamp_method_accepts_the_list_offsets_specials(service, metho
 
 def test_a_partition_deleted_while_listed_drops_out_of_partitions(tmp_path):
     """`partitions` answers for the partitions that exist, not UNAVAILABLE for everyone."""
-    import shutil
-
     for name in ("plain-0", "txn-0"):
         shutil.copytree(R.log_dir(name), tmp_path / name)
     lm = LogManager([str(tmp_path)])

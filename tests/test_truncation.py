@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import struct
+from typing import Callable
 
 import pytest
 
@@ -40,14 +41,15 @@ def _scan(path: str) -> list:
 
 
 def kafka_truncate_and_fetch(d: str, truncate_to: int, fetch: int, new_value_size: int = 3,
-                             one_fetch: bool = False) -> None:
+                             one_fetch: bool = False, before_truncation: Callable[[], object] = lambda: None) -> None:
     """40 batches, then Kafka's truncateTo(truncate_to) and one fetch of `fetch` batches of another size:
     smaller batches leave stale entries out of order after the new ones, larger ones leave them in
-    order but pointing inside the new batches."""
+    order but pointing inside the new batches. `before_truncation` runs between the two."""
     w = LogWriter(d, segment_bytes=1 << 30, index_interval_bytes=INTERVAL)
     for b in range(40):
         w.append(_batch(b * PER_BATCH, 20))
     w.close()  # the active segment keeps its preallocated indexes, as a running broker's
+    before_truncation()
     log_path = os.path.join(d, segment_file_name(0, ".log"))
     cut = next((h.position for h in _scan(log_path) if h.base_offset >= truncate_to), os.path.getsize(log_path))
     os.truncate(log_path, cut)
@@ -98,6 +100,30 @@ def test_answers_after_a_kafka_truncation_come_from_the_batches(tmp_path, trunca
     assert llog.resolve_offset(leo) is None
     cols = llog.lookup_offsets(list(range(leo)), "floor")
     assert set(cols["position"].tolist()) <= set(starts)
+    lm.close()
+
+
+def test_a_truncation_and_new_writes_between_two_looks_are_seen(tmp_path):
+    """The index was read before the broker truncated and wrote past the old entries again: the next look
+    sees the entries the broker rewrote (a map shows them; pure Python's copy must read them again)."""
+    d = tmp_path / "t-0"
+    d.mkdir()
+    managers, looked = [], []
+
+    def look():
+        managers.append(LogManager([str(tmp_path)]))
+        return managers[0].get("t", 0).lookup_offset(150, "floor")
+
+    kafka_truncate_and_fetch(str(d), 50, fetch=40, new_value_size=60, before_truncation=lambda: looked.append(look()))
+    assert looked[0].offset > 50  # an entry the truncation then left stale
+    lm = managers[0]
+    batches = _scan(str(d / segment_file_name(0, ".log")))
+    starts = {h.position: h for h in batches}
+    llog = lm.get("t", 0)
+    assert llog.log_end_offset == batches[-1].last_offset + 1
+    for o in range(0, llog.log_end_offset, 3):
+        point = llog.lookup_offset(o, "floor")
+        assert point.position in starts and starts[point.position].base_offset <= o, (o, point)
     lm.close()
 
 

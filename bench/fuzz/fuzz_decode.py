@@ -255,9 +255,10 @@ def scans_outcome(data: bytes, log_path: str, native: bool):
 
 
 def outcome(data: bytes, native: bool):
-    b = columnar.ColumnBuilder(True, native=native)
+    b = columnar.ColumnBuilder(True)
     try:
-        end = b.add_frames(data, 0, "fuzz.log")
+        with contextlib.nullcontext() if native else format_accel.python_only():
+            end = b.add_frames(data, 0, "fuzz.log")
     except CorruptRecordError as err:
         return str(err)
     except OverflowError as err:

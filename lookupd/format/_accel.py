@@ -1,15 +1,17 @@
 """The format layer's one switch between C and Python: lookupd.format._decode imported once, or Python
 stand-ins under the same names.
 
-Every C function here either computes what its Python stand-in computes (the Arrow bitmaps) or may
-hand its input back (None or False) for the caller's reference path, which names every fault; the
-stand-ins of those hand everything back. So callers call `_accel.X` with no check of their own, but
-for one: a function a reference path reaches is skipped while `mode.python` is set.
+Every C function here either computes what its Python stand-in computes (the Arrow bitmaps, whose
+Python versions are also exported as `*_reference`) or may hand its input back (None or False) for
+the caller's reference path, which names every fault; the stand-ins of those hand everything back.
+So callers call `_accel.X` with no check of their own, but for one: while `mode.python` is set, a
+reference path runs, and they call no C function (the bitmaps' `*_reference` instead).
 
 The reference paths run in Python alone: within `python_only()` this thread calls no C function of
-either layer (lookupd.log._accel shares `mode`), which is how tests take the answers of record beside
-the fast paths'. LOOKUPD_PURE_PYTHON=1 makes the whole process pure Python, as on a machine without a
-compiler (`make test` runs the format, log, conformance and daemon tests so a second time).
+either layer (lookupd.log._accel shares `mode`) but the SIGBUS guard's, which compute no answer; that
+is how tests take the answers of record beside the fast paths' (tests/test_accel.py checks it).
+LOOKUPD_PURE_PYTHON=1 makes the whole process pure Python, as on a machine without a compiler
+(`make test` runs the format, log, conformance and daemon tests so a second time).
 """
 
 from __future__ import annotations

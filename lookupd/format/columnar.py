@@ -39,11 +39,11 @@ FLAG_TRANSACTIONAL, FLAG_LOG_APPEND_TIME = 1, 2
 
 
 class ColumnBuilder:
-    """Columns of the records added since the last `arrays()`; `native=False` forces the reference decoder."""
+    """Columns of the records added since the last `arrays()`: the C decoder's, or within
+    `_accel.python_only()` the reference decoder's."""
 
-    def __init__(self, include_headers: bool = True, *, native: bool = True):
+    def __init__(self, include_headers: bool = True):
         self.include_headers = include_headers
-        self.native = native and NATIVE and not _accel.mode.python
         self._reset()
 
     def _reset(self) -> None:
@@ -66,8 +66,9 @@ class ColumnBuilder:
         position, as `ensure_valid` and `decode_batch` do."""
         end = len(buf) if end is None else end
         pos = start
+        native = NATIVE and not _accel.mode.python
         while pos < end:
-            if self.native:
+            if native:
                 if self.data_bytes + (end - pos) > MAX_DATA_BYTES:
                     raise OverflowError("columns full: call arrays() before adding more")
                 pos = _accel.decode_frames(buf, pos, end, position, self.include_headers, self._facts, *self._cols)
@@ -92,7 +93,7 @@ class ColumnBuilder:
         position, for anything undecodable."""
         if not INT64_MIN <= header.last_offset <= INT64_MAX:
             raise CorruptRecordError(path, header.position, f"last offset {header.last_offset} is beyond the int64 range")
-        if header.magic >= 2 and self.native:
+        if header.magic >= 2 and NATIVE and not _accel.mode.python:
             if header.record_count == 0:
                 return 0
             records = _v2_records(header, batch, path)
@@ -168,6 +169,7 @@ class ColumnBuilder:
         import pyarrow as pa
 
         c, n = self._cols, self.count
+        validity_bitmap, nonempty_bitmap, spread_flag = _BITMAPS[_accel.mode.python]
 
         def binary(valid_col: int, ends: int, data: int, typ) -> Any:
             bitmap, nulls = validity_bitmap(c[valid_col])
@@ -214,3 +216,5 @@ def _buffer(pa, data) -> Any:
 validity_bitmap, nonempty_bitmap, spread_flag = _accel.validity_bitmap, _accel.nonempty_bitmap, _accel.spread_flag
 validity_bitmap_reference, nonempty_bitmap_reference, spread_flag_reference = \
     _accel.validity_bitmap_reference, _accel.nonempty_bitmap_reference, _accel.spread_flag_reference
+_BITMAPS = {False: (validity_bitmap, nonempty_bitmap, spread_flag),  # by `_accel.mode.python`
+            True: (validity_bitmap_reference, nonempty_bitmap_reference, spread_flag_reference)}

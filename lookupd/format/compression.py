@@ -28,7 +28,7 @@ Native first: where the C extension is built and finds the codec libraries (libd
 libsnappy, liblz4; zstd through `zstandard`, as here; `lookupd/format/_codecs.c`), the
 common forms above are decompressed there, with no Python around each batch. Everything
 else, and any fault, comes here, whose answer and message are the reference
-(`native=False` takes this path alone).
+(within `_accel.python_only()` this path alone).
 
 Decompression bombs: the decompressed size is bounded before any output is allocated
 (a snappy block declares its size, an lz4 block holds at most the frame's block size,
@@ -86,12 +86,12 @@ class _Bad(Exception):
 
 
 def decompress(codec: Compression, data, *, path=None, position: int | None = None,
-               max_size: int = MAX_DECOMPRESSED_SIZE, native: bool = True) -> bytes:
+               max_size: int = MAX_DECOMPRESSED_SIZE) -> bytes:
     """Decompress a batch's records (v2) or a legacy wrapper's value.
 
     `path` and `position` (the batch's byte position in its file) only go into the
     CorruptRecordError raised for any undecodable input or output over `max_size`.
-    `native=False` skips the C fast path: the reference alone.
+    Within `_accel.python_only()` the C fast path is skipped: the reference alone.
     """
     if type(codec) is not Compression:  # a member already skips the enum's lookup (half a microsecond)
         try:
@@ -100,7 +100,7 @@ def decompress(codec: Compression, data, *, path=None, position: int | None = No
             raise CorruptRecordError(path, position, f"unknown compression codec id {codec}") from None
     if codec is Compression.NONE:
         return bytes(data)
-    if native and not _accel.mode.python:
+    if not _accel.mode.python:
         out = _accel.decompress(codec, data, max_size)
         if out is not None:
             return out

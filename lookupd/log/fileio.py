@@ -29,6 +29,17 @@ import weakref
 from .cache import tick
 
 
+def pread_into(fd: int, view: memoryview, position: int) -> int:
+    """Fill `view` from `position` of `fd` (preadv, the GIL released); the bytes read, fewer only at end of file."""
+    got = 0
+    while got < len(view):
+        n = os.preadv(fd, [view[got:]], position + got)
+        if n <= 0:
+            break
+        got += n
+    return got
+
+
 class WouldBlock(BaseException):
     """Raised in non-blocking mode where a read would wait for the disk. A BaseException so that no
     handler for ordinary errors (OSError, Exception) on the way up can take it for a failure."""

@@ -23,8 +23,9 @@ shrinks the active index when it rolls. Each lookup first checks the file still 
 valid entries (one `pread` or `fstat`) and remaps a file that shrank. The remaining race,
 a truncation between that check and the read, is absorbed by the SIGBUS guard in `lookupd.log._native`: it
 maps a zero page over the faulting page, the search's answer is discarded and the file
-remapped. The same C module runs the searches below; the Python versions stand in when
-it could not be built.
+remapped. Without that C module (pure Python) no file is mapped: searches read a copy taken with
+pread (lookupd.log.mapping's IndexCopy), and a shrink found after a search discards its answer
+just the same.
 
 The index classes hold the mapped-file state (the SIGBUS protocol, which entries are valid, live
 following; the map itself and its lifetime are lookupd.log.mapping's); the searches themselves
@@ -47,7 +48,7 @@ from ..errors import INT64_MAX, INT64_MIN, CorruptIndexError
 from .search import Layout, bulk_slots, ceiling_slot, host_order_columns, kafka_slot
 from .cache import tick
 from .fileio import RefusedFile, WouldBlock, is_nonblocking, mode as _nonblocking, open_regular, regular_stat
-from .mapping import NO_MAPPING, SIGBUS_GUARD, IndexMapping, IndexState, NoMapping, guard_faults
+from .mapping import NO_MAPPING, SIGBUS_GUARD, IndexCopy, IndexMapping, IndexState, NoMapping, guard_faults, map_index
 
 from . import _accel  # without the C extension: Python searches, size checks before reads
 
@@ -156,13 +157,13 @@ class AbstractIndex:
         for _ in range(_RETRIES):
             before = guard_faults()
             try:
-                m = IndexMapping(self.path)
+                m = map_index(self.path)
             except RefusedFile as err:  # a symbolic link: not read, and the index is not to be trusted
                 self._state = st = IndexState(NO_MAPPING, 0, CorruptIndexError(self.path, None, err.strerror))
                 return st
             except FileNotFoundError:
                 m = NO_MAPPING  # LazyIndex creates the file on first access; until then it is empty
-            except ValueError:  # mmap: the file shrank between IndexMapping's fstat and its map; look again
+            except ValueError:  # the file shrank between map_index's fstat and its map (or copy); look again
                 continue
             if m.mm is None:
                 st = IndexState(NO_MAPPING, 0, None)
@@ -171,7 +172,7 @@ class AbstractIndex:
                 count, fault = self._ordered_prefix(m.mm, self._nonzero_prefix(m.mm, n))
                 if self._live:
                     fault = None  # stale entries after a follower's truncation end the valid range
-                    count = self._before_rejected(m.mm, count)
+                    count = self._before_rejected(m, count)
                 if m.length % self.ENTRY_SIZE and fault is None:
                     fault = CorruptIndexError(
                         self.path, n * self.ENTRY_SIZE,
@@ -195,13 +196,13 @@ class AbstractIndex:
                 return new
             return self._state or old
 
-    def _before_rejected(self, mm, count: int) -> int:
+    def _before_rejected(self, m: IndexMapping | IndexCopy, count: int) -> int:
         """`count` cut at the rejected slot while that slot still holds the bytes it was rejected with."""
         rej = self._rejected
         if rej is None or count <= rej[0]:
             return count
         start = rej[0] * self.ENTRY_SIZE
-        if mm[start:start + self.ENTRY_SIZE] == rej[1]:
+        if m.read(start, start + self.ENTRY_SIZE) == rej[1]:
             return rej[0]
         self._rejected = None  # the broker wrote that slot again
         return count
@@ -214,6 +215,7 @@ class AbstractIndex:
         if ok(n - 1):
             self._checked = st
             return st
+        st.mapping.refresh(0, n * self.ENTRY_SIZE)  # a copy (pure Python) then shows what a map would: the file now
         lo, hi = 0, n - 1
         while lo < hi:
             mid = (lo + hi) >> 1
@@ -328,12 +330,12 @@ class AbstractIndex:
             raise WouldBlock()
         self._resident_checked = (m, now)
 
-    def _intact(self, m: IndexMapping | NoMapping, n: int) -> bool:
+    def _intact(self, m: IndexMapping | IndexCopy | NoMapping, n: int) -> bool:
         """Whether the file still holds the first `n` entries.
 
         With the SIGBUS guard this is one mapped read: a file cut inside entry n-1's page
         reads back zeros there, one cut below that page faults and the guard maps zeros in,
-        and an all-zero entry after slot 0 is never real. Without the guard, an `fstat`.
+        and an all-zero entry after slot 0 is never real. Without the guard, the file's size (`size()`).
         """
         if m.mm is None:
             return n == 0
@@ -375,11 +377,16 @@ class AbstractIndex:
             size = m.size()
             if size < n * E:
                 return self._reload("shrank")
+            if n and m.rewritten((n - 1) * E, n * E):  # a copy (pure Python) behind a truncation and new writes
+                m.refresh(0, n * E)  # what a map shows: entries it held stale are checked against the `.log`
+                st = self._publish(st, IndexState(m, n, st.fault))
+                if st.mapping is not m:
+                    return st
             end = min(size, m.length) // E * E
             if end <= n * E:
                 return self._reload("grew past its mapping") if size > m.length else st
-            chunk = m.mm[n * E:min(end, n * E + _PROBE_BYTES)]
-            if chunk[:E] == self._ZERO or self._before_rejected(m.mm, n + 1) == n:
+            chunk = m.read(n * E, min(end, n * E + _PROBE_BYTES))
+            if chunk[:E] == self._ZERO or self._before_rejected(m, n + 1) == n:
                 return st
             k = len(chunk) // E
             keys, values = self._columns(chunk, k)
@@ -429,9 +436,10 @@ class AbstractIndex:
     def native_view(self) -> IndexState | None:
         """The current state when the native one-call searches may use it: mapped, sound and, if live,
         checked against the `.log`, with at least 2 entries (`_accel.entry` says why); None when `_run`
-        must answer. In non-blocking mode, WouldBlock unless its pages are in memory (as `_view`)."""
+        must answer, and while a reference path runs (`_accel.mode.python`). In non-blocking mode,
+        WouldBlock unless its pages are in memory (as `_view`)."""
         st = self._state
-        if st is None or st.entries < 2 or st.fault is not None or not SIGBUS_GUARD or \
+        if st is None or st.entries < 2 or st.fault is not None or not SIGBUS_GUARD or _accel.mode.python or \
                 (self._verify is not None and st is not self._checked):
             return None
         if _nonblocking.on:  # as _view does: WouldBlock unless the pages are in memory
@@ -446,7 +454,7 @@ class AbstractIndex:
         """(slot, key, value) of the floor (`ceiling`: least >=) entry by key, slot -1 if none, in one native
         call (`_accel.entry`), entries with a value >= `value_limit` being past the `.log`; None when `_run`
         must answer (see `native_view`, in doubt, or while a reference path runs)."""
-        if _accel.mode.python or not INT64_MIN <= target <= INT64_MAX:
+        if not INT64_MIN <= target <= INT64_MAX:
             return None
         st = self.native_view()
         if st is None:

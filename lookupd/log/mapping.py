@@ -2,6 +2,14 @@
 released, registered with the SIGBUS guard (lookupd.log._native, through lookupd.log._accel) while it
 lives and unmapped when its last holder drops it; and `IndexState`, what one look at an index found.
 The index classes (lookupd.log.index) decide which entries are valid and when to remap.
+
+Without the guard (pure Python: no compiler, or LOOKUPD_PURE_PYTHON=1) nothing is mapped: a page of a
+map past a shrunk file's end would kill the process with SIGBUS between any size check and the read.
+`IndexCopy` reads the file into a private buffer with pread instead, and `map_index` picks one of the
+two. Both offer the same: `mm`, the entries' buffer; `size()`; `read(start, stop)`, the file's bytes
+now (how a live index's appended entries are seen), `refresh`, the same into `mm`, and `rewritten`,
+whether a range of `mm` is out of date (never, for a map); `resident()`. The IndexCache's bound on mapped
+bytes then bounds the copies' memory.
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ import numpy as np
 
 from ..errors import CorruptIndexError
 from . import _accel
-from .fileio import open_regular
+from .fileio import open_regular, pread_into
 
 _PAGE_IN_CHUNK = 1 << 20  # bytes read a call while paging a new map in (preadv, the GIL released)
 
@@ -87,11 +95,71 @@ class IndexMapping:
         """The file's size now (an fstat)."""
         return self.mm.size() if self.mm is not None else 0
 
+    def read(self, start: int, stop: int) -> bytes:
+        """The file's bytes [start, stop) now, stop <= `length` (the map shows the broker's writes)."""
+        return self.mm[start:stop]
+
+    def refresh(self, start: int, stop: int) -> None:
+        """Make `mm`'s bytes [start, stop) the file's now: a map always shows them."""
+
+    def rewritten(self, start: int, stop: int) -> bool:
+        """Whether the file's bytes [start, stop) differ from `mm`'s: never, for a map."""
+        return False
+
+
+class IndexCopy:
+    """A private copy of an index file, read with pread: what stands in for the map without the SIGBUS
+    guard. No read of it can fault, however the file shrinks; a shrink shows as `size()` falling, as
+    it does for a map. The descriptor stays open (closed when the last holder drops the copy): `size()`
+    asks it, and `read` copies the broker's appends to a live index in."""
+
+    __slots__ = ("mm", "length", "fd", "__weakref__")
+
+    def __init__(self, path: str):
+        fd, st = open_regular(path)
+        weakref.finalize(self, os.close, fd)
+        self.fd = fd
+        self.length = length = st.st_size
+        buf = bytearray(length)
+        if pread_into(fd, memoryview(buf), 0) < length:
+            raise ValueError("the file shrank while it was being read")  # as mmap's: look again
+        self.mm = buf if length else None
+
+    def resident(self) -> bool:
+        """False, as for a map that cannot be asked: `read` (live indexes) may wait for the disk, so
+        lookups over a copy run in a worker thread."""
+        return False
+
+    def size(self) -> int:
+        """The file's size now (an lseek to its end)."""
+        return os.lseek(self.fd, 0, os.SEEK_END)
+
+    def read(self, start: int, stop: int) -> bytes:
+        """The file's bytes [start, stop) now, stop <= `length`, copied into the copy too; fewer where the
+        file ends sooner."""
+        view = memoryview(self.mm)[start:stop]
+        return bytes(view[:pread_into(self.fd, view, start)])
+
+    def refresh(self, start: int, stop: int) -> None:
+        """Make `mm`'s bytes [start, stop) the file's now, stop <= `length` (where the file ends sooner,
+        the rest stays as it was: the next size check finds the shrink)."""
+        pread_into(self.fd, memoryview(self.mm)[start:stop], start)
+
+    def rewritten(self, start: int, stop: int) -> bool:
+        """Whether the file's bytes [start, stop) differ from the copy's (stop <= `length`; one pread)."""
+        return os.pread(self.fd, stop - start, start) != self.mm[start:stop]
+
+
+def map_index(path: str) -> IndexMapping | IndexCopy:
+    """The index file at `path` as a map under the SIGBUS guard, or without the guard as a copy; ValueError
+    when the file shrank while it was being mapped or read (look again)."""
+    return IndexMapping(path) if SIGBUS_GUARD else IndexCopy(path)
+
 
 class IndexState(NamedTuple):
     """What one look at an index found: its mapping, how many entries are valid, and any fault."""
 
-    mapping: "IndexMapping | NoMapping"
+    mapping: "IndexMapping | IndexCopy | NoMapping"
     entries: int
     fault: CorruptIndexError | None
 

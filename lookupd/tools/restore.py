@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
-from ..daemon.config import load_remote
+from ..log.remote.config import load_remote
 from ..errors import CorruptDataError, InvalidArgument
 from ..log.remote.layout import RemotePartition, partition_dirs
 from ..log.remotelog import RemoteTier
