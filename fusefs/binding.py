@@ -12,7 +12,8 @@
   on a cold raw read. Here `read_buf` answers with the pinned descriptor of a raw local file
   and a position, and libfuse splices the bytes from the page cache to the kernel
   (FUSE_CAP_SPLICE_WRITE; it reads them into its own buffer where splicing is not offered).
-  Generated files are made into a malloc'd buffer that libfuse frees, through `KafkaFS.read`.
+  Generated files, and remote `.log`s (copied from their decoded chunks), are made into a malloc'd
+  buffer that libfuse frees, through `KafkaFS.read`.
 * **Listings by offset, with attributes.** `KafkaFS.readdir` hands over the entries of a
   directory handle once (names and, where known, attributes); each READDIRPLUS asks for
   the next piece from an offset, as libfuse only passes attributes on in that mode. The

@@ -33,7 +33,7 @@ MAX_WARNED = 10_000  # refused files remembered as warned of; past that, forgott
 MAX_KEPT = 200_000  # entries kept over all partitions (about 350 bytes each: 70 MB); least recently listed go first
 
 Entry = tuple[str, "dict | None"]  # name, attributes (None: left to a lookup)
-FileAttrs = Callable[[int, int, int], dict]  # (size, blocks, mtime ns) -> getattr's answer
+FileAttrs = Callable[..., dict]  # (size, blocks, mtime ns[, I/O size]) -> getattr's answer
 
 
 def remote_entries(segments: list[SegmentInfo], file_attrs: FileAttrs) -> list[Entry]:
@@ -50,7 +50,7 @@ def tiered_entries(segments: list[SegmentInfo], size_of: Callable[[int, str], in
                    file_attrs: FileAttrs) -> list[Entry]:
     """A partition's segments in the bucket, named `<base>.remote.<suffix>`: the raw files each has (sizes
     from its manifest: one GET per segment the first time) and the views made from them."""
-    from .tiers import file_name
+    from .tiers import REMOTE_IO_SIZE, file_name
 
     out: list[Entry] = []
     for seg in segments:
@@ -63,7 +63,9 @@ def tiered_entries(segments: list[SegmentInfo], size_of: Callable[[int, str], in
         for suffix, size in sizes.items():
             if size is None:
                 continue
-            out.append((file_name(seg.base_offset, suffix, True), file_attrs(size, (size + 511) // 512, mtime_ns)))
+            io_size = (REMOTE_IO_SIZE,) if suffix == "log" else ()  # read with direct I/O: see fusefs.ops
+            out.append((file_name(seg.base_offset, suffix, True), file_attrs(size, (size + 511) // 512, mtime_ns,
+                                                                             *io_size)))
             view = next(v for v, raw in tree.VIEWS.items() if raw == suffix)
             out.append((file_name(seg.base_offset, view, True), file_attrs(0, 0, mtime_ns)))
     return out

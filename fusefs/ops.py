@@ -42,16 +42,20 @@ from .binding import FuseOSError, Operations
 from .catalog import Catalog, PartitionInfo
 from .sources import Cursor, Handles, LocalFile, LocalSource, RemoteLog, RemoteSource, TieredSource
 from .stream import Pieces, Stream
-from .tiers import RemoteSegments
+from .tiers import REMOTE_IO_SIZE, RemoteLogFile, RemoteSegments
 from .views import RenderCache, key_lines, index_lines, partition_json, read_index, record_lines, segment_index
 
 log = logging.getLogger(__name__)
 
 WARN_EVERY_S = 10.0
-MAX_READ = 128 << 10  # the most one FUSE read may ask for (libfuse 2's cap, kept: libfuse 3 would allow 1 MiB)
+# The most one FUSE read may ask for: libfuse 3's most (its 1 MiB request buffer). Reads through the
+# kernel's page cache (local raw files) still come in its 128 KiB read-ahead window; reads of files opened
+# with direct I/O (generated files, remote `.log`s) come as the reader asked, up to this.
+MAX_READ = REMOTE_IO_SIZE
 # The I/O size stat reports (st_blksize): readers that size their buffers from it (Python's open, stdio, cat)
-# then ask for one whole FUSE read at a time, not 4 KiB; a generated file's every read is a call into Python.
-IO_SIZE = MAX_READ
+# then ask for one page-cache window at a time, not 4 KiB; a generated file's every read is a call into
+# Python. A remote `.log` reports REMOTE_IO_SIZE: each of its reads is a call into Python.
+IO_SIZE = 128 << 10
 MAX_IDENTITIES = 1 << 16  # raw files whose last open is remembered (forgotten: opened once without keep_cache)
 _NOT_THERE = {"UNKNOWN_PARTITION", "OFFSET_OUT_OF_RANGE"}
 
@@ -73,7 +77,7 @@ def _once(content: bytes, cursor: None) -> Pieces:
 
 
 class OpenFile(NamedTuple):
-    content: LocalFile | RemoteLog | Stream
+    content: LocalFile | RemoteLog | RemoteLogFile | Stream
     attrs: dict  # at open
 
     def stat(self) -> dict:
@@ -229,6 +233,8 @@ class KafkaFS(Operations):
             if isinstance(content, LocalFile):
                 rolled = not self.catalog.segment(part, node.base_offset).active
                 fi.keep_cache = int(self._cache_kept(path, content.identity(), rolled))
+            elif isinstance(content, RemoteLogFile):
+                fi.direct_io = 1  # reads as big as the reader's (MAX_READ), not the page cache's 128 KiB
         else:
             content = Stream(*self._producer(node), resumable=_grows(node))
             fi.direct_io = 1
@@ -260,9 +266,11 @@ class KafkaFS(Operations):
         return content.fd if isinstance(content, LocalFile) else None
 
     def read(self, path: str, buf: memoryview, offset: int, fi) -> int:
-        """Fill `buf` (a buffer libfuse sends on) from `offset` of a generated file or a `.log` read through
-        the daemon; how many bytes went in."""
+        """Fill `buf` (a buffer libfuse sends on) from `offset` of a generated file, a `.log` read through
+        the daemon or a remote `.log` (copied from its decoded chunks); how many bytes went in."""
         content = self._files[fi.fh].content
+        if isinstance(content, RemoteLogFile):
+            return content.read_into(buf, offset)
         data = content.read(len(buf), offset)
         buf[:len(data)] = data
         if len(data) < len(buf) and isinstance(content, Stream):
@@ -296,9 +304,10 @@ class KafkaFS(Operations):
 
     # ------------------------------------------------------------------ helpers
 
-    def _attrs(self, mode: int, *, nlink: int = 1, size: int = 0, blocks: int = 0, mtime_ns: int | None = None) -> dict:
+    def _attrs(self, mode: int, *, nlink: int = 1, size: int = 0, blocks: int = 0, mtime_ns: int | None = None,
+               io_size: int = IO_SIZE) -> dict:
         t = self.mounted_ns if mtime_ns is None else mtime_ns
-        return {"st_mode": mode, "st_nlink": nlink, "st_size": size, "st_blocks": blocks, "st_blksize": IO_SIZE,
+        return {"st_mode": mode, "st_nlink": nlink, "st_size": size, "st_blocks": blocks, "st_blksize": io_size,
                 **self._owner, "st_mtime": t, "st_ctime": t, "st_atime": t}
 
     def _stat(self, node: tree.Node) -> dict:
@@ -375,8 +384,8 @@ class KafkaFS(Operations):
             return listing.remote_entries(segments, self._file_attrs)
         return self.listings.entries(part.local_dir, segments, self._file_attrs)
 
-    def _file_attrs(self, size: int, blocks: int, mtime_ns: int) -> dict:
-        return self._attrs(stat.S_IFREG | 0o444, size=size, blocks=blocks, mtime_ns=mtime_ns)
+    def _file_attrs(self, size: int, blocks: int, mtime_ns: int, io_size: int = IO_SIZE) -> dict:
+        return self._attrs(stat.S_IFREG | 0o444, size=size, blocks=blocks, mtime_ns=mtime_ns, io_size=io_size)
 
     def _segment_attrs(self, node: tree.SegmentFile) -> dict:
         part = self.catalog.partition(node.topic, node.partition)
@@ -398,6 +407,8 @@ class KafkaFS(Operations):
             raise FuseOSError(errno.ENOENT)  # index bytes are not served by the daemon
         if not node.raw:
             size = blocks = 0
+        if node.remote and node.suffix == "log":
+            return self._file_attrs(size, blocks, mtime_ns, REMOTE_IO_SIZE)
         return self._file_attrs(size, blocks, mtime_ns)
 
     def _check_exists(self, node: tree.Node) -> None:

@@ -13,11 +13,9 @@ from __future__ import annotations
 import threading
 import time
 
-import tomllib
-
 from lookupd.errors import InvalidArgument, LookupdError
 from lookupd.format.names import segment_file_name
-from lookupd.log.remote.config import DEFAULT_CACHE_BYTES, RemoteConfig
+from lookupd.log.remote.config import RemoteConfig, load_remote
 from lookupd.log.remote.layout import partition_dirs
 from lookupd.log.remote_metadata import read_leader_epoch_checkpoint, read_topic_id
 from lookupd.log.remotelog import RemoteTier
@@ -25,37 +23,19 @@ from lookupd.log.remotesegment import RemoteSegment, RemoteSegmentInfo
 
 LIST_TTL_S = 30.0  # as the daemon's REMOTE_RESCAN_S: uploads appear within this, retention is noticed on a miss
 MARK = "remote"    # remote segments' files are named <base>.remote.<suffix>: `ls` tells the tiers apart
-DEFAULT_CACHE_DIR = "/var/cache/lookupd"  # the daemon's remote.cache_dir default (docs/configuration.md)
-_KEYS = {"bucket", "prefix", "endpoint_url", "region", "cache_dir", "cache_bytes", "encryption"}
+# A remote `.log` is opened with direct I/O: each read(2) of it reaches the mount as one read of up to this
+# (libfuse 3's most), a copy out of a decoded chunk; through the page cache it would come in 128 KiB pieces,
+# eight times as many calls into Python.
+REMOTE_IO_SIZE = 1 << 20
 
 
 def load_config(path: str) -> RemoteConfig:
-    """The `[remote]` table of the daemon's TOML as a RemoteConfig (the mount sits beside the daemon, not
-    above it, so it reads the table itself; the daemon checks the rest of the file)."""
-    try:
-        with open(path, "rb") as f:
-            table = tomllib.load(f).get("remote")
-    except OSError as err:
-        raise InvalidArgument(f"cannot read config file {path}: {err.strerror}") from None
-    except tomllib.TOMLDecodeError as err:
-        raise InvalidArgument(f"config file {path}: {err}") from None
-    if not isinstance(table, dict) or not table.get("bucket"):
+    """The `[remote]` table of the daemon's TOML (the mount sits beside the daemon, not above it), read and
+    checked as the daemon reads it; InvalidArgument when it is bad or names no bucket."""
+    config = load_remote(path).remote_config()
+    if config is None:
         raise InvalidArgument(f"{path} has no [remote] table with a bucket")
-    unknown = set(table) - _KEYS
-    if unknown:
-        raise InvalidArgument(f"unknown config key 'remote.{sorted(unknown)[0]}' in {path}")
-    encryption = table.get("encryption", {})
-    keys = encryption.get("keys", {}) if isinstance(encryption, dict) else None
-    if not isinstance(keys, dict) or not all(isinstance(v, str) for v in keys.values()):
-        raise InvalidArgument(f"[remote.encryption.keys] in {path} maps key ids to PEM file paths (strings)")
-    try:
-        return RemoteConfig(bucket=str(table["bucket"]), cache_dir=str(table.get("cache_dir", DEFAULT_CACHE_DIR)),
-                            prefix=str(table.get("prefix", "")), endpoint_url=table.get("endpoint_url") or None,
-                            region=str(table.get("region", "us-east-1")),
-                            cache_bytes=table.get("cache_bytes", DEFAULT_CACHE_BYTES),
-                            encryption_keys=dict(keys))
-    except ValueError as err:
-        raise InvalidArgument(f"{path}: {err}") from None
+    return config
 
 
 def file_name(base_offset: int, suffix: str, remote: bool) -> str:
@@ -64,11 +44,10 @@ def file_name(base_offset: int, suffix: str, remote: bool) -> str:
 
 
 class RemoteLogFile:
-    """A remote segment's `.log` open in the mount: `read(size, offset)` of the original bytes.
+    """A remote segment's `.log` open in the mount: `read_into(buf, offset)` of the original bytes.
 
-    A read within SEQUENTIAL_SLACK of where the last one ended counts as sequential and starts the read-ahead:
-    the kernel's own read-ahead sends reads from several FUSE threads, so they may arrive a little out
-    of order."""
+    A read within SEQUENTIAL_SLACK of where the last one ended counts as sequential and starts the read-ahead
+    (reads of one file may come from several FUSE threads, so a little out of order)."""
 
     SEQUENTIAL_SLACK = 1 << 20
 
@@ -79,10 +58,15 @@ class RemoteLogFile:
     def size(self) -> int:
         return self._data.size
 
-    def read(self, size: int, offset: int) -> bytes:
+    def read_into(self, buf: memoryview, offset: int) -> int:
+        """The original bytes from `offset` into `buf` (libfuse's reply buffer), copied once from the decoded
+        chunks; how many went in (fewer at the end of the segment)."""
+        return self._data.read_into(offset, buf, sequential=self._sequential(offset, len(buf)))
+
+    def _sequential(self, offset: int, size: int) -> bool:
         sequential = abs(offset - self._end) <= self.SEQUENTIAL_SLACK
         self._end = offset + size
-        return self._data.read(offset, size, sequential=sequential)
+        return sequential
 
 
 class RemoteSegments:

@@ -43,12 +43,13 @@ async def running(sock_path: str, log_dirs=None, **settings):
     """A Daemon serving in this trio run (no signal handling); stopped and cleaned up on exit."""
     from lookupd.daemon.config import Config
     from lookupd.daemon.listeners import close_listeners
-    from lookupd.daemon.server import Daemon, build
+    from lookupd.daemon.main import build, nofile_limit
+    from lookupd.daemon.server import Daemon
 
     cfg = Config(log_dirs=[str(d) for d in (log_dirs or [R.require() / "logs"])], socket=sock_path, **settings)
     cfg.check()
     manager, listeners, token = build(cfg)
-    daemon = Daemon(cfg, manager, listeners, token=token)
+    daemon = Daemon(cfg, manager, listeners, token=token, fd_limit=nofile_limit())
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(daemon.serve)

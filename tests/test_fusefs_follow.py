@@ -19,8 +19,10 @@ FOLLOW_S = 20.0  # tail polls once a second; the mount's listings refresh within
 
 
 def offsets_in(path: str) -> list[int]:
+    """The offsets of the complete lines tail has written so far (the last one may be half-written)."""
     with open(path) as f:
-        return [json.loads(line)["offset"] for line in f.read().splitlines() if line.strip()]
+        complete = f.read().split("\n")[:-1]
+    return [json.loads(line)["offset"] for line in complete if line.strip()]
 
 
 def wait_for_offsets(out: str, want: list[int], tail: subprocess.Popen) -> list[int]:

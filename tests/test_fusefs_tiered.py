@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import json
+import mmap
 import os
 
 import pytest
@@ -129,3 +130,51 @@ def test_a_store_fault_is_eio_while_local_files_read(s3_server, tmp_path):  # no
             proxy.clear()  # the store back: the same file reads
             assert _read(mount.path("plain", "0", f"{stem}.remote.log")) == (original / f"{stem}.log").read_bytes()
             assert "s3://" in mount.log and "did not answer" in mount.log
+
+
+def _mount_option(root: str, name: str) -> str | None:
+    """A mount option of the file system mounted at `root`, as /proc/self/mountinfo shows it."""
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            if fields[4] == root:
+                options = dict(o.partition("=")[::2] for o in fields[-1].split(","))
+                return options.get(name)
+    return None
+
+
+def test_a_remote_log_is_read_in_pieces_as_big_as_the_readers(s3_server, tmp_path):  # noqa: F811
+    """A remote `.log` is opened with direct I/O and the mount takes 1 MiB reads: a reader's read(2) of up to
+    1 MiB is one call into the mount, not eight 128 KiB page-cache fills; st_blksize says so, reads of any
+    size at any position (across chunk boundaries, past the end) give the original bytes, and so does a
+    private mmap (a shared one is refused with ENODEV, as the kernel does for direct I/O)."""
+    R.require()
+    require_fuse()
+    t = tier_partition(tmp_path, R.log_dir("plain-0"), s3_server, cut=2, opts=Options(chunk_size=5000))
+    original = t.local_dir / "plain-0"
+    stem = f"{t.uploaded[1].facts.base_offset:020d}"
+    want = (original / f"{stem}.log").read_bytes()
+    with workdir() as d, TieredMount(t, d, s3_server.endpoint_url, None) as mount:
+        assert _mount_option(mount.root, "max_read") == str(1 << 20)
+        path = mount.path("plain", "0", f"{stem}.remote.log")
+        local_log = next(n for n in os.listdir(mount.path("plain", "0")) if n.endswith(".log") and ".remote." not in n)
+        assert os.stat(path).st_blksize == 1 << 20
+        assert os.stat(mount.path("plain", "0", local_log)).st_blksize == 128 << 10  # local files: as before
+        listed = {e.name: e.stat().st_blksize for e in os.scandir(mount.path("plain", "0"))}
+        assert listed[f"{stem}.remote.log"] == 1 << 20 and listed[f"{stem}.remote.index"] == 128 << 10
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            for size, position in ((1 << 20, 0), (1, 4999), (4096, 4998), (12_345, 777), (3, len(want) - 2),
+                                   (10, len(want)), ((1 << 20) + 7, 1)):
+                assert os.pread(fd, size, position) == want[position:position + size], (size, position)
+            got = bytearray()
+            while piece := os.read(fd, 3000):  # small sequential reads from where the last pread left the offset
+                got += piece
+            assert bytes(got) == want
+            with mmap.mmap(fd, 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ) as m:  # a private map reads it
+                assert m[:] == want
+            with pytest.raises(OSError) as err:  # a shared one is refused: direct I/O keeps no page cache to share
+                mmap.mmap(fd, 0, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+            assert err.value.errno == errno.ENODEV
+        finally:
+            os.close(fd)

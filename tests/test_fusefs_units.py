@@ -347,3 +347,43 @@ def test_listing_snapshots_follow_the_directory(tmp_path):
     age()
     segments = segments[1:]  # the daemon no longer lists segment 0
     assert f"{0:020d}.log" not in sizes()
+
+
+@pytest.mark.parametrize("table, match", [
+    ('[remote]\nbuckt = "b"\n', "unknown config key 'remote.buckt'"),
+    ('[remote]\nbucket = "b"\ncache_bytes = "big"\n', "remote.cache_bytes .* must be a int"),
+    ('remote = 3\n', "must be a table"),
+    ('[remote]\nbucket = "b"\n[remote.encryption]\nkey = 1\n', r"\[remote.encryption.keys\]"),
+    ('[remote]\nbucket = "b"\n[remote.encryption.keys]\nk = 1\n', "PEM file paths"),
+    ('[remote]\nbucket = "b"\ncache_bytes = 0\n', "remote.cache_bytes must be at least 1"),
+    ('[remote]\nbucket = "b"\nregion = 1\n', "remote.region .* must be a str"),
+])
+def test_the_mount_reads_the_remote_table_as_the_daemon_does(tmp_path, table, match):
+    """`fusefs mount --config` refuses a bad [remote] table with the daemon's very words (one parser)."""
+    from lookupd.daemon.config import Config
+    from lookupd.errors import InvalidArgument
+
+    from fusefs.tiers import load_config
+
+    path = tmp_path / "lookupd.toml"
+    path.write_text('log_dirs = ["/x"]\n' + table)
+    with pytest.raises(InvalidArgument, match=match) as daemon:
+        Config.load(str(path))
+    with pytest.raises(InvalidArgument, match=match) as mount:
+        load_config(str(path))
+    assert str(mount.value) == str(daemon.value)
+
+
+def test_the_mount_takes_the_remote_table_the_daemon_takes(tmp_path):
+    from lookupd.daemon.config import Config
+    from lookupd.errors import InvalidArgument
+
+    from fusefs.tiers import load_config
+
+    path = tmp_path / "lookupd.toml"
+    path.write_text('log_dirs = ["/x"]\n[remote]\nbucket = "b"\nprefix = "p/"\ncache_dir = "/tmp/c"\n'
+                    'cache_bytes = 1024\n[remote.encryption.keys]\n"key-1" = "/k.pem"\n')
+    assert load_config(str(path)) == Config.load(str(path)).remote.remote_config()
+    path.write_text('log_dirs = ["/x"]\n')
+    with pytest.raises(InvalidArgument, match="no \\[remote\\] table with a bucket"):
+        load_config(str(path))

@@ -218,7 +218,8 @@ async def test_a_mock_clock_jumps_while_a_connection_is_parked_in_the_daemon(sho
         p = await RawPeer.unix(os.path.join(short_dir, "d.sock"))
         assert await p.call("ping") == (None, "pong")
         await trio.testing.wait_all_tasks_blocked()
-        assert len(d._reactor._parked) == 1, "the connection is parked in the reactor"
+        (conn,) = d.connections
+        assert d.reactor.parked(conn.fd), "the connection is parked in the reactor"
         token, gave_up = trio.lowlevel.current_trio_token(), threading.Event()
         with trio.CancelScope() as scope:
             def give_up():

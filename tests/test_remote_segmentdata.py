@@ -87,7 +87,11 @@ def test_random_ranges_match_the_segment(s3_server, tiered, tmp_path_factory, va
     @given(st.integers(0, len(original) + 10), st.integers(0, 3 * 4096 + 7))
     def check(position, size):
         seg = _open(s3_server.endpoint_url, bucket, up, key, tmp_path_factory.mktemp("c"), store=store)
-        assert seg.read(position, size) == original[position:position + size]
+        want = original[position:position + size]
+        assert seg.read(position, size) == want
+        out = bytearray(b"\xee" * (size + 3))  # read_into (the mount's path) gives read's bytes, nothing past them
+        assert seg.read_into(position, memoryview(out)[:size]) == len(want)
+        assert out == want + b"\xee" * (size + 3 - len(want))
 
     check()
 
@@ -203,10 +207,11 @@ def test_a_corrupt_encrypted_chunk_names_the_key_and_byte(s3_server, tiered, tmp
         proxy.inject("GET", r"\.log$", "corrupt", at=100)
         seg = _open(proxy.url, bucket, up, key, tmp_path)
         chunk = seg.manifest.chunk_index.transformed_start(2)
-        with pytest.raises(CorruptDataError, match="AES-GCM tag mismatch") as e:
-            seg.read(2 * 4096 + 5, 10)  # chunk 2 alone
-        assert e.value.path == up.log_key and e.value.position == chunk
-        assert f"{up.log_key} at byte {chunk}: chunk 2" in str(e.value)
+        for read in (lambda: seg.read(2 * 4096 + 5, 10), lambda: seg.read_into(2 * 4096 + 5, memoryview(bytearray(10)))):
+            with pytest.raises(CorruptDataError, match="AES-GCM tag mismatch") as e:
+                read()  # chunk 2 alone
+            assert e.value.path == up.log_key and e.value.position == chunk
+            assert f"{up.log_key} at byte {chunk}: chunk 2" in str(e.value)
 
 
 def test_a_corrupt_compressed_chunk_is_corrupt_data(s3_server, tiered, tmp_path):

@@ -502,7 +502,7 @@ async def _tcp_peer(d) -> RawPeer:
 @pytest.mark.trio
 async def test_before_auth_frames_are_small_and_time_is_short(sock, short_dir):
     """Until `auth` succeeds a TCP peer may send at most 64 KiB per message and has auth_timeout_s to do it."""
-    from lookupd.daemon.server import PRE_AUTH_FRAME_BYTES
+    from lookupd.daemon.connection import PRE_AUTH_FRAME_BYTES
 
     token_file = write_token(short_dir)
     async with running(sock, tcp="127.0.0.1:0", auth_token_file=token_file, auth_timeout_s=1.0) as d:
@@ -681,3 +681,19 @@ async def test_connections_that_do_not_read_are_muted_then_the_biggest_is_closed
         got = sorted([await second.recv() for _ in range(8)])  # read again as it reads: every answer whole and right
         assert [m[:3] for m in got] == [[1, i, None] for i in range(8)]
         assert all(want.startswith(m[3]["records"]) and len(m[3]["records"]) > mib for m in got)
+
+
+def test_every_connection_action_has_its_own_case():
+    """Connection._act names every Action in a case of its own (no fall-through: a kind added without
+    one would fail here, and at run time in the catch-all, which raises)."""
+    import ast
+    import inspect
+    import textwrap
+
+    from lookupd.daemon.connection import Action, Connection
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(Connection._act)))
+    (match,) = [n for n in ast.walk(tree) if isinstance(n, ast.Match)]
+    named = [ast.unparse(c.pattern) for c in match.cases]
+    assert sorted(named[:-1]) == sorted(f"Action.{a.name}" for a in Action), named
+    assert named[-1] == "_" and isinstance(match.cases[-1].body[0], ast.Raise), "the catch-all must raise"

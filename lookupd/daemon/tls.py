@@ -1,6 +1,6 @@
 """TLS for the daemon's TCP listener: certificates, their reload, and one connection's TLS state.
 
-A TLS connection is served by the same engine as every other (lookupd.daemon.server), parked
+A TLS connection is served by the same engine as every other (lookupd.daemon.connection), parked
 in the same reactor on its TCP socket: an ssl.SSLObject over memory BIOs decrypts what the
 engine reads (`TlsSession.decrypt`) and encrypts what it writes (`write_now`, and
 `TlsStream.send_all` for writes that must wait), so a request is answered within the
@@ -92,7 +92,7 @@ def _reason(err: BaseException) -> str:
 
 class TlsSession:
     """One TLS connection's state: the handshake, then `decrypt` and `write_now`, the engine's hooks on its
-    reads and writes (lookupd.daemon.server). Ciphertext leaves in the order it was made: everything
+    reads and writes (lookupd.daemon.connection). Ciphertext leaves in the order it was made: everything
     encrypted goes behind `backlog`, the bytes the socket has not taken yet."""
 
     def __init__(self, sock: trio.socket.SocketType, context: ssl.SSLContext):

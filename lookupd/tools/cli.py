@@ -93,7 +93,7 @@ def _build_parser() -> argparse.ArgumentParser:
     s.add_argument("--config", metavar="FILE", default=None, help="TOML config file (see docs/configuration.md)")
     s.add_argument("--workers", type=int, default=None, metavar="N",
                    help="processes serving the same sockets (default 1, or the config file's workers)")
-    s.set_defaults(run="lookupd.daemon.server:run")
+    s.set_defaults(run="lookupd.daemon.main:run")
 
     q = command("query", help="call one daemon method and print the result as JSON",
                 formatter_class=argparse.RawDescriptionHelpFormatter,

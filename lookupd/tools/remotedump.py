@@ -12,7 +12,7 @@ import tempfile
 from contextlib import contextmanager
 from typing import Iterator
 
-from ..daemon.config import RemoteSettings, load_remote
+from ..log.remote.config import RemoteSettings, load_remote
 from ..errors import InvalidArgument
 from ..log.remote.layout import INDEXES, LOG, parse_key
 from ..log.remotelog import RemoteTier

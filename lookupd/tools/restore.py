@@ -18,8 +18,8 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
-from ..daemon.config import load_remote
 from ..errors import InvalidArgument
+from ..log.remote.config import load_remote
 from ..log.remote.layout import ListedSegment, RemotePartition, segments_in, topic_ids
 from ..log.remote.segmentdata import index_size
 from ..log.remotelog import RemoteTier

@@ -315,11 +315,25 @@ class RemoteSegmentData:
         after this read are fetched in the background from this first read on. None: a read that starts
         where the previous one ended counts as sequential. False: never read ahead (a lookup).
         """
+        parts = self._parts(position, size, sequential)
+        return bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
+
+    def read_into(self, position: int, out: memoryview, *, sequential: bool | None = None) -> int:
+        """`read(position, len(out))` into `out` with one copy from the decoded chunks (a FUSE reply buffer:
+        no bytes object between); how many bytes went in."""
+        n = 0
+        for part in self._parts(position, len(out), sequential):
+            out[n:n + len(part)] = part
+            n += len(part)
+        return n
+
+    def _parts(self, position: int, size: int, sequential: bool | None) -> list[memoryview]:
+        """The pieces of the decoded chunks that make [position, position + size), views, not copies."""
         if position < 0 or size < 0:
             raise ValueError(f"position {position} and size {size} must not be negative")
         wanted = self.manifest.chunk_index.chunks_for(position, size)
         if not wanted:
-            return b""
+            return [memoryview(b"")]
         if sequential is None:
             sequential = position == self._next_sequential
         end = min(position + size, self.size)
@@ -331,8 +345,8 @@ class RemoteSegmentData:
         parts = []
         for i in wanted:
             base = i * chunk_size
-            parts.append(chunks[i][max(position - base, 0):end - base])
-        return bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
+            parts.append(memoryview(chunks[i])[max(position - base, 0):end - base])
+        return parts
 
     # -- indexes ---------------------------------------------------------------------------------------------
 

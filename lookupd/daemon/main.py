@@ -1,0 +1,117 @@
+"""`lookupd serve`'s process: the descriptor limit, the LogManager and the listeners, then one Daemon
+(lookupd.daemon.server) on trio, or `workers` of them under a supervisor (lookupd.daemon.workers)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+
+import trio
+
+from ..errors import InvalidArgument
+from ..log.cache import IndexCache
+from ..log.logmanager import LogManager
+from .config import Config, read_token, read_tokens
+from .listeners import Bound, close_listeners, open_listeners
+from .server import Daemon
+from .tls import TlsServer
+from .workers import supervise
+
+log = logging.getLogger(__name__)
+
+
+def raise_nofile_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit (a broker host's default soft 1024 is far below
+    what thousands of clients and segments need); returns the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as err:
+            log.warning("cannot raise the descriptor limit from %d to %d: %s", soft, hard, err)
+    return nofile_limit()
+
+
+def nofile_limit() -> int:
+    """The soft RLIMIT_NOFILE in force (unlimited counts as 2**20, the kernel's usual nr_open)."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20
+
+
+def watchdog_interval() -> float | None:
+    """Half the manager's WatchdogSec, in seconds, when it asks this process for keep-alives."""
+    usec, pid = os.environ.get("WATCHDOG_USEC"), os.environ.get("WATCHDOG_PID")
+    if not usec or not usec.isdigit() or (pid and pid.isdigit() and int(pid) != os.getpid()):
+        return None
+    return int(usec) / 2e6
+
+
+def open_manager(cfg: Config) -> LogManager:
+    """The LogManager over the configured log dirs, its open-file cap within the descriptor limit."""
+    for d in cfg.log_dirs:
+        if not os.path.isdir(d):
+            raise InvalidArgument(f"log dir {d} does not exist or is not a directory")
+    fd_limit = raise_nofile_limit()
+    max_open = min(cfg.max_open_indexes, max(16, fd_limit // 2))
+    if max_open < cfg.max_open_indexes:
+        log.info("keeping at most %d files open (max_open_indexes %d; half of the %d-descriptor limit)",
+                 max_open, cfg.max_open_indexes, fd_limit)
+    remote = cfg.remote.remote_config()
+    if remote is not None:
+        from ..log.remotelog import RemoteTier
+
+        remote = RemoteTier(remote)
+    return LogManager(cfg.log_dirs, cache=IndexCache(max_open, cfg.max_mapped_bytes), remote=remote)
+
+
+def build(cfg: Config) -> tuple[LogManager, list[Bound], str | None]:
+    """Open the log dirs and the listeners (in this order: a bad log dir, token file or certificate binds nothing)."""
+    token = read_token(cfg.auth_token_file) if cfg.auth_token_file else None
+    tokens = read_tokens(cfg.auth_tokens_file) if cfg.auth_tokens_file else None
+    if cfg.tls:
+        TlsServer(cfg.tls_cert_file, cfg.tls_key_file, cfg.tls_client_ca_file)  # InvalidArgument naming the file
+    manager = open_manager(cfg)
+    try:
+        listeners = open_listeners(cfg, token or tokens)
+    except BaseException:
+        manager.close()
+        raise
+    return manager, listeners, token
+
+
+def run(args) -> int:
+    """`lookupd serve`: serve until SIGTERM/SIGINT, then exit 0 (with `workers` > 1: the supervisor)."""
+    if not args.verbose:
+        logging.getLogger("lookupd").setLevel(logging.INFO)  # a daemon's journal wants the INFO lines
+    cfg = Config.load(args.config, log_dirs=args.log_dirs, socket=args.socket, tcp=args.tcp, workers=args.workers)
+    manager, listeners, token = build(cfg)
+    if cfg.workers > 1:
+        manager.close()  # each worker opens its own, after the fork
+        try:
+            return supervise(cfg.workers, lambda worker, ready: _serve_worker(cfg, listeners, token, worker, ready))
+        finally:
+            close_listeners(listeners)
+    daemon = Daemon(cfg, manager, listeners, token=token, fd_limit=nofile_limit(), watchdog_s=watchdog_interval())
+    try:
+        trio.run(lambda: daemon.serve(handle_signals=True))
+    finally:
+        close_listeners(listeners)
+        manager.close()
+        log.info("stopped after %d requests", daemon.counters.requests)
+    return 0
+
+
+def _serve_worker(cfg: Config, listeners: list[Bound], token: str | None, worker: int, ready) -> int:
+    """One worker process: its own LogManager and event loop on the shared listening sockets."""
+    manager = open_manager(cfg)
+    daemon = Daemon(cfg, manager, listeners, token=token, fd_limit=nofile_limit(), worker=worker, on_ready=ready)
+    try:
+        trio.run(lambda: daemon.serve(handle_signals=True))
+    finally:
+        for b in listeners:
+            b.sock.close()  # the supervisor removes the socket file
+        manager.close()
+        log.info("worker %d stopped after %d requests", worker, daemon.counters.requests)
+    return 0
