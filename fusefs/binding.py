@@ -39,14 +39,9 @@ os.environ.setdefault("FUSE_LIBRARY_NAME", "fuse3")
 import mfusepy  # noqa: E402 - after choosing the library
 from mfusepy import FUSE, FuseOSError, Operations, c_off_t, c_stat, fuse_bufvec_p, set_st_attrs  # noqa: E402,F401
 
-from lookupd.format._accel import PURE_PYTHON  # noqa: E402 - LOOKUPD_PURE_PYTHON=1: no C in the process
+from lookupd.format._accel import load_extension  # noqa: E402 - LOOKUPD_PURE_PYTHON=1: no C in the process
 
-try:
-    if PURE_PYTHON:
-        raise ImportError("LOOKUPD_PURE_PYTHON=1")
-    from . import _fill  # the same as fill_stat and fill_dir below, in C
-except ImportError:  # built without a C compiler, or asked not to use it
-    _fill = None
+_fill = load_extension(f"{__package__}._fill")  # the same as fill_stat and fill_dir below, in C
 
 if mfusepy.fuse_version_major != 3:
     raise ImportError(f"fusefs needs libfuse 3, found libfuse {mfusepy.fuse_version_major}."

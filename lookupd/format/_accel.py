@@ -17,18 +17,27 @@ LOOKUPD_PURE_PYTHON=1 makes the whole process pure Python, as on a machine witho
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import threading
+from types import ModuleType
 from typing import Any, Iterator
 
 PURE_PYTHON = os.environ.get("LOOKUPD_PURE_PYTHON", "") == "1"
 
-try:
+
+def load_extension(name: str) -> ModuleType | None:
+    """The C extension module `name` (e.g. "lookupd.format._decode"), or None when it was built
+    without a C compiler or LOOKUPD_PURE_PYTHON=1 asks not to use it: each layer's one import."""
     if PURE_PYTHON:
-        raise ImportError("LOOKUPD_PURE_PYTHON=1")
-    from . import _decode as extension
-except ImportError:  # built without a C compiler, or asked not to use it
-    extension = None
+        return None
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+extension = load_extension(f"{__package__}._decode")
 
 NATIVE = extension is not None
 

@@ -15,14 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..format._accel import PURE_PYTHON, mode, python_only  # noqa: F401 - the one switch, shared
+from ..format._accel import PURE_PYTHON, load_extension, mode, python_only  # noqa: F401 - the one switch, shared
 
-try:
-    if PURE_PYTHON:
-        raise ImportError("LOOKUPD_PURE_PYTHON=1")
-    from . import _native as extension
-except ImportError:  # built without a C compiler, or asked not to use it
-    extension = None
+extension = load_extension(f"{__package__}._native")
 
 NATIVE = extension is not None
 
