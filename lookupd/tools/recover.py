@@ -23,6 +23,7 @@ from .producerstate import TransactionTracker
 from .progress import Progress
 from ..format.records import control_record, decode_batch
 from ..log.segment import LogSegment
+from .durable import sync_dir, write_atomically
 from .verify import index_problems, scan_segment
 from .writer import DEFAULT_INDEX_INTERVAL_BYTES, IndexBuilder, encode_aborted_txn
 
@@ -41,26 +42,6 @@ class SegmentReport:
     aborted_transactions: int = 0
     invalid_bytes: int = 0  # bytes after the last valid batch (a corrupt or cut-off tail)
     problems: list[str] = field(default_factory=list)
-
-
-def _write_atomically(path: str, data: bytes) -> None:
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-
-
-def sync_dir(directory: str) -> None:
-    """fsync a directory, so the renames in it are durable."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def recover_partition(directory: str, *, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
@@ -109,11 +90,12 @@ def recover_partition(directory: str, *, index_interval_bytes: int = DEFAULT_IND
             if dry_run:
                 continue
             seg.close()
-            _write_atomically(os.path.join(directory, segment_file_name(base, INDEX_SUFFIX)), builder.offset_index_bytes())
-            _write_atomically(os.path.join(directory, segment_file_name(base, TIME_INDEX_SUFFIX)), builder.time_index_bytes())
+            files = {os.path.join(directory, segment_file_name(base, INDEX_SUFFIX)): builder.offset_index_bytes(),
+                     os.path.join(directory, segment_file_name(base, TIME_INDEX_SUFFIX)): builder.time_index_bytes()}
             txn_path = os.path.join(directory, segment_file_name(base, TXN_INDEX_SUFFIX))
             if aborted or os.path.exists(txn_path):
-                _write_atomically(txn_path, b"".join(encode_aborted_txn(t) for t in aborted))
+                files[txn_path] = b"".join(encode_aborted_txn(t) for t in aborted)
+            write_atomically(files)
             sync_dir(directory)
         finally:
             seg.close()

@@ -25,8 +25,8 @@ from ..log.remote.segmentdata import index_size
 from ..log.remotelog import RemoteTier
 from ..log.segment import LogSegment
 from .progress import Progress
-from .recover import sync_dir
-from .restorefetch import INDEX_FILES, TMP, Pipeline, SegmentFiles
+from .durable import TMP, sync_dir
+from .restorefetch import INDEX_FILES, Pipeline, SegmentFiles
 from .verify import index_problems, scan_segment
 
 METADATA = "partition.metadata"

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import CorruptDataError
+from .durable import TMP, write_all, write_atomically
 from .progress import Progress
 
 PIECE_BYTES = 4 * 1024 * 1024    # one GET of a `.log` (whole chunks; the plugin's usual chunk.size): small enough
@@ -26,33 +27,9 @@ GETS_IN_FLIGHT = 4               # GETs (each decoded on its thread) running ahe
 SYNC_THREADS = 2                 # threads writing and syncing the small files (indexes, partition.metadata), off
                                  # the GET threads: a sync may wait for a journal commit
 WRITES_QUEUED = 2                # decoded pieces waiting for the writer thread (memory: this many pieces more)
-TMP = ".tmp"
 # The index kinds restored, with their file suffixes (the producer snapshot and leader-epoch index are
 # per-segment copies of broker state, not segment files: the broker rebuilds both on load).
 INDEX_FILES = {"offset": ".index", "timestamp": ".timeindex", "transaction": ".txnindex"}
-
-
-def _write_all(fd: int, piece) -> None:
-    view = memoryview(piece)
-    while view:
-        view = view[os.write(fd, view):]  # a write may take fewer bytes than given
-
-
-def write_atomically(files: dict[str, bytes]) -> None:
-    """Write each path's bytes to path + .tmp, sync them all, then rename them all (the first sync commits
-    the others' metadata too: one journal commit, not one a file)."""
-    fds = []
-    try:
-        for path, data in files.items():
-            fds.append(os.open(path + TMP, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
-            _write_all(fds[-1], data)
-        for fd in fds:
-            os.fsync(fd)
-    finally:
-        for fd in fds:
-            os.close(fd)
-    for path in files:
-        os.replace(path + TMP, path)
 
 
 def start_writeback(fd: int, offset: int, length: int) -> None:
@@ -87,9 +64,9 @@ class SegmentFiles:
 
     def write(self, pieces: list) -> None:
         if self._fd is None:
-            self._fd = os.open(self.stem + ".log" + TMP, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            self._fd = os.open(self.stem + ".log" + TMP, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         for piece in pieces:
-            _write_all(self._fd, piece)
+            write_all(self._fd, piece)
             start_writeback(self._fd, self._written, len(piece))
             self._written += len(piece)
 

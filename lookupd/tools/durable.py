@@ -1,0 +1,41 @@
+"""Files written so a crash leaves the old file or the new one, never half of one: `<name>.tmp`, synced,
+then renamed; the directory synced after the renames (recover and restore both write this way)."""
+
+from __future__ import annotations
+
+import os
+
+TMP = ".tmp"
+
+
+def write_all(fd: int, data) -> None:
+    """Write all of `data`: a write may take fewer bytes than given."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def write_atomically(files: dict[str, bytes]) -> None:
+    """Write each path's bytes to path + .tmp, sync them all, then rename them all (the first sync commits
+    the others' metadata too: one journal commit, not one a file)."""
+    fds = []
+    try:
+        for path, data in files.items():
+            fds.append(os.open(path + TMP, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644))
+            write_all(fds[-1], data)
+        for fd in fds:
+            os.fsync(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    for path in files:
+        os.replace(path + TMP, path)
+
+
+def sync_dir(directory: str) -> None:
+    """fsync a directory, so the renames in it are durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
