@@ -8,8 +8,9 @@ loopback: the figures show client and decoding overhead, not a WAN. The segment 
 (the reference corpus's large-0, 14.8 MB), uploaded in the tiered-storage plugin's layout in 4 MiB chunks;
 restore is also measured on a partition of RESTORE_COPIES copies of it.
 
-Run: python bench/bench_remote.py [--quick] [--json OUT] [--sequential-only]
-(--sequential-only: just the sequential-read figures, for iterating on the read path.)
+Run: python bench/bench_remote.py [--quick] [--json OUT] [--sequential-only | --fuse-only]
+(--sequential-only: just the sequential-read figures, for iterating on the read path; --fuse-only: just
+the FUSE figures, for iterating on the mount's remote reads.)
 """
 
 from __future__ import annotations
@@ -265,7 +266,10 @@ def fuse_figures(server, times: int) -> list[Figure]:
     """A sequential read of a remote segment's `.log` through the mount (`fusefs mount --config`, a new
     mount and cache each time: cold) against plain ranged GETs of the same object, CHUNK bytes each with
     two in flight, measured right after it. The daemon and the mount run as subprocesses. The same read
-    again, warm (no GET), is what the FUSE path alone costs."""
+    again, warm (no GET), is what the FUSE path alone costs. Beside each, the CPU time it took in each
+    process: the S3 server, the mount, the daemon, and the reader (this process: the kernel's copies
+    out of the FUSE replies are its system time)."""
+    import resource
     from pathlib import Path
 
     import reference as R
@@ -277,7 +281,22 @@ def fuse_figures(server, times: int) -> list[Figure]:
     from lookupd.log.remote.store import ObjectStore
 
     ours, warm, plain = [], [], []
+    cpu: dict[tuple[str, str], list[float]] = {}  # (path, process) -> ms per run
     original = 0
+
+    def timed(path: str, fn, into: list, pids: dict[str, int]) -> None:
+        pids = {**pids, "the S3 server": server.process.pid}
+        before = {who: _cpu_ms(pid) for who, pid in pids.items()}
+        r0 = resource.getrusage(resource.RUSAGE_SELF)  # finer than os.times()' 10 ms ticks
+        t0 = time.perf_counter()
+        fn()
+        into.append(original / (time.perf_counter() - t0) / 1e6)
+        r1 = resource.getrusage(resource.RUSAGE_SELF)
+        for who, pid in pids.items():
+            cpu.setdefault((path, who), []).append(_cpu_ms(pid) - before[who])
+        cpu.setdefault((path, "the reader, user"), []).append((r1.ru_utime - r0.ru_utime) * 1e3)
+        cpu.setdefault((path, "the reader, system"), []).append((r1.ru_stime - r0.ru_stime) * 1e3)
+
     for rep in range(times + 1):
         root = tempfile.mkdtemp(prefix="fz", dir="/tmp")  # short: the daemon's socket path is bounded
         try:
@@ -296,12 +315,14 @@ def fuse_figures(server, times: int) -> list[Figure]:
                 mount.start()
                 path = mount.path("large", "0", "00000000000000000000.remote.log")
                 original = os.stat(path).st_size  # the listing and the manifest: not timed
-                for into in (ours, warm):  # cold, then again from the chunks the mount holds decoded
-                    t0 = time.perf_counter()
+
+                def read_through() -> None:
                     with open(path, "rb", buffering=0) as f:
                         while f.read(STEP):
                             pass
-                    into.append(original / (time.perf_counter() - t0) / 1e6)
+                pids = {"the mount": mount.proc.pid, "the daemon": daemon.proc.pid}
+                timed("fusefs", read_through, ours, pids)
+                timed("fusefs warm", read_through, warm, pids)  # from the chunks the mount holds decoded
             finally:
                 mount.stop()
                 daemon.stop()
@@ -309,27 +330,32 @@ def fuse_figures(server, times: int) -> list[Figure]:
             store = ObjectStore(RemoteConfig(bucket=t.config.bucket, cache_dir="unused",
                                              endpoint_url=server.endpoint_url))
             obj_size = store.size(key)
-            t0 = time.perf_counter()
-            with ThreadPoolExecutor(2) as pool:
-                for _ in pool.map(lambda r: store.get_range_buffer(key, *r),
-                                  [(a, min(a + CHUNK, obj_size)) for a in range(0, obj_size, CHUNK)]):
-                    pass
-            plain.append(original / (time.perf_counter() - t0) / 1e6)
+
+            def plain_gets() -> None:
+                with ThreadPoolExecutor(2) as pool:
+                    for _ in pool.map(lambda r: store.get_range_buffer(key, *r),
+                                      [(a, min(a + CHUNK, obj_size)) for a in range(0, obj_size, CHUNK)]):
+                        pass
+            timed("plain GETs", plain_gets, plain, {})
         finally:
             shutil.rmtree(root, ignore_errors=True)
     params = {"segment_bytes": original, "chunk": CHUNK, "read": STEP}
+    spent = [Figure(f"FUSE sequential read of a remote .log, {path}: CPU time of {who}", "ms", values[1:],
+                    group="remote-fuse-cpu", params={**params, "path": path, "process": who})
+             for (path, who), values in cpu.items()]
     return [Figure("FUSE sequential read of a remote .log, cold", "MB/s", ours[1:], group="remote-fuse",
                    params={**params, "path": "fusefs"}, higher_is_better=True),
             Figure("FUSE sequential read of a remote .log, warm (its chunks decoded in the mount's memory)", "MB/s",
                    warm[1:], group="remote-fuse", params={**params, "path": "fusefs warm"}, higher_is_better=True),
             Figure("FUSE sequential read of a remote .log: plain ranged GETs", "MB/s", plain[1:],
-                   group="remote-fuse", params={**params, "path": "plain GETs"}, higher_is_better=True)]
+                   group="remote-fuse", params={**params, "path": "plain GETs"}, higher_is_better=True)] + spent
 
 
 SEQUENTIAL_ONLY = "--sequential-only"
+FUSE_ONLY = "--fuse-only"
 
 
-def run(quick: bool, sequential_only: bool = False) -> list[Figure]:
+def run(quick: bool, sequential_only: bool = False, fuse_only: bool = False) -> list[Figure]:
     import s3server
     import tiered_writer as W
 
@@ -341,7 +367,7 @@ def run(quick: bool, sequential_only: bool = False) -> list[Figure]:
             key = W.TestKey.create(keydir)
             partition_dir, base = _segment()
             client = server.client()
-            for variant, kw in VARIANTS.items():
+            for variant, kw in ({} if fuse_only else VARIANTS).items():
                 bucket = server.bucket()
                 opts = W.Options(chunk_size=CHUNK, compression=kw.get("compression", False),
                                  encryption=key if kw.get("encryption") else None)
@@ -393,15 +419,18 @@ def ratios(figures: list[Figure]) -> list[dict | None]:
 
 
 if __name__ == "__main__":
-    if SEQUENTIAL_ONLY in sys.argv:
-        sys.argv.remove(SEQUENTIAL_ONLY)
+    only = {flag: flag in sys.argv for flag in (SEQUENTIAL_ONLY, FUSE_ONLY)}
+    if any(only.values()):
+        for flag, given in only.items():
+            if given:
+                sys.argv.remove(flag)
 
-        def sequential(quick: bool) -> list[Figure]:
-            figures = run(quick, sequential_only=True)
+        def part(quick: bool) -> list[Figure]:
+            figures = run(quick, sequential_only=only[SEQUENTIAL_ONLY], fuse_only=only[FUSE_ONLY])
             for r in ratios(figures):
                 if r is not None:
                     print(f"{r['name']}: {r['value']:.2f}x")
             return figures
-        common.main(sequential, __doc__)
+        common.main(part, __doc__)
     else:
         common.main(run, __doc__)
