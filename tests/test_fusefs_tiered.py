@@ -8,6 +8,8 @@ import errno
 import json
 import mmap
 import os
+import random
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -16,7 +18,15 @@ from faultproxy import FaultProxy
 from s3server import s3_server  # noqa: F401 - fixture
 from test_fusefs_helpers import Daemon, Mount, mounted, require_fuse, workdir
 from tiered_helpers import tier_partition
-from tiered_writer import Options, TestKey
+from tiered_writer import Options, TestKey, upload_partition
+
+from fusefs.tiers import RemoteLogFile
+from lookupd.errors import Unavailable
+from lookupd.log.remote import segmentdata
+from lookupd.log.remote.config import RemoteConfig
+from lookupd.log.remote.diskcache import DiskCache
+from lookupd.log.remote.keyring import Keyring
+from lookupd.log.remote.store import ObjectStore
 
 
 def _remote_table(t, endpoint: str, key: TestKey | None) -> str:
@@ -178,3 +188,55 @@ def test_a_remote_log_is_read_in_pieces_as_big_as_the_readers(s3_server, tmp_pat
             assert err.value.errno == errno.ENODEV
         finally:
             os.close(fd)
+
+
+@pytest.mark.parametrize("encoded", [False, True], ids=["plain", "zstd-encrypted"])
+def test_a_remote_log_file_reads_what_the_reference_path_reads(s3_server, tmp_path, encoded):  # noqa: F811
+    """RemoteLogFile (the mount's reads, copied out of the decoded chunk it holds until a read leaves it)
+    gives the bytes and the errors of RemoteSegmentData.read (the reference path): reads of any size at any
+    position, across chunk boundaries and past the end, one after the other and from 8 threads at once."""
+    R.require()
+    key = TestKey.create(tmp_path) if encoded else None
+    bucket = s3_server.bucket()
+    ups = upload_partition(s3_server.client(), bucket, R.log_dir("plain-0"),
+                           opts=Options(chunk_size=5000, compression=encoded, encryption=key))
+    up = max(ups, key=lambda u: u.segment.stat().st_size)
+    want = up.segment.read_bytes()
+    keyring = Keyring({key.key_id: key.pem_path} if key else {})
+
+    def open_data(endpoint: str, name: str):
+        store = ObjectStore(RemoteConfig(bucket=bucket, cache_dir="unused", endpoint_url=endpoint))
+        return segmentdata.open_segment(store, up.log_key, keyring, DiskCache(str(tmp_path / name), 10 ** 9))
+
+    def read(f: RemoteLogFile, position: int, size: int) -> bytes:
+        buf = bytearray(b"\xee" * (size + 3))
+        n = f.read_into(memoryview(buf)[:size], position)
+        assert buf[n:] == b"\xee" * (size + 3 - n)  # nothing written past what it says
+        return bytes(buf[:n])
+
+    ref, f = open_data(s3_server.endpoint_url, "ref"), RemoteLogFile(open_data(s3_server.endpoint_url, "mount"))
+    rng = random.Random(7)
+    ranges = [(0, 1 << 20), (4999, 2), (4998, 4096), (777, 12_345), (len(want) - 2, 3), (len(want), 10),
+              (len(want) + 5, 1), (10, 0)] + [(rng.randrange(len(want) + 10), rng.randrange(3 * 5000)) for _ in range(60)]
+    for position, size in ranges:
+        assert read(f, position, size) == ref.read(position, size) == want[position:position + size], (position, size)
+    position, got = 0, []
+    while piece := read(f, position, 3000):  # sequential, as `cat`
+        got.append(piece)
+        position += len(piece)
+    assert b"".join(got) == want
+    shared = RemoteLogFile(open_data(s3_server.endpoint_url, "threads"))
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda r: read(shared, *r), ranges * 3))
+    assert got == [want[p:p + n] for p, n in ranges * 3]
+    with FaultProxy(s3_server.endpoint_url) as proxy:
+        ref, f = open_data(proxy.url, "ref-down"), RemoteLogFile(open_data(proxy.url, "mount-down"))
+        proxy.inject("GET", r"\.log$", "503")  # the store down past its retries
+        errors = []
+        for reader in (lambda: ref.read(6000, 100), lambda: read(f, 6000, 100)):
+            with pytest.raises(Unavailable) as err:
+                reader()
+            errors.append(str(err.value))
+        assert errors[0] == errors[1] and up.log_key in errors[0] and "did not answer" in errors[0]
+        proxy.clear()
+        assert read(f, 6000, 100) == ref.read(6000, 100) == want[6000:6100]  # the store back: both read again
