@@ -46,20 +46,14 @@ def file_name(base_offset: int, suffix: str, remote: bool) -> str:
 class RemoteLogFile:
     """A remote segment's `.log` open in the mount: `read_into(buf, offset)` of the original bytes.
 
-    It holds the decoded chunk its latest read came from: the reads after it in the same chunk (a 4 MiB
-    chunk is several 1 MiB reads, each split in two by the kernel where the reader's buffer is not
-    page-aligned) are copied out of it without a call into RemoteSegmentData (cache lookups, read-ahead
-    checks). A read within SEQUENTIAL_SLACK of where the last one ended counts as sequential and starts
-    the read-ahead when it moves to a chunk (reads of one file may come from several FUSE threads, so a
-    little out of order)."""
+    A read within SEQUENTIAL_SLACK of where the last one ended counts as sequential and starts the read-ahead
+    (reads of one file may come from several FUSE threads, so a little out of order)."""
 
     SEQUENTIAL_SLACK = 1 << 20
 
     def __init__(self, data):
         self._data = data
         self._end = 0  # where the last read ended (0: a read from the start counts as sequential)
-        self._held: tuple[int, memoryview] = (0, memoryview(b""))  # (start, decoded chunk): one tuple, so
-        # that FUSE threads reading the same open file never see one chunk's start with another's bytes
 
     def size(self) -> int:
         return self._data.size
@@ -67,19 +61,7 @@ class RemoteLogFile:
     def read_into(self, buf: memoryview, offset: int) -> int:
         """The original bytes from `offset` into `buf` (libfuse's reply buffer), copied once from the decoded
         chunks; how many went in (fewer at the end of the segment)."""
-        sequential = self._sequential(offset, len(buf))
-        size = self._data.size
-        n = 0
-        while n < len(buf) and offset + n < size:
-            at, chunk = self._held
-            i = offset + n - at
-            if not 0 <= i < len(chunk):
-                at, chunk = self._held = self._data.chunk_view(offset + n, sequential=sequential)
-                i = offset + n - at
-            k = min(len(buf) - n, len(chunk) - i)
-            buf[n:n + k] = chunk[i:i + k]
-            n += k
-        return n
+        return self._data.read_into(offset, buf, sequential=self._sequential(offset, len(buf)))
 
     def _sequential(self, offset: int, size: int) -> bool:
         sequential = abs(offset - self._end) <= self.SEQUENTIAL_SLACK

@@ -89,13 +89,9 @@ def test_random_ranges_match_the_segment(s3_server, tiered, tmp_path_factory, va
         seg = _open(s3_server.endpoint_url, bucket, up, key, tmp_path_factory.mktemp("c"), store=store)
         want = original[position:position + size]
         assert seg.read(position, size) == want
-        if position < len(original):  # chunk_view (the mount's path): the whole chunk holding `position`
-            start, view = seg.chunk_view(position)
-            assert start % seg.manifest.chunk_index.chunk_size == 0 and start <= position < start + len(view)
-            assert view == original[start:start + seg.manifest.chunk_index.chunk_size]
-        else:
-            with pytest.raises(ValueError, match="outside the segment"):
-                seg.chunk_view(position)
+        out = bytearray(b"\xee" * (size + 3))  # read_into (the mount's path) gives read's bytes, nothing past them
+        assert seg.read_into(position, memoryview(out)[:size]) == len(want)
+        assert out == want + b"\xee" * (size + 3 - len(want))
 
     check()
 
@@ -211,7 +207,7 @@ def test_a_corrupt_encrypted_chunk_names_the_key_and_byte(s3_server, tiered, tmp
         proxy.inject("GET", r"\.log$", "corrupt", at=100)
         seg = _open(proxy.url, bucket, up, key, tmp_path)
         chunk = seg.manifest.chunk_index.transformed_start(2)
-        for read in (lambda: seg.read(2 * 4096 + 5, 10), lambda: seg.chunk_view(2 * 4096 + 5)):
+        for read in (lambda: seg.read(2 * 4096 + 5, 10), lambda: seg.read_into(2 * 4096 + 5, memoryview(bytearray(10)))):
             with pytest.raises(CorruptDataError, match="AES-GCM tag mismatch") as e:
                 read()  # chunk 2 alone
             assert e.value.path == up.log_key and e.value.position == chunk

@@ -236,8 +236,8 @@ class _LazyData:
     def read(self, position: int, size: int, *, sequential: bool | None = None) -> bytes:
         return self._get().read(position, size, sequential=sequential)
 
-    def chunk_view(self, position: int, *, sequential: bool | None = None) -> tuple[int, memoryview]:
-        return self._get().chunk_view(position, sequential=sequential)
+    def read_into(self, position: int, out: memoryview, *, sequential: bool | None = None) -> int:
+        return self._get().read_into(position, out, sequential=sequential)
 
     def index_paths(self, kinds: list[str]) -> dict[str, str | None]:
         return self._get().index_paths(kinds)

@@ -318,14 +318,14 @@ class RemoteSegmentData:
         parts = self._parts(position, size, sequential)
         return bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
 
-    def chunk_view(self, position: int, *, sequential: bool | None = None) -> tuple[int, memoryview]:
-        """The decoded chunk holding `position` (below `size`) and where it starts: for a reader that copies
-        its reads out of the chunk itself until it moves on (the mount's replies). Read-ahead as `read`."""
-        index = self.manifest.chunk_index
-        if not 0 <= position < self.size:
-            raise ValueError(f"position {position} is outside the segment's {self.size} bytes")
-        start, end = index.original_span(position // index.chunk_size)
-        return start, self._parts(start, end - start, sequential)[0]
+    def read_into(self, position: int, out: memoryview, *, sequential: bool | None = None) -> int:
+        """`read(position, len(out))` into `out` with one copy from the decoded chunks (a FUSE reply buffer:
+        no bytes object between); how many bytes went in."""
+        n = 0
+        for part in self._parts(position, len(out), sequential):
+            out[n:n + len(part)] = part
+            n += len(part)
+        return n
 
     def _parts(self, position: int, size: int, sequential: bool | None) -> list[memoryview]:
         """The pieces of the decoded chunks that make [position, position + size), views, not copies."""
