@@ -11,13 +11,15 @@ finished segment. Nothing is cached: each byte is read once.
 from __future__ import annotations
 
 import os
+import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import CorruptDataError
-from .durable import TMP, write_all, write_atomically
+from ..log.remote.layout import ListedSegment
+from .durable import TMP, start_writeback, write_all, write_atomically
 from .progress import Progress
 
 PIECE_BYTES = 4 * 1024 * 1024    # one GET of a `.log` (whole chunks; the plugin's usual chunk.size): small enough
@@ -30,13 +32,6 @@ WRITES_QUEUED = 2                # decoded pieces waiting for the writer thread 
 # The index kinds restored, with their file suffixes (the producer snapshot and leader-epoch index are
 # per-segment copies of broker state, not segment files: the broker rebuilds both on load).
 INDEX_FILES = {"offset": ".index", "timestamp": ".timeindex", "transaction": ".txnindex"}
-
-
-def start_writeback(fd: int, offset: int, length: int) -> None:
-    """Have the kernel start writing the piece to disk now, while the next ones are fetched (on Linux
-    POSIX_FADV_DONTNEED starts the writeback of dirty pages; it drops the pages only once they are clean)."""
-    if hasattr(os, "posix_fadvise"):
-        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
 
 
 class SegmentFiles:
@@ -57,8 +52,9 @@ class SegmentFiles:
             self._data = self._open_data()
         return self._data
 
-    def write_indexes(self, fetched: Future) -> None:
-        indexes = fetched.result()
+    def write_indexes(self, fetched: Callable[[], dict]) -> None:
+        """Write the indexes `fetched()` gives (it waits for their GET)."""
+        indexes = fetched()
         write_atomically({self.stem + suffix: indexes[kind] for kind, suffix in INDEX_FILES.items()
                           if indexes[kind] is not None})
 
@@ -90,12 +86,13 @@ class SegmentFiles:
 
 @dataclass
 class Head:
-    """The start of a `.log` object, fetched while the manifests are (before its chunks are known): GETs of
-    PIECE_BYTES each from byte 0, `size` bytes in all."""
+    """The start of a `.log` object and its whole `.indexes` object, fetched while the manifests are (before
+    its chunks and index spans are known): GETs of PIECE_BYTES each from byte 0, `size` bytes in all."""
 
     key: str
     size: int
     pieces: list[Future]
+    indexes: Future | None  # the whole `.indexes` object; None when the listing showed none
 
     def span(self, start: int, end: int) -> memoryview | bytes:
         """Bytes [start, end) of the object (end <= size): a view of one piece, or joined across two."""
@@ -132,6 +129,12 @@ class Pipeline:
         self._gets = ThreadPoolExecutor(GETS_IN_FLIGHT, thread_name_prefix="restore-get")
         self._syncer = ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="restore-sync")
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="restore-write")
+        # Every thread started now, while the listings wait on the store: started on first use, each costs
+        # a hand-off of the GIL (milliseconds under load) just when the first GETs are sent.
+        for pool, threads in ((self._gets, GETS_IN_FLIGHT), (self._syncer, SYNC_THREADS), (self._writer, 1)):
+            all_started = threading.Barrier(threads)
+            for _ in range(threads):
+                pool.submit(all_started.wait)
 
     def __enter__(self) -> Pipeline:
         return self
@@ -140,11 +143,16 @@ class Pipeline:
         for pool in (self._gets, self._syncer, self._writer):
             pool.shutdown(wait=True, cancel_futures=True)
 
-    def head(self, store, key: str, size: int) -> Head:
-        """Start fetching the first GETS_IN_FLIGHT pieces of the `.log` object `key` of `size` bytes."""
-        size = min(size, GETS_IN_FLIGHT * PIECE_BYTES)
-        return Head(key, size, [self._gets.submit(store.get_range_buffer, key, a, min(a + PIECE_BYTES, size))
-                                for a in range(0, size, PIECE_BYTES)])
+    def head(self, store, listed: ListedSegment) -> Head:
+        """Start fetching the listed segment's whole `.indexes` object and the first GETS_IN_FLIGHT pieces of
+        its `.log` object (the sizes the listing gave)."""
+        indexes = None
+        if listed.indexes_size:
+            indexes = self._gets.submit(store.get_range_buffer, listed.keys.indexes, 0, listed.indexes_size)
+        size = min(listed.log_size or 0, GETS_IN_FLIGHT * PIECE_BYTES)
+        return Head(listed.keys.log, size, [self._gets.submit(store.get_range_buffer, listed.keys.log, a,
+                                                              min(a + PIECE_BYTES, size))
+                                            for a in range(0, size, PIECE_BYTES)], indexes)
 
     def write_files(self, files: dict[str, bytes]) -> Future:
         """write_atomically(files) on a sync thread."""
@@ -156,10 +164,14 @@ class Pipeline:
         all out. A segment's indexes are fetched and written from when its first GET is asked for."""
         for files in todo:
             data = files.data
-            files.indexes = self._syncer.submit(files.write_indexes,
-                                                self._gets.submit(data.fetch_indexes, list(INDEX_FILES)))
+            mine = head is not None and head.key == data.key
+            if mine and head.indexes is not None:
+                fetched = lambda data=data: data.fetch_indexes(list(INDEX_FILES), head.indexes.result())  # noqa: E731
+            else:
+                fetched = self._gets.submit(data.fetch_indexes, list(INDEX_FILES)).result
+            files.indexes = self._syncer.submit(files.write_indexes, fetched)
             first = 0  # the first chunk not wholly in `head`
-            if head is not None and head.key == data.key:
+            if mine:
                 index = data.manifest.chunk_index
                 while first < index.chunk_count and index.transformed_start(first + 1) <= head.size:
                     first += 1

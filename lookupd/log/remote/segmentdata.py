@@ -394,21 +394,23 @@ class RemoteSegmentData:
                 out[kind] = self._cache.put_file(cache_name(self.key, kind), data)
         return out
 
-    def fetch_indexes(self, kinds: list[str]) -> dict[str, bytes | None]:
+    def fetch_indexes(self, kinds: list[str], whole: memoryview | None = None) -> dict[str, bytes | None]:
         """Indexes `kinds` as Kafka wrote them (None: the segment has none), from one ranged GET spanning
-        them (the small ones between come along), not cached: for a reader that takes them once (restore)."""
+        them (the small ones between come along), not cached: for a reader that takes them once (restore).
+        `whole`: the whole `.indexes` object, when the caller fetched it already (no GET then)."""
         _check_kinds(kinds)
         out: dict[str, bytes | None] = dict.fromkeys(kinds)
-        out.update(self._fetch_indexes([k for k in INDEX_KINDS if k in kinds and self.manifest.indexes[k]]))
+        out.update(self._fetch_indexes([k for k in INDEX_KINDS if k in kinds and self.manifest.indexes[k]], whole))
         return out
 
-    def _fetch_indexes(self, kinds: list[str]) -> dict[str, bytes]:
-        """Indexes `kinds` (present ones, in the `.indexes` object's order) from one ranged GET, decrypted."""
+    def _fetch_indexes(self, kinds: list[str], whole: memoryview | None = None) -> dict[str, bytes]:
+        """Indexes `kinds` (present ones, in the `.indexes` object's order) from one ranged GET (or from
+        `whole`, the whole object), decrypted."""
         if not kinds:
             return {}
         start = self.manifest.indexes[kinds[0]][0]
         end = sum(self.manifest.indexes[kinds[-1]])
-        blob = self.store.get_range_buffer(self.indexes_key, start, end)
+        blob = self.store.get_range_buffer(self.indexes_key, start, end) if whole is None else whole[start:end]
         if len(blob) != end - start:
             raise CorruptDataError(self.indexes_key, start + len(blob), f"the .indexes object ends before "
                                    f"the {kinds[-1]} index does (at {end})")
