@@ -8,11 +8,14 @@ import os
 TMP = ".tmp"
 
 
-def write_all(fd: int, data) -> None:
-    """Write all of `data`: a write may take fewer bytes than given."""
+def write_all(fd: int, data, position: int | None = None) -> None:
+    """Write all of `data` (at `position` of the file, when given): a write may take fewer bytes than given."""
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        n = os.write(fd, view) if position is None else os.pwrite(fd, view, position)
+        view = view[n:]
+        if position is not None:
+            position += n
 
 
 def start_writeback(fd: int, offset: int, length: int) -> None:

@@ -1,11 +1,12 @@
 """The fetch, decode and write pipeline of `lookupd restore` (restore.py decides what to restore).
 
-GETS_IN_FLIGHT threads fetch a partition's `.log` pieces in order, each decoding what it fetched, running
-ahead of one writer thread across segment boundaries; a segment's indexes are fetched alongside and written
-by SYNC_THREADS other threads. The writer starts the writeback of each piece as it writes it, so the sync
-before a `.log` is renamed waits for its last piece only. Every file is written as `<name>.tmp`, synced,
-then renamed; a segment's `.log` last, once its indexes are in place: a `.log` of full size marks a
-finished segment. Nothing is cached: each byte is read once.
+GETS_IN_FLIGHT threads fetch a partition's `.log` pieces in order, across segment boundaries, each decoding
+what it fetched and writing it at its place in the segment's `.log.tmp` as soon as it has it (pieces end in
+any order: none waits for the one before), starting its writeback, so the sync before a `.log` is renamed
+waits for its last pieces only. A segment's indexes are fetched alongside and written by SYNC_THREADS other
+threads; one more syncs and renames each `.log` while the next segment's pieces are fetched. Every file is
+written as `<name>.tmp`, synced, then renamed; a segment's `.log` last, once its indexes are in place: a
+`.log` of full size marks a finished segment. Nothing is cached: each byte is read once.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import os
 import sys
 import threading
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Callable
 
@@ -25,8 +26,8 @@ from .progress import Progress
 
 PIECE_BYTES = 4 * 1024 * 1024    # one GET of a `.log` (whole chunks; the plugin's usual chunk.size): small enough
                                  # to overlap writing with fetching, big enough for few calls
-GETS_IN_FLIGHT = 4               # GETs (each decoded on its thread) running ahead of the writer: keeps the store
-                                 # busy while a piece is decoded and written; memory: this many pieces
+GETS_IN_FLIGHT = 4               # GETs (each decoded and written on its thread) at once: keeps the store busy while
+                                 # a piece is decoded and written; memory: this many pieces
 SYNC_THREADS = 2                 # threads writing and syncing the small files (indexes, partition.metadata), off
                                  # the GET threads: a sync may wait for a journal commit
 SWITCH_INTERVAL = 0.0005         # seconds a thread may hold the GIL while others wait, during a restore (Python's
@@ -34,7 +35,8 @@ SWITCH_INTERVAL = 0.0005         # seconds a thread may hold the GIL while other
                                  # only briefly between blocking calls, but waited up to a whole default interval
                                  # behind the main thread's manifest GET or a decode (bench_remote: 63 -> 47 ms
                                  # to restore one plain 14.8 MB segment)
-WRITES_QUEUED = 2                # decoded pieces waiting for the writer thread (memory: this many pieces more)
+SYNCS_QUEUED = 2                 # segments whose `.log` waits for its sync and rename while the next ones are
+                                 # fetched (a failed one stops the restore this soon)
 # The index kinds restored, with their file suffixes (the producer snapshot and leader-epoch index are
 # per-segment copies of broker state, not segment files: the broker rebuilds both on load).
 INDEX_FILES = {"offset": ".index", "timestamp": ".timeindex", "transaction": ".txnindex"}
@@ -50,6 +52,7 @@ class SegmentFiles:
         self._data = None
         self.indexes: Future | None = None    # the index files written
         self._fd: int | None = None
+        self._lock = threading.Lock()         # the fd opened once; the bytes written counted
         self._written = 0
 
     @property
@@ -64,18 +67,31 @@ class SegmentFiles:
         write_atomically({self.stem + suffix: indexes[kind] for kind, suffix in INDEX_FILES.items()
                           if indexes[kind] is not None})
 
-    def write(self, pieces: list) -> None:
-        if self._fd is None:
-            self._fd = os.open(self.stem + ".log" + TMP, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    def _open(self) -> int:
+        with self._lock:
+            if self._fd is None:
+                self._fd = os.open(self.stem + ".log" + TMP, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
+                                   0o644)
+            return self._fd
+
+    def write_at(self, position: int, pieces: list) -> int:
+        """Write consecutive decoded pieces at `position` of the `.log.tmp`, starting their writeback (from
+        the thread that fetched them, in any order with the segment's other pieces); the bytes written."""
+        fd = self._open()
+        n = 0
         for piece in pieces:
-            write_all(self._fd, piece)
-            start_writeback(self._fd, self._written, len(piece))
-            self._written += len(piece)
+            write_all(fd, piece, position + n)
+            start_writeback(fd, position + n, len(piece))
+            n += len(piece)
+        with self._lock:
+            self._written += n
+        return n
 
     def finish(self) -> None:
-        self.write([])  # an empty segment still has its (empty) file
+        """Once every piece is written: sync the `.log.tmp`, then (its indexes in place) rename it."""
+        fd = self._open()  # an empty segment still has its (empty) file
         try:
-            os.fdatasync(self._fd)
+            os.fdatasync(fd)
         finally:
             self.abandon()
         if self._written != self.size:
@@ -111,7 +127,7 @@ class Head:
 
 def _ahead(pool: ThreadPoolExecutor, jobs, limit: int):
     """(files, result) of `jobs` in order, their calls run on `pool` at most `limit` ahead (a job without a
-    call gives None)."""
+    call gives None). Closed early, it returns once no call of its jobs is running."""
     pending: deque = deque()
     try:
         for files, call in jobs:
@@ -123,9 +139,7 @@ def _ahead(pool: ThreadPoolExecutor, jobs, limit: int):
             files0, future = pending.popleft()
             yield files0, None if future is None else future.result()
     finally:
-        for _, future in pending:
-            if future is not None:
-                future.cancel()
+        wait([future for _, future in pending if future is not None and not future.cancel()])
 
 
 class Pipeline:
@@ -171,10 +185,12 @@ class Pipeline:
 
     def _jobs(self, todo: list[SegmentFiles], head: Head | None):
         """The `.log` GETs in order, each (segment files, call): runs of whole chunks of about PIECE_BYTES
-        (those in `head`, when it is this segment's, from its bytes), then (files, None) when a segment's are
-        all out. A segment's indexes are fetched and written from when its first GET is asked for."""
+        (those in `head`, when it is this segment's, from its bytes), each call fetching, decoding and
+        writing its run; then (files, None) when a segment's are all out. A segment's indexes are fetched
+        and written from when its first GET is asked for."""
         for files in todo:
             data = files.data
+            index = data.manifest.chunk_index
             mine = head is not None and head.key == data.key
             if mine and head.indexes is not None:
                 fetched = lambda data=data: data.fetch_indexes(list(INDEX_FILES), head.indexes.result())  # noqa: E731
@@ -183,37 +199,38 @@ class Pipeline:
             files.indexes = self._syncer.submit(files.write_indexes, fetched)
             first = 0  # the first chunk not wholly in `head`
             if mine:
-                index = data.manifest.chunk_index
                 while first < index.chunk_count and index.transformed_start(first + 1) <= head.size:
                     first += 1
                 for a, b in data.chunk_runs(PIECE_BYTES):
                     if a < first:
                         b = min(b, first - 1)
                         span = index.transformed_start(a), index.transformed_start(b + 1)
-                        yield files, lambda data=data, a=a, b=b, span=span: data.fetch_chunks(a, b, head.span(*span))
-            for run in data.chunk_runs(PIECE_BYTES, first):
-                yield files, lambda data=data, run=run: data.fetch_chunks(*run)
+                        yield files, lambda files=files, index=index, a=a, b=b, span=span: files.write_at(
+                            index.original_span(a)[0], files.data.fetch_chunks(a, b, head.span(*span)))
+            for a, b in data.chunk_runs(PIECE_BYTES, first):
+                yield files, lambda files=files, index=index, a=a, b=b: files.write_at(
+                    index.original_span(a)[0], files.data.fetch_chunks(a, b))
             yield files, None
 
     def run(self, todo: list[SegmentFiles], progress: Progress, head: Head | None = None) -> int:
         """Restore the segments `todo`, in order; the `.log` bytes written."""
         written = 0
-        writes: deque = deque()
+        syncs: deque = deque()
+        ahead = _ahead(self._gets, self._jobs(todo, head), GETS_IN_FLIGHT)
         try:
-            for files, pieces in _ahead(self._gets, self._jobs(todo, head), GETS_IN_FLIGHT):
-                if pieces is None:
-                    writes.append(self._writer.submit(files.finish))
+            for files, n in ahead:
+                if n is None:
+                    syncs.append(self._writer.submit(files.finish))
                 else:
-                    writes.append(self._writer.submit(files.write, pieces))
-                    n = sum(len(piece) for piece in pieces)
                     progress.advance(n)
                     written += n
-                while len(writes) > WRITES_QUEUED:
-                    writes.popleft().result()
-            while writes:
-                writes.popleft().result()
+                while len(syncs) > SYNCS_QUEUED:
+                    syncs.popleft().result()
+            while syncs:
+                syncs.popleft().result()
         finally:
-            for future in writes:
+            ahead.close()  # returns once no GET thread writes to a file of `todo`
+            for future in syncs:
                 future.cancel()
             self._writer.submit(lambda: None).result()  # the writer is idle: no file of `todo` is in use
             for files in todo:
