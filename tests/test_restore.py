@@ -18,6 +18,7 @@ from lookupd.errors import CorruptDataError
 from lookupd.log.remote.config import RemoteConfig
 from lookupd.log.remote.layout import RemotePartition
 from lookupd.log.remotelog import RemoteTier
+from lookupd.tools.restorefetch import PIECE_BYTES
 from s3server import s3_server  # noqa: F401 - fixture
 from tiered_helpers import tier_partition
 from tiered_writer import Options, TestKey
@@ -195,3 +196,37 @@ def test_corrupt_bytes_fail_a_restore_as_they_fail_a_cached_read(s3_server, tmp_
     assert rc == 1 and "Traceback" not in err, err
     assert err.strip() == f"lookupd restore: {e.value}"
     assert (suffix == ".log") == ("chunk 0: AES-GCM tag mismatch" in err), err
+
+
+def test_a_slow_piece_does_not_hold_back_the_pieces_after_it(s3_server, tmp_path):  # noqa: F811
+    """Each fetched piece of a `.log` is written at its place as soon as it arrives: while the GET of a
+    segment's first piece hangs, the pieces after it are already in its `.log.tmp`; the restored files are
+    the original all the same."""
+    R.require()
+    t, key, _ = _tiered(tmp_path, s3_server, "large-0", chunk_size=PIECE_BYTES)
+    first = t.uploaded[0]
+    tmp = tmp_path / "restored" / f"{first.facts.base_offset:020d}.log.tmp"
+    delay = 8.0
+    with FaultProxy(s3_server.endpoint_url) as proxy:
+        rule = proxy.inject("GET", first.log_key.replace(".", r"\.") + "$", "slow", delay=delay, times=1,
+                            range_regex=f"bytes=0-{PIECE_BYTES - 1}")
+        conf = _config(tmp_path / "proxy.toml", t, proxy.url, key)
+        proc = _lookupd("restore", "--config", conf, "--topic", t.topic, "--partition", "0",
+                        str(tmp_path / "restored"), wait=False)
+        try:
+            deadline = time.monotonic() + 120
+            while not rule.hits and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            held = time.monotonic() + delay - 2  # the first piece is surely still held back until then
+            written = 0
+            while not written > PIECE_BYTES and time.monotonic() < held:
+                written = tmp.stat().st_size if tmp.exists() else 0
+                time.sleep(0.01)
+            assert written > PIECE_BYTES, "the pieces after a slow one waited for it"
+            with open(tmp, "rb") as f:
+                assert f.read(PIECE_BYTES) == bytes(PIECE_BYTES)  # the slow piece's place: not written yet
+            out, err = proc.communicate(timeout=120)
+        finally:
+            proc.kill()
+    assert proc.returncode == 0, err
+    _assert_identical(t.local_dir / "large-0", tmp_path / "restored", _topic_id(t))
