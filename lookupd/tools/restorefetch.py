@@ -12,7 +12,6 @@ written as `<name>.tmp`, synced, then renamed; a segment's `.log` last, once its
 from __future__ import annotations
 
 import os
-import sys
 import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -30,11 +29,6 @@ GETS_IN_FLIGHT = 4               # GETs (each decoded and written on its thread)
                                  # a piece is decoded and written; memory: this many pieces
 SYNC_THREADS = 2                 # threads writing and syncing the small files (indexes, partition.metadata), off
                                  # the GET threads: a sync may wait for a journal commit
-SWITCH_INTERVAL = 0.0005         # seconds a thread may hold the GIL while others wait, during a restore (Python's
-                                 # default: 0.005): a GET thread whose bytes arrived, or the writer, runs Python
-                                 # only briefly between blocking calls, but waited up to a whole default interval
-                                 # behind the main thread's manifest GET or a decode (bench_remote: 63 -> 47 ms
-                                 # to restore one plain 14.8 MB segment)
 SYNCS_QUEUED = 2                 # segments whose `.log` waits for its sync and rename while the next ones are
                                  # fetched (a failed one stops the restore this soon)
 # The index kinds restored, with their file suffixes (the producer snapshot and leader-epoch index are
@@ -157,16 +151,11 @@ class Pipeline:
                 pool.submit(all_started.wait)
 
     def __enter__(self) -> Pipeline:
-        self._switch_interval = sys.getswitchinterval()
-        sys.setswitchinterval(SWITCH_INTERVAL)
         return self
 
     def __exit__(self, *exc) -> None:
-        try:
-            for pool in (self._gets, self._syncer, self._writer):
-                pool.shutdown(wait=True, cancel_futures=True)
-        finally:
-            sys.setswitchinterval(self._switch_interval)
+        for pool in (self._gets, self._syncer, self._writer):
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def head(self, store, listed: ListedSegment) -> Head:
         """Start fetching the listed segment's whole `.indexes` object and the first GETS_IN_FLIGHT pieces of
