@@ -230,3 +230,46 @@ def test_a_slow_piece_does_not_hold_back_the_pieces_after_it(s3_server, tmp_path
             proc.kill()
     assert proc.returncode == 0, err
     _assert_identical(t.local_dir / "large-0", tmp_path / "restored", _topic_id(t))
+
+
+def _resident_pages(path: Path) -> int:
+    """How many of the file's pages are in the page cache (mincore(2) on a mapping that touches none)."""
+    import ctypes
+    import mmap
+
+    size = path.stat().st_size
+    pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        assert addr not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+        try:
+            vec = ctypes.create_string_buffer(pages)
+            assert libc.mincore(addr, size, vec) == 0, os.strerror(ctypes.get_errno())
+            return sum(b & 1 for b in vec.raw)
+        finally:
+            libc.munmap(addr, size)
+    finally:
+        os.close(fd)
+
+
+def test_a_restored_log_is_not_left_in_the_page_cache(s3_server, tmp_path):  # noqa: F811
+    """Each byte is written once and read by no one here: a partition's worth of restored segments would
+    evict the machine's useful cache, so a `.log` drops its pages once synced."""
+    R.require()
+    t, _key, conf = _tiered(tmp_path, s3_server, "large-0", chunk_size=PIECE_BYTES)
+    dest = tmp_path / "restored"
+    rc, out, err = _lookupd("restore", "--config", conf, "--topic", t.topic, "--partition", "0", str(dest))
+    assert rc == 0, err
+    log = dest / f"{t.uploaded[0].facts.base_offset:020d}.log"
+    pages = (log.stat().st_size + 4095) // 4096
+    assert pages > 1000 and _resident_pages(log) < pages // 10
+    with open(log, "rb") as f:  # the check itself sees pages that are there
+        while f.read(1 << 20):
+            pass
+    assert _resident_pages(log) > pages // 2

@@ -25,6 +25,12 @@ def start_writeback(fd: int, offset: int, length: int) -> None:
         os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
 
 
+def drop_cached(fd: int) -> None:
+    """Drop a synced file's pages from the page cache (POSIX_FADV_DONTNEED drops clean pages)."""
+    if hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+
+
 def write_atomically(files: dict[str, bytes]) -> None:
     """Write each path's bytes to path + .tmp, sync them all, then rename them all. Every file's writeback
     starts before the first sync, so that one journal commit takes all their blocks, not one a file."""

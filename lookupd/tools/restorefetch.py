@@ -20,7 +20,7 @@ from typing import Callable
 
 from ..errors import CorruptDataError
 from ..log.remote.layout import ListedSegment
-from .durable import TMP, start_writeback, write_all, write_atomically
+from .durable import TMP, drop_cached, start_writeback, write_all, write_atomically
 from .progress import Progress
 
 PIECE_BYTES = 4 * 1024 * 1024    # one GET of a `.log` (whole chunks; the plugin's usual chunk.size): small enough
@@ -86,6 +86,10 @@ class SegmentFiles:
         fd = self._open()  # an empty segment still has its (empty) file
         try:
             os.fdatasync(fd)
+            # Read once, written once: a partition's worth of segments would evict the machine's useful
+            # cache, and the freed pages are the ones the next segment's writes take again (fresh ones
+            # cost more: on this 2-core VM a 15 MB write's CPU time went from 4 to 20-30 ms at times).
+            drop_cached(fd)
         finally:
             self.abandon()
         if self._written != self.size:
