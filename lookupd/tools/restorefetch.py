@@ -27,6 +27,10 @@ PIECE_BYTES = 4 * 1024 * 1024    # one GET of a `.log` (whole chunks; the plugin
                                  # to overlap writing with fetching, big enough for few calls
 GETS_IN_FLIGHT = 4               # GETs (each decoded and written on its thread) at once: keeps the store busy while
                                  # a piece is decoded and written; memory: this many pieces
+DECODED_BYTES = 4 * PIECE_BYTES  # at most this much decoded from one GET of compressed chunks, so that those GETs
+                                 # too take PIECE_BYTES of the object (one a chunk cost the S3 server 71 ms of
+                                 # CPU against 55 over 4 zstd + encrypted segments, bench_remote); memory: this
+                                 # much per GET in flight
 SYNC_THREADS = 2                 # threads writing and syncing the small files (indexes, partition.metadata), off
                                  # the GET threads: a sync may wait for a journal commit
 SYNCS_QUEUED = 2                 # segments whose `.log` waits for its sync and rename while the next ones are
@@ -200,7 +204,7 @@ class Pipeline:
                         span = index.transformed_start(a), index.transformed_start(b + 1)
                         yield files, lambda files=files, index=index, a=a, b=b, span=span: files.write_at(
                             index.original_span(a)[0], files.data.fetch_chunks(a, b, head.span(*span)))
-            for a, b in data.chunk_runs(PIECE_BYTES, first):
+            for a, b in data.chunk_runs(PIECE_BYTES, first, DECODED_BYTES):
                 yield files, lambda files=files, index=index, a=a, b=b: files.write_at(
                     index.original_span(a)[0], files.data.fetch_chunks(a, b))
             yield files, None

@@ -194,10 +194,10 @@ class RemoteSegmentData:
         blob = self._get_run(first, last, blob)
         return [self._decode_at(i, blob, first) for i in range(first, last + 1)]
 
-    def chunk_runs(self, max_bytes: int, start: int = 0) -> list[tuple[int, int]]:
+    def chunk_runs(self, max_bytes: int, start: int = 0, max_decoded: int | None = None) -> list[tuple[int, int]]:
         """The chunks from `start` on, grouped into runs (first, last) for fetch_chunks of at most `max_bytes`
-        fetched and decoded each (a bigger chunk: a run of its own)."""
-        return self._runs(list(range(start, self.manifest.chunk_index.chunk_count)), max_bytes)
+        fetched and `max_decoded` (default: max_bytes) decoded each (a bigger chunk: a run of its own)."""
+        return self._runs(list(range(start, self.manifest.chunk_index.chunk_count)), max_bytes, max_decoded)
 
     def _fetch(self, first: int, last: int) -> dict[int, bytes | memoryview]:
         """Chunks first..last in one ranged GET, decoded one after the other in this thread, and cached.
