@@ -8,9 +8,9 @@ loopback: the figures show client and decoding overhead, not a WAN. The segment 
 (the reference corpus's large-0, 14.8 MB), uploaded in the tiered-storage plugin's layout in 4 MiB chunks;
 restore is also measured on a partition of RESTORE_COPIES copies of it.
 
-Run: python bench/bench_remote.py [--quick] [--json OUT] [--sequential-only | --fuse-only]
-(--sequential-only: just the sequential-read figures, for iterating on the read path; --fuse-only: just
-the FUSE figures, for iterating on the mount's remote reads.)
+Run: python bench/bench_remote.py [--quick] [--json OUT] [--sequential-only | --restore-only | --fuse-only]
+(--sequential-only, --restore-only, --fuse-only: just the sequential-read, the restore or the FUSE figures,
+for iterating on that path.)
 """
 
 from __future__ import annotations
@@ -83,8 +83,11 @@ def client_figures(server, bucket: str, key: str, size: int, times: int) -> list
 
 
 def _cpu_ms(pid: int) -> float:
-    """CPU time of every thread of process `pid` so far, in ms (the scheduler's own count: exact, where
-    /proc/PID/stat counts in 10 ms ticks)."""
+    """CPU time of process `pid` so far, in ms. This process: its clock, which keeps the time of threads
+    that have ended (a restore's pool ends with it); another: the sum over its threads now (the scheduler's
+    own count: exact, where /proc/PID/stat counts in 10 ms ticks)."""
+    if pid == os.getpid():
+        return time.process_time() * 1000
     total = 0
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
@@ -213,28 +216,41 @@ def restore_figures(server, bucket: str, ups: list, key, times: int, variant: st
         gets += [(k, 0, store.size(k)) for k in (up.manifest_key, up.indexes_key)]
         log_size = store.size(up.log_key)
         gets += [(up.log_key, a, min(a + PIECE_BYTES, log_size)) for a in range(0, log_size, PIECE_BYTES)]
-    ours, plain = [], []
+    me, weed = os.getpid(), server.process.pid
+    speed = {path: [] for path in ("lookupd restore", "plain GETs")}
+    cpu = {path: ([], []) for path in speed}  # path -> (client ms, server ms) per run
+
+    def timed(path: str, fn) -> None:
+        c0, w0, t0 = _cpu_ms(me), _cpu_ms(weed), time.perf_counter()
+        fn()
+        speed[path].append(original / (time.perf_counter() - t0) / 1e6)
+        cpu[path][0].append(_cpu_ms(me) - c0)
+        cpu[path][1].append(_cpu_ms(weed) - w0)
+
+    def plain_gets() -> None:
+        with ThreadPoolExecutor(GETS_IN_FLIGHT) as pool:
+            for _ in pool.map(lambda g: store.get_range_buffer(*g), gets):
+                pass
+
     for rep in range(times + 1):
         work = tempfile.mkdtemp(prefix="lookupd-bench-restore-")
         try:
             cfg = RemoteConfig(bucket=bucket, cache_dir=os.path.join(work, "cache"), endpoint_url=server.endpoint_url,
                                encryption_keys=keys)
             tier = RemoteTier(cfg, store=store)
-            t0 = time.perf_counter()
-            restore_partition(tier, os.path.join(work, "dest"), "large", 0, out=io.StringIO())
-            ours.append(original / (time.perf_counter() - t0) / 1e6)
+            timed("lookupd restore", lambda: restore_partition(tier, os.path.join(work, "dest"), "large", 0,
+                                                               out=io.StringIO()))
         finally:
             shutil.rmtree(work, ignore_errors=True)
-        t0 = time.perf_counter()
-        with ThreadPoolExecutor(GETS_IN_FLIGHT) as pool:
-            for _ in pool.map(lambda g: store.get_range_buffer(*g), gets):
-                pass
-        plain.append(original / (time.perf_counter() - t0) / 1e6)
+        timed("plain GETs", plain_gets)
     params = {"variant": variant, "segments": len(ups), "partition_bytes": original, "in_flight": GETS_IN_FLIGHT}
-    return [Figure(f"restore{what}, {variant}, lookupd restore", "MB/s", ours[1:], group="remote-restore",
-                   params={**params, "path": "lookupd restore"}, higher_is_better=True),
-            Figure(f"restore{what}, {variant}, plain GETs", "MB/s", plain[1:], group="remote-restore",
-                   params={**params, "path": "plain GETs"}, higher_is_better=True)]
+    out = [Figure(f"restore{what}, {variant}, {path}", "MB/s", values[1:], group="remote-restore",
+                  params={**params, "path": path}, higher_is_better=True) for path, values in speed.items()]
+    for path, (client, server_ms) in cpu.items():
+        for who, values in (("lookupd's process", client), ("the S3 server", server_ms)):
+            out.append(Figure(f"restore{what}, {variant}, {path}: CPU time of {who}", "ms", values[1:],
+                              group="remote-restore-cpu", params={**params, "path": path, "process": who}))
+    return out
 
 
 def upload_copies(client, bucket: str, partition_dir: str, base: int, copies: int, opts) -> list:
@@ -351,11 +367,12 @@ def fuse_figures(server, times: int) -> list[Figure]:
                    group="remote-fuse", params={**params, "path": "plain GETs"}, higher_is_better=True)] + spent
 
 
-SEQUENTIAL_ONLY = "--sequential-only"
-FUSE_ONLY = "--fuse-only"
+# flag -> the figures it keeps
+ONLY = {"--sequential-only": "sequential", "--restore-only": "restore", "--fuse-only": "fuse"}
 
 
-def run(quick: bool, sequential_only: bool = False, fuse_only: bool = False) -> list[Figure]:
+def run(quick: bool, only: str | None = None) -> list[Figure]:
+    """Every figure, or only the "sequential", "restore" or "fuse" ones."""
     import s3server
     import tiered_writer as W
 
@@ -367,26 +384,26 @@ def run(quick: bool, sequential_only: bool = False, fuse_only: bool = False) -> 
             key = W.TestKey.create(keydir)
             partition_dir, base = _segment()
             client = server.client()
-            for variant, kw in ({} if fuse_only else VARIANTS).items():
+            for variant, kw in ({} if only == "fuse" else VARIANTS).items():
                 bucket = server.bucket()
                 opts = W.Options(chunk_size=CHUNK, compression=kw.get("compression", False),
                                  encryption=key if kw.get("encryption") else None)
                 up = W.upload_segment(client, bucket, partition_dir, base, topic="large", partition=0,
                                       topic_id=W.kafka_uuid(), opts=opts)
-                if sequential_only:
-                    figures += sequential_figures(server, bucket, up, key if opts.encryption else None, times,
-                                                  variant)
-                    continue
-                if variant == "plain":
+                variant_key = key if opts.encryption else None
+                if only is None and variant == "plain":
                     figures += client_figures(server, bucket, up.log_key, up.segment.stat().st_size, times)
-                figures += sequential_figures(server, bucket, up, key if opts.encryption else None, times, variant)
-                figures += cold_index_figures(server, bucket, up, key if opts.encryption else None, variant)
-                figures += restore_figures(server, bucket, [up], key if opts.encryption else None, times, variant)
-                bucket = server.bucket()
-                ups = upload_copies(client, bucket, partition_dir, base, RESTORE_COPIES, opts)
-                figures += restore_figures(server, bucket, ups, key if opts.encryption else None, times, variant,
-                                           f" of {RESTORE_COPIES} segments")
-            if not sequential_only:
+                if only in (None, "sequential"):
+                    figures += sequential_figures(server, bucket, up, variant_key, times, variant)
+                if only is None:
+                    figures += cold_index_figures(server, bucket, up, variant_key, variant)
+                if only in (None, "restore"):
+                    figures += restore_figures(server, bucket, [up], variant_key, times, variant)
+                    bucket = server.bucket()
+                    ups = upload_copies(client, bucket, partition_dir, base, RESTORE_COPIES, opts)
+                    figures += restore_figures(server, bucket, ups, variant_key, times, variant,
+                                               f" of {RESTORE_COPIES} segments")
+            if only in (None, "fuse"):
                 figures += fuse_figures(server, times)
     finally:
         shutil.rmtree(keydir, ignore_errors=True)
@@ -419,18 +436,16 @@ def ratios(figures: list[Figure]) -> list[dict | None]:
 
 
 if __name__ == "__main__":
-    only = {flag: flag in sys.argv for flag in (SEQUENTIAL_ONLY, FUSE_ONLY)}
-    if any(only.values()):
-        for flag, given in only.items():
-            if given:
-                sys.argv.remove(flag)
+    only = next((ONLY[flag] for flag in ONLY if flag in sys.argv), None)
+    if only is None:
+        common.main(run, __doc__)
+    else:
+        sys.argv = [a for a in sys.argv if a not in ONLY]
 
-        def part(quick: bool) -> list[Figure]:
-            figures = run(quick, sequential_only=only[SEQUENTIAL_ONLY], fuse_only=only[FUSE_ONLY])
+        def some(quick: bool) -> list[Figure]:
+            figures = run(quick, only)
             for r in ratios(figures):
                 if r is not None:
                     print(f"{r['name']}: {r['value']:.2f}x")
             return figures
-        common.main(part, __doc__)
-    else:
-        common.main(run, __doc__)
+        common.main(some, __doc__)

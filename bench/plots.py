@@ -39,6 +39,8 @@ TITLES = {
     "remote-clients": "S3 clients, sequential ranged GETs from a local SeaweedFS",
     "remote-read": "Sequential read of a tiered segment against plain ranged GETs",
     "remote-read-cpu": "CPU time of one sequential read of a tiered segment, lookupd and the S3 server",
+    "remote-restore-cpu": "CPU time of one restore against plain GETs of the same objects, lookupd and the S3 server",
+    "remote-fuse-cpu": "CPU time of one read of a remote .log through the mount, per process, against plain GETs",
     "remote-cold": "Cold index fetch plus one batch read of a tiered segment",
     "daemon-tls": "Over TLS on loopback TCP, lookupd and redis-server with the same certificate: p50/p99 and lookups/s",
 }

@@ -117,9 +117,9 @@ SENTENCES = {
                    "of the bytes and decode nothing, while lookupd decompresses each chunk (about 1.2 GB/s a core, its "
                    "chunks decoded in parallel, one thread a core) on the same 2 cores as the S3 server.",
     "remote-read-cpu": "The CPU time of each sequential read above, in lookupd's process and in the S3 server, which "
-                       "share this machine's cores: a compressed and encrypted read spends most of it decoding (and once "
-                       "per segment, in Python, unwrapping its data key), so on loopback it is bound by the two cores, "
-                       "not by the network.",
+                       "share this machine's cores: a compressed and encrypted read spends most of it decompressing (the "
+                       "data key's unwrap, once per segment, is under 1 ms), so on loopback it is bound by the two "
+                       "cores, not by the network.",
     "remote-cold": "A cold lookup into a tiered segment fetches the manifest, the offset and time indexes (adjacent: one "
                    "ranged GET) and the chunk holding the batch: three GETs.",
 }

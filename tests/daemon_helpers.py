@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from contextlib import asynccontextmanager
 
@@ -128,15 +129,32 @@ def blocking_call(sock_path: str, method: str, *params, timeout: float = 30):
         s.close()
 
 
-def start_daemon(args: list[str], cwd: str, sock: str) -> subprocess.Popen:
+class DaemonProcess(subprocess.Popen):
+    """A daemon subprocess whose stderr a thread drains as it comes: an unread pipe fills at 64 KiB and then
+    stalls the daemon's logging, and with it the daemon."""
+
+    def __init__(self, args: list[str], **kwargs) -> None:
+        super().__init__(args, stderr=subprocess.PIPE, text=True, **kwargs)
+        self.stderr_lines: list[str] = []
+        self._drain = threading.Thread(target=self.stderr_lines.extend, args=(self.stderr,), daemon=True)
+        self._drain.start()
+
+    def stderr_text(self) -> str:
+        """Everything the daemon wrote to stderr; complete once it has exited."""
+        if self.poll() is not None:
+            self._drain.join(10)
+        return "".join(self.stderr_lines)
+
+
+def start_daemon(args: list[str], cwd: str, sock: str, **kwargs) -> DaemonProcess:
     """`python -m lookupd serve ARGS` in `cwd`, returned once `sock` accepts connections."""
     env = dict(os.environ, PYTHONPATH=REPO)
-    proc = subprocess.Popen([sys.executable, "-m", "lookupd", "serve", *args], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = DaemonProcess([sys.executable, "-m", "lookupd", "serve", *args], cwd=cwd, env=env,
+                         stdout=subprocess.DEVNULL, **kwargs)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise AssertionError(f"daemon exited with {proc.returncode}: {proc.stderr.read()}")
+            raise AssertionError(f"daemon exited with {proc.returncode}: {proc.stderr_text()}")
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
                 s.connect(sock)
@@ -147,7 +165,7 @@ def start_daemon(args: list[str], cwd: str, sock: str) -> subprocess.Popen:
     raise AssertionError("daemon did not start listening within 30 s")
 
 
-def stop_daemon(proc: subprocess.Popen) -> tuple[int, str]:
+def stop_daemon(proc: DaemonProcess) -> tuple[int, str]:
     """SIGTERM, then (exit code, stderr)."""
     proc.send_signal(signal.SIGTERM)
     try:
@@ -155,7 +173,7 @@ def stop_daemon(proc: subprocess.Popen) -> tuple[int, str]:
     except subprocess.TimeoutExpired:
         proc.kill()
         raise
-    return proc.returncode, proc.stderr.read()
+    return proc.returncode, proc.stderr_text()
 
 
 def retention_delete(part_dir: str, base_offset: int) -> None:

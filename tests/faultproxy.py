@@ -40,6 +40,7 @@ class Rule:
     times: int | None    # None: every matching request
     delay: float
     at: int
+    range_pattern: re.Pattern | None = None  # None: any Range header or none
     hits: int = 0
 
 
@@ -78,11 +79,13 @@ class FaultProxy:
         self._thread.join()
 
     def inject(self, method: str, path_regex: str, fault: str, *, times: int | None = None, delay: float = 0.0,
-               at: int = 0) -> Rule:
-        """Apply `fault` to the next `times` requests (all, when None) whose method and path match."""
+               at: int = 0, range_regex: str | None = None) -> Rule:
+        """Apply `fault` to the next `times` requests (all, when None) whose method and path match (and Range
+        header, when `range_regex` is given)."""
         if fault not in _ERRORS and fault not in ("reset", "slow", "corrupt"):
             raise ValueError(f"unknown fault {fault!r}")
-        rule = Rule(method, re.compile(path_regex), fault, times, delay, at)
+        rule = Rule(method, re.compile(path_regex), fault, times, delay, at,
+                    None if range_regex is None else re.compile(range_regex))
         with self._lock:
             self._rules.append(rule)
         return rule
@@ -91,11 +94,12 @@ class FaultProxy:
         with self._lock:
             self._rules.clear()
 
-    def _match(self, method: str, path: str) -> Rule | None:
+    def _match(self, method: str, path: str, range_header: str | None = None) -> Rule | None:
         with self._lock:
-            self.requests.append((method, path, None))
+            self.requests.append((method, path, range_header))
             for rule in self._rules:
                 if rule.method in (method, "*") and rule.pattern.search(path.split("?", 1)[0]) and \
+                        (rule.range_pattern is None or rule.range_pattern.fullmatch(range_header or "")) and \
                         (rule.times is None or rule.hits < rule.times):
                     rule.hits += 1
                     return rule
@@ -104,9 +108,7 @@ class FaultProxy:
     def _serve(self, h: BaseHTTPRequestHandler) -> None:
         length = int(h.headers.get("Content-Length") or 0)
         body = h.rfile.read(length) if length else b""
-        rule = self._match(h.command, h.path)
-        with self._lock:
-            self.requests[-1] = (h.command, h.path, h.headers.get("Range"))
+        rule = self._match(h.command, h.path, h.headers.get("Range"))
         fault = rule.fault if rule else None
         if fault == "reset":
             h.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))

@@ -93,24 +93,14 @@ def test_descriptor_exhaustion_refuses_new_clients_and_keeps_every_partition(sho
     """Under a low RLIMIT_NOFILE, clients past the budget get UNAVAILABLE, connected clients keep getting
     answers, and rescans still list every partition (accept never meets EMFILE)."""
     import resource
-    import subprocess
-    import sys
     import time
 
     limit = 256
     sock = os.path.join(short_dir, "d.sock")
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "lookupd", "serve", "--log-dir", str(R.require() / "logs"), "--socket", sock],
-        cwd=short_dir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)))
+    proc = start_daemon(["--log-dir", str(R.require() / "logs"), "--socket", sock], short_dir, sock,
+                        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)))
     clients = []
     try:
-        deadline = time.monotonic() + 30
-        while not os.path.exists(sock):
-            assert proc.poll() is None and time.monotonic() < deadline, "daemon did not start"
-            time.sleep(0.05)
-        time.sleep(0.2)
         n_partitions = len(blocking_call(sock, "partitions")[1])
         refused = 0
         for _ in range(limit + 50):
@@ -151,5 +141,5 @@ def test_descriptor_exhaustion_refuses_new_clients_and_keeps_every_partition(sho
     finally:
         for s in clients:
             s.close()
-        stop_daemon(proc)
-    assert "Too many open files" not in proc.stderr.read()
+        code, stderr = stop_daemon(proc)
+    assert code == 0 and "Too many open files" not in stderr, stderr

@@ -50,3 +50,30 @@ def test_a_file_that_is_no_pem_key_is_refused(tmp_path):
         Keyring({"k": str(path)}).unwrap(enc, "m")
     with pytest.raises(Unavailable, match="cannot read the private key file"):
         Keyring({"k": str(tmp_path / "missing.pem")}).unwrap(enc, "m")
+
+
+def test_a_key_over_pycryptodomes_bound_is_refused(tmp_path):
+    """A modulus over 16384 bits (pycryptodome's bound; OpenSSL loads it without its check): a clear error
+    naming the file. Its numbers agree, its factors are merely odd (nothing here tests primality), so it
+    reaches pycryptodome and is refused there."""
+    import math
+    import secrets
+
+    e = 65537
+
+    def factor(bits: int) -> int:
+        while True:
+            x = secrets.randbits(bits) | (1 << (bits - 1)) | 1
+            if math.gcd(e, x - 1) == 1:
+                return x
+    p, q = factor(8200), factor(8200)
+    while math.gcd(p, q) != 1:
+        q = factor(8200)
+    d = pow(e, -1, (p - 1) * (q - 1) // math.gcd(p - 1, q - 1))
+    big = rsa.RSAPrivateNumbers(p=p, q=q, d=d, dmp1=d % (p - 1), dmq1=d % (q - 1), iqmp=pow(q, -1, p),
+                                public_numbers=rsa.RSAPublicNumbers(e, p * q)).private_key(
+        unsafe_skip_rsa_key_validation=True)
+    path = _pem(tmp_path / "big.pem", big)
+    enc = Encryption("k", b"x" * ((p * q).bit_length() // 8), b"")
+    with pytest.raises(Unavailable, match=f"{path} .*not a usable RSA private key: RSA modulus is larger"):
+        Keyring({"k": path}).unwrap(enc, "m")

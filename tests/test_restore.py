@@ -18,6 +18,7 @@ from lookupd.errors import CorruptDataError
 from lookupd.log.remote.config import RemoteConfig
 from lookupd.log.remote.layout import RemotePartition
 from lookupd.log.remotelog import RemoteTier
+from lookupd.tools.restorefetch import PIECE_BYTES
 from s3server import s3_server  # noqa: F401 - fixture
 from tiered_helpers import tier_partition
 from tiered_writer import Options, TestKey
@@ -195,3 +196,80 @@ def test_corrupt_bytes_fail_a_restore_as_they_fail_a_cached_read(s3_server, tmp_
     assert rc == 1 and "Traceback" not in err, err
     assert err.strip() == f"lookupd restore: {e.value}"
     assert (suffix == ".log") == ("chunk 0: AES-GCM tag mismatch" in err), err
+
+
+def test_a_slow_piece_does_not_hold_back_the_pieces_after_it(s3_server, tmp_path):  # noqa: F811
+    """Each fetched piece of a `.log` is written at its place as soon as it arrives: while the GET of a
+    segment's first piece hangs, the pieces after it are already in its `.log.tmp`; the restored files are
+    the original all the same."""
+    R.require()
+    t, key, _ = _tiered(tmp_path, s3_server, "large-0", chunk_size=PIECE_BYTES)
+    first = t.uploaded[0]
+    tmp = tmp_path / "restored" / f"{first.facts.base_offset:020d}.log.tmp"
+    delay = 8.0
+    with FaultProxy(s3_server.endpoint_url) as proxy:
+        rule = proxy.inject("GET", first.log_key.replace(".", r"\.") + "$", "slow", delay=delay, times=1,
+                            range_regex=f"bytes=0-{PIECE_BYTES - 1}")
+        conf = _config(tmp_path / "proxy.toml", t, proxy.url, key)
+        proc = _lookupd("restore", "--config", conf, "--topic", t.topic, "--partition", "0",
+                        str(tmp_path / "restored"), wait=False)
+        try:
+            deadline = time.monotonic() + 120
+            while not rule.hits and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            held = time.monotonic() + delay - 2  # the first piece is surely still held back until then
+            written = 0
+            while not written > PIECE_BYTES and time.monotonic() < held:
+                written = tmp.stat().st_size if tmp.exists() else 0
+                time.sleep(0.01)
+            assert written > PIECE_BYTES, "the pieces after a slow one waited for it"
+            with open(tmp, "rb") as f:
+                assert f.read(PIECE_BYTES) == bytes(PIECE_BYTES)  # the slow piece's place: not written yet
+            out, err = proc.communicate(timeout=120)
+        finally:
+            proc.kill()
+    assert proc.returncode == 0, err
+    _assert_identical(t.local_dir / "large-0", tmp_path / "restored", _topic_id(t))
+
+
+def _resident_pages(path: Path) -> int:
+    """How many of the file's pages are in the page cache (mincore(2) on a mapping that touches none)."""
+    import ctypes
+    import mmap
+
+    size = path.stat().st_size
+    pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        assert addr not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+        try:
+            vec = ctypes.create_string_buffer(pages)
+            assert libc.mincore(addr, size, vec) == 0, os.strerror(ctypes.get_errno())
+            return sum(b & 1 for b in vec.raw)
+        finally:
+            libc.munmap(addr, size)
+    finally:
+        os.close(fd)
+
+
+def test_a_restored_log_is_not_left_in_the_page_cache(s3_server, tmp_path):  # noqa: F811
+    """Each byte is written once and read by no one here: a partition's worth of restored segments would
+    evict the machine's useful cache, so a `.log` drops its pages once synced."""
+    R.require()
+    t, _key, conf = _tiered(tmp_path, s3_server, "large-0", chunk_size=PIECE_BYTES)
+    dest = tmp_path / "restored"
+    rc, out, err = _lookupd("restore", "--config", conf, "--topic", t.topic, "--partition", "0", str(dest))
+    assert rc == 0, err
+    log = dest / f"{t.uploaded[0].facts.base_offset:020d}.log"
+    pages = (log.stat().st_size + 4095) // 4096
+    assert pages > 1000 and _resident_pages(log) < pages // 10
+    with open(log, "rb") as f:  # the check itself sees pages that are there
+        while f.read(1 << 20):
+            pass
+    assert _resident_pages(log) > pages // 2

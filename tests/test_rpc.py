@@ -99,7 +99,8 @@ def test_malformed_msgpack_is_fatal():
     c.receive_data(pack([0, 1, "ping", []]) + b"\xc1" + pack([0, 2, "ping", []]))
     evs = drain(c)
     assert evs[0] == rpc.Request(1, "ping", [])
-    assert evs[1].fatal and evs[1].code == "INVALID_ARGUMENT" and "malformed" in evs[1].message
+    assert evs[1].fatal and evs[1].code == "INVALID_ARGUMENT", evs[1]
+    assert "malformed msgpack" in evs[1].message and "0xc1" in evs[1].message, evs[1]  # says which byte is wrong
 
 
 @pytest.mark.parametrize("value, msgid, fragment", [

@@ -31,23 +31,25 @@ H_LEN = 64
 
 # -- key wrapping (RFC 8017 §7.1.1, SHA3-512) -----------------------------------------------------------------
 
-def _mgf1(seed: bytes, length: int) -> bytes:
+def _mgf1(seed: bytes, length: int, digest=hashlib.sha3_512) -> bytes:
     out = b""
     for counter in range(-(-length // H_LEN)):
-        out += hashlib.sha3_512(seed + struct.pack(">I", counter)).digest()
+        out += digest(seed + struct.pack(">I", counter)).digest()
     return out[:length]
 
 
-def oaep_wrap(public_key: rsa.RSAPublicKey, message: bytes, seed: bytes | None = None) -> bytes:
-    """RSAES-OAEP-ENCRYPT with SHA3-512 and MGF1-SHA3-512, empty label."""
+def oaep_wrap(public_key: rsa.RSAPublicKey, message: bytes, seed: bytes | None = None,
+              mgf_digest=hashlib.sha3_512) -> bytes:
+    """RSAES-OAEP-ENCRYPT with SHA3-512 and MGF1-SHA3-512, empty label (`mgf_digest`: another 64-byte
+    digest for MGF1, for tests that a decoder really uses SHA3-512 there)."""
     n, e = public_key.public_numbers().n, public_key.public_numbers().e
     k = (n.bit_length() + 7) // 8
     if len(message) > k - 2 * H_LEN - 2:
         raise ValueError("message too long")
     db = hashlib.sha3_512(b"").digest() + b"\0" * (k - len(message) - 2 * H_LEN - 2) + b"\1" + message
     seed = os.urandom(H_LEN) if seed is None else seed
-    masked_db = bytes(a ^ b for a, b in zip(db, _mgf1(seed, k - H_LEN - 1)))
-    masked_seed = bytes(a ^ b for a, b in zip(seed, _mgf1(masked_db, H_LEN)))
+    masked_db = bytes(a ^ b for a, b in zip(db, _mgf1(seed, k - H_LEN - 1, mgf_digest)))
+    masked_seed = bytes(a ^ b for a, b in zip(seed, _mgf1(masked_db, H_LEN, mgf_digest)))
     em = b"\0" + masked_seed + masked_db
     return pow(int.from_bytes(em, "big"), e, n).to_bytes(k, "big")
 

@@ -151,9 +151,7 @@ def restore_partition(tier: RemoteTier, dest: str, topic: str, partition: int, *
     out = out if out is not None else sys.stdout
     with Pipeline() as pipeline:
         rp, listed = _find_partition(tier.store, tier.config.prefix, topic, partition, topic_id)
-        first = listed[0] if listed else None
-        head = None if first is None or not first.log_size else pipeline.head(tier.store, first.keys.log,
-                                                                               first.log_size)
+        head = pipeline.head(tier.store, listed[0]) if listed else None
         segments = tier.list_partition(rp, None, [], listed=listed)  # the manifests: meanwhile, that head
         bases = {info.base_offset for info in segments}
         metadata = pipeline.write_files(_prepare(dest, bases, rp.topic_id))

@@ -1,42 +1,43 @@
 """The fetch, decode and write pipeline of `lookupd restore` (restore.py decides what to restore).
 
-GETS_IN_FLIGHT threads fetch a partition's `.log` pieces in order, each decoding what it fetched, running
-ahead of one writer thread across segment boundaries; a segment's indexes are fetched alongside and written
-by SYNC_THREADS other threads. The writer starts the writeback of each piece as it writes it, so the sync
-before a `.log` is renamed waits for its last piece only. Every file is written as `<name>.tmp`, synced,
-then renamed; a segment's `.log` last, once its indexes are in place: a `.log` of full size marks a
-finished segment. Nothing is cached: each byte is read once.
+GETS_IN_FLIGHT threads fetch a partition's `.log` pieces in order, across segment boundaries, each decoding
+what it fetched and writing it at its place in the segment's `.log.tmp` as soon as it has it (pieces end in
+any order: none waits for the one before), starting its writeback, so the sync before a `.log` is renamed
+waits for its last pieces only. A segment's indexes are fetched alongside and written by SYNC_THREADS other
+threads; one more syncs and renames each `.log` while the next segment's pieces are fetched. Every file is
+written as `<name>.tmp`, synced, then renamed; a segment's `.log` last, once its indexes are in place: a
+`.log` of full size marks a finished segment. Nothing is cached: each byte is read once.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import CorruptDataError
-from .durable import TMP, write_all, write_atomically
+from ..log.remote.layout import ListedSegment
+from .durable import TMP, drop_cached, start_writeback, write_all, write_atomically
 from .progress import Progress
 
 PIECE_BYTES = 4 * 1024 * 1024    # one GET of a `.log` (whole chunks; the plugin's usual chunk.size): small enough
                                  # to overlap writing with fetching, big enough for few calls
-GETS_IN_FLIGHT = 4               # GETs (each decoded on its thread) running ahead of the writer: keeps the store
-                                 # busy while a piece is decoded and written; memory: this many pieces
+GETS_IN_FLIGHT = 4               # GETs (each decoded and written on its thread) at once: keeps the store busy while
+                                 # a piece is decoded and written; memory: this many pieces
+DECODED_BYTES = 4 * PIECE_BYTES  # at most this much decoded from one GET of compressed chunks, so that those GETs
+                                 # too take PIECE_BYTES of the object (one a chunk cost the S3 server 71 ms of
+                                 # CPU against 55 over 4 zstd + encrypted segments, bench_remote); memory: this
+                                 # much per GET in flight
 SYNC_THREADS = 2                 # threads writing and syncing the small files (indexes, partition.metadata), off
                                  # the GET threads: a sync may wait for a journal commit
-WRITES_QUEUED = 2                # decoded pieces waiting for the writer thread (memory: this many pieces more)
+SYNCS_QUEUED = 2                 # segments whose `.log` waits for its sync and rename while the next ones are
+                                 # fetched (a failed one stops the restore this soon)
 # The index kinds restored, with their file suffixes (the producer snapshot and leader-epoch index are
 # per-segment copies of broker state, not segment files: the broker rebuilds both on load).
 INDEX_FILES = {"offset": ".index", "timestamp": ".timeindex", "transaction": ".txnindex"}
-
-
-def start_writeback(fd: int, offset: int, length: int) -> None:
-    """Have the kernel start writing the piece to disk now, while the next ones are fetched (on Linux
-    POSIX_FADV_DONTNEED starts the writeback of dirty pages; it drops the pages only once they are clean)."""
-    if hasattr(os, "posix_fadvise"):
-        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
 
 
 class SegmentFiles:
@@ -49,6 +50,7 @@ class SegmentFiles:
         self._data = None
         self.indexes: Future | None = None    # the index files written
         self._fd: int | None = None
+        self._lock = threading.Lock()         # the fd opened once; the bytes written counted
         self._written = 0
 
     @property
@@ -57,23 +59,41 @@ class SegmentFiles:
             self._data = self._open_data()
         return self._data
 
-    def write_indexes(self, fetched: Future) -> None:
-        indexes = fetched.result()
+    def write_indexes(self, fetched: Callable[[], dict]) -> None:
+        """Write the indexes `fetched()` gives (it waits for their GET)."""
+        indexes = fetched()
         write_atomically({self.stem + suffix: indexes[kind] for kind, suffix in INDEX_FILES.items()
                           if indexes[kind] is not None})
 
-    def write(self, pieces: list) -> None:
-        if self._fd is None:
-            self._fd = os.open(self.stem + ".log" + TMP, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    def _open(self) -> int:
+        with self._lock:
+            if self._fd is None:
+                self._fd = os.open(self.stem + ".log" + TMP, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
+                                   0o644)
+            return self._fd
+
+    def write_at(self, position: int, pieces: list) -> int:
+        """Write consecutive decoded pieces at `position` of the `.log.tmp`, starting their writeback (from
+        the thread that fetched them, in any order with the segment's other pieces); the bytes written."""
+        fd = self._open()
+        n = 0
         for piece in pieces:
-            write_all(self._fd, piece)
-            start_writeback(self._fd, self._written, len(piece))
-            self._written += len(piece)
+            write_all(fd, piece, position + n)
+            start_writeback(fd, position + n, len(piece))
+            n += len(piece)
+        with self._lock:
+            self._written += n
+        return n
 
     def finish(self) -> None:
-        self.write([])  # an empty segment still has its (empty) file
+        """Once every piece is written: sync the `.log.tmp`, then (its indexes in place) rename it."""
+        fd = self._open()  # an empty segment still has its (empty) file
         try:
-            os.fdatasync(self._fd)
+            os.fdatasync(fd)
+            # Read once, written once: a partition's worth of segments would evict the machine's useful
+            # cache, and the freed pages are the ones the next segment's writes take again (fresh ones
+            # cost more: on this 2-core VM a 15 MB write's CPU time went from 4 to 20-30 ms at times).
+            drop_cached(fd)
         finally:
             self.abandon()
         if self._written != self.size:
@@ -90,12 +110,13 @@ class SegmentFiles:
 
 @dataclass
 class Head:
-    """The start of a `.log` object, fetched while the manifests are (before its chunks are known): GETs of
-    PIECE_BYTES each from byte 0, `size` bytes in all."""
+    """The start of a `.log` object and its whole `.indexes` object, fetched while the manifests are (before
+    its chunks and index spans are known): GETs of PIECE_BYTES each from byte 0, `size` bytes in all."""
 
     key: str
     size: int
     pieces: list[Future]
+    indexes: Future | None  # the whole `.indexes` object; None when the listing showed none
 
     def span(self, start: int, end: int) -> memoryview | bytes:
         """Bytes [start, end) of the object (end <= size): a view of one piece, or joined across two."""
@@ -108,7 +129,7 @@ class Head:
 
 def _ahead(pool: ThreadPoolExecutor, jobs, limit: int):
     """(files, result) of `jobs` in order, their calls run on `pool` at most `limit` ahead (a job without a
-    call gives None)."""
+    call gives None). Closed early, it returns once no call of its jobs is running."""
     pending: deque = deque()
     try:
         for files, call in jobs:
@@ -120,9 +141,7 @@ def _ahead(pool: ThreadPoolExecutor, jobs, limit: int):
             files0, future = pending.popleft()
             yield files0, None if future is None else future.result()
     finally:
-        for _, future in pending:
-            if future is not None:
-                future.cancel()
+        wait([future for _, future in pending if future is not None and not future.cancel()])
 
 
 class Pipeline:
@@ -132,6 +151,12 @@ class Pipeline:
         self._gets = ThreadPoolExecutor(GETS_IN_FLIGHT, thread_name_prefix="restore-get")
         self._syncer = ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="restore-sync")
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="restore-write")
+        # Every thread started now, while the listings wait on the store: started on first use, each costs
+        # a hand-off of the GIL (milliseconds under load) just when the first GETs are sent.
+        for pool, threads in ((self._gets, GETS_IN_FLIGHT), (self._syncer, SYNC_THREADS), (self._writer, 1)):
+            all_started = threading.Barrier(threads)
+            for _ in range(threads):
+                pool.submit(all_started.wait)
 
     def __enter__(self) -> Pipeline:
         return self
@@ -140,11 +165,16 @@ class Pipeline:
         for pool in (self._gets, self._syncer, self._writer):
             pool.shutdown(wait=True, cancel_futures=True)
 
-    def head(self, store, key: str, size: int) -> Head:
-        """Start fetching the first GETS_IN_FLIGHT pieces of the `.log` object `key` of `size` bytes."""
-        size = min(size, GETS_IN_FLIGHT * PIECE_BYTES)
-        return Head(key, size, [self._gets.submit(store.get_range_buffer, key, a, min(a + PIECE_BYTES, size))
-                                for a in range(0, size, PIECE_BYTES)])
+    def head(self, store, listed: ListedSegment) -> Head:
+        """Start fetching the listed segment's whole `.indexes` object and the first GETS_IN_FLIGHT pieces of
+        its `.log` object (the sizes the listing gave)."""
+        indexes = None
+        if listed.indexes_size:
+            indexes = self._gets.submit(store.get_range_buffer, listed.keys.indexes, 0, listed.indexes_size)
+        size = min(listed.log_size or 0, GETS_IN_FLIGHT * PIECE_BYTES)
+        return Head(listed.keys.log, size, [self._gets.submit(store.get_range_buffer, listed.keys.log, a,
+                                                              min(a + PIECE_BYTES, size))
+                                            for a in range(0, size, PIECE_BYTES)], indexes)
 
     def write_files(self, files: dict[str, bytes]) -> Future:
         """write_atomically(files) on a sync thread."""
@@ -152,45 +182,52 @@ class Pipeline:
 
     def _jobs(self, todo: list[SegmentFiles], head: Head | None):
         """The `.log` GETs in order, each (segment files, call): runs of whole chunks of about PIECE_BYTES
-        (those in `head`, when it is this segment's, from its bytes), then (files, None) when a segment's are
-        all out. A segment's indexes are fetched and written from when its first GET is asked for."""
+        (those in `head`, when it is this segment's, from its bytes), each call fetching, decoding and
+        writing its run; then (files, None) when a segment's are all out. A segment's indexes are fetched
+        and written from when its first GET is asked for."""
         for files in todo:
             data = files.data
-            files.indexes = self._syncer.submit(files.write_indexes,
-                                                self._gets.submit(data.fetch_indexes, list(INDEX_FILES)))
+            index = data.manifest.chunk_index
+            mine = head is not None and head.key == data.key
+            if mine and head.indexes is not None:
+                fetched = lambda data=data: data.fetch_indexes(list(INDEX_FILES), head.indexes.result())  # noqa: E731
+            else:
+                fetched = self._gets.submit(data.fetch_indexes, list(INDEX_FILES)).result
+            files.indexes = self._syncer.submit(files.write_indexes, fetched)
             first = 0  # the first chunk not wholly in `head`
-            if head is not None and head.key == data.key:
-                index = data.manifest.chunk_index
+            if mine:
                 while first < index.chunk_count and index.transformed_start(first + 1) <= head.size:
                     first += 1
                 for a, b in data.chunk_runs(PIECE_BYTES):
                     if a < first:
                         b = min(b, first - 1)
                         span = index.transformed_start(a), index.transformed_start(b + 1)
-                        yield files, lambda data=data, a=a, b=b, span=span: data.fetch_chunks(a, b, head.span(*span))
-            for run in data.chunk_runs(PIECE_BYTES, first):
-                yield files, lambda data=data, run=run: data.fetch_chunks(*run)
+                        yield files, lambda files=files, index=index, a=a, b=b, span=span: files.write_at(
+                            index.original_span(a)[0], files.data.fetch_chunks(a, b, head.span(*span)))
+            for a, b in data.chunk_runs(PIECE_BYTES, first, DECODED_BYTES):
+                yield files, lambda files=files, index=index, a=a, b=b: files.write_at(
+                    index.original_span(a)[0], files.data.fetch_chunks(a, b))
             yield files, None
 
     def run(self, todo: list[SegmentFiles], progress: Progress, head: Head | None = None) -> int:
         """Restore the segments `todo`, in order; the `.log` bytes written."""
         written = 0
-        writes: deque = deque()
+        syncs: deque = deque()
+        ahead = _ahead(self._gets, self._jobs(todo, head), GETS_IN_FLIGHT)
         try:
-            for files, pieces in _ahead(self._gets, self._jobs(todo, head), GETS_IN_FLIGHT):
-                if pieces is None:
-                    writes.append(self._writer.submit(files.finish))
+            for files, n in ahead:
+                if n is None:
+                    syncs.append(self._writer.submit(files.finish))
                 else:
-                    writes.append(self._writer.submit(files.write, pieces))
-                    n = sum(len(piece) for piece in pieces)
                     progress.advance(n)
                     written += n
-                while len(writes) > WRITES_QUEUED:
-                    writes.popleft().result()
-            while writes:
-                writes.popleft().result()
+                while len(syncs) > SYNCS_QUEUED:
+                    syncs.popleft().result()
+            while syncs:
+                syncs.popleft().result()
         finally:
-            for future in writes:
+            ahead.close()  # returns once no GET thread writes to a file of `todo`
+            for future in syncs:
                 future.cancel()
             self._writer.submit(lambda: None).result()  # the writer is idle: no file of `todo` is in use
             for files in todo:

@@ -20,10 +20,10 @@ class Keyring:
 
     def __init__(self, key_files: dict[str, str]):
         self._files = dict(key_files)
-        self._keys: dict[str, RSAPrivateKey] = {}
+        self._keys: dict[str, oaep.UnwrappingKey] = {}
         self._lock = threading.Lock()
 
-    def _key(self, key_id: str, object_key: str) -> RSAPrivateKey:
+    def _key(self, key_id: str, object_key: str) -> oaep.UnwrappingKey:
         with self._lock:
             key = self._keys.get(key_id)
             if key is not None:
@@ -35,8 +35,9 @@ class Keyring:
             try:
                 with open(path, "rb") as f:
                     # OpenSSL's key check tests p and q for primality: 40 ms and more of CPU with the GIL
-                    # held, per process. The key only ever feeds oaep.py's arithmetic (never OpenSSL's RSA),
-                    # so _consistent's cheap check of the numbers it uses stands in for it.
+                    # held, per process. The key only ever feeds oaep.py's RSA (pycryptodome's and the
+                    # Python reference, never OpenSSL's), so _consistent's cheap check of the numbers
+                    # they use stands in for it.
                     key = load_pem_private_key(f.read(), password=None, unsafe_skip_rsa_key_validation=True)
             except OSError as e:
                 raise Unavailable(f"cannot read the private key file {path} of key id {key_id!r}: "
@@ -49,14 +50,18 @@ class Keyring:
             if not _consistent(key):
                 raise Unavailable(f"{path} (key id {key_id!r}) is not a valid RSA private key: its numbers "
                                   "disagree (a damaged file?); export the key pair again")
-            self._keys[key_id] = key
-            return key
+            try:
+                unwrapping = oaep.UnwrappingKey(key)
+            except ValueError as e:  # pycryptodome's bounds (a modulus over 16384 bits)
+                raise Unavailable(f"{path} (key id {key_id!r}) is not a usable RSA private key: {e}") from None
+            self._keys[key_id] = unwrapping
+            return unwrapping
 
     def unwrap(self, enc: Encryption, object_key: str) -> bytes:
         """The AES-256 data key of a segment; CorruptDataError naming the manifest's key when it fails."""
         key = self._key(enc.key_id, object_key)
         try:
-            data_key = oaep.decrypt(key, enc.wrapped_key)
+            data_key = key.decrypt(enc.wrapped_key)
         except oaep.DecryptionError as e:
             raise CorruptDataError(object_key, None, f"encryption.dataKey ({enc.key_id}): {e}") from None
         if len(data_key) != AES_KEY_BYTES:

@@ -194,10 +194,10 @@ class RemoteSegmentData:
         blob = self._get_run(first, last, blob)
         return [self._decode_at(i, blob, first) for i in range(first, last + 1)]
 
-    def chunk_runs(self, max_bytes: int, start: int = 0) -> list[tuple[int, int]]:
+    def chunk_runs(self, max_bytes: int, start: int = 0, max_decoded: int | None = None) -> list[tuple[int, int]]:
         """The chunks from `start` on, grouped into runs (first, last) for fetch_chunks of at most `max_bytes`
-        fetched and decoded each (a bigger chunk: a run of its own)."""
-        return self._runs(list(range(start, self.manifest.chunk_index.chunk_count)), max_bytes)
+        fetched and `max_decoded` (default: max_bytes) decoded each (a bigger chunk: a run of its own)."""
+        return self._runs(list(range(start, self.manifest.chunk_index.chunk_count)), max_bytes, max_decoded)
 
     def _fetch(self, first: int, last: int) -> dict[int, bytes | memoryview]:
         """Chunks first..last in one ranged GET, decoded one after the other in this thread, and cached.
@@ -394,21 +394,23 @@ class RemoteSegmentData:
                 out[kind] = self._cache.put_file(cache_name(self.key, kind), data)
         return out
 
-    def fetch_indexes(self, kinds: list[str]) -> dict[str, bytes | None]:
+    def fetch_indexes(self, kinds: list[str], whole: memoryview | None = None) -> dict[str, bytes | None]:
         """Indexes `kinds` as Kafka wrote them (None: the segment has none), from one ranged GET spanning
-        them (the small ones between come along), not cached: for a reader that takes them once (restore)."""
+        them (the small ones between come along), not cached: for a reader that takes them once (restore).
+        `whole`: the whole `.indexes` object, when the caller fetched it already (no GET then)."""
         _check_kinds(kinds)
         out: dict[str, bytes | None] = dict.fromkeys(kinds)
-        out.update(self._fetch_indexes([k for k in INDEX_KINDS if k in kinds and self.manifest.indexes[k]]))
+        out.update(self._fetch_indexes([k for k in INDEX_KINDS if k in kinds and self.manifest.indexes[k]], whole))
         return out
 
-    def _fetch_indexes(self, kinds: list[str]) -> dict[str, bytes]:
-        """Indexes `kinds` (present ones, in the `.indexes` object's order) from one ranged GET, decrypted."""
+    def _fetch_indexes(self, kinds: list[str], whole: memoryview | None = None) -> dict[str, bytes]:
+        """Indexes `kinds` (present ones, in the `.indexes` object's order) from one ranged GET (or from
+        `whole`, the whole object), decrypted."""
         if not kinds:
             return {}
         start = self.manifest.indexes[kinds[0]][0]
         end = sum(self.manifest.indexes[kinds[-1]])
-        blob = self.store.get_range_buffer(self.indexes_key, start, end)
+        blob = self.store.get_range_buffer(self.indexes_key, start, end) if whole is None else whole[start:end]
         if len(blob) != end - start:
             raise CorruptDataError(self.indexes_key, start + len(blob), f"the .indexes object ends before "
                                    f"the {kinds[-1]} index does (at {end})")
