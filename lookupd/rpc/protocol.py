@@ -51,7 +51,6 @@ _CONTAINERS = frozenset((list, dict))
 _tuple = tuple.__new__  # builds a NamedTuple without its Python-level __new__ (a frame per request)
 
 
-
 def _malformed(err: Exception) -> str:
     """The message for bytes msgpack cannot unpack; msgpack's FormatError (a byte no value starts with,
     such as 0xc1) carries no text of its own."""
@@ -59,6 +58,7 @@ def _malformed(err: Exception) -> str:
         return "malformed msgpack (FormatError: a byte that starts no msgpack value, such as 0xc1)"
     detail = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
     return f"malformed msgpack ({detail})"
+
 
 class Request(NamedTuple):
     msgid: int
@@ -222,12 +222,11 @@ class Connection:
             except msgpack.StackError:  # nested deeper than the unpacker's own stack (it says nothing more)
                 return self._fail("INVALID_ARGUMENT", f"a message nested deeper than the unpacker's stack can "
                                   f"hold; messages may be nested at most {MAX_DEPTH} levels deep")
-            except ValueError as err:
-                if "exceeds max_" in str(err):  # a length header above the frame limit: fail fast
+            except Exception as err:  # noqa: BLE001 - any unpack failure leaves the stream unframeable
+                # A length header above the frame limit (msgpack's ValueError "... exceeds max_..."): fail fast.
+                if isinstance(err, ValueError) and "exceeds max_" in str(err):
                     return self._fail("TOO_LARGE", f"a message is longer than the {self.max_frame_bytes}-byte "
                                       f"frame limit ({err})")
-                return self._fail("INVALID_ARGUMENT", _malformed(err))
-            except Exception as err:  # noqa: BLE001 - any unpack failure leaves the stream unframeable
                 return self._fail("INVALID_ARGUMENT", _malformed(err))
             end = self._unpacker.tell() - self._tell_base
             self.frame_bytes, self._frame_start = end - self._frame_start, end
