@@ -16,6 +16,7 @@ for iterating on that path.)
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import sys
 import tempfile
@@ -98,6 +99,46 @@ def _cpu_ms(pid: int) -> float:
     return total / 1e6
 
 
+class CpuTimes:
+    """Each timed run's wall time, and the CPU time it took in each named process (`reader`: also this
+    process's user and system time apart, from getrusage: the kernel's copies out of FUSE replies)."""
+
+    def __init__(self, processes: dict[str, int], reader: bool = False):
+        self.processes = processes            # name -> pid, measured in every run
+        self.reader = reader
+        self.ms: dict[tuple[str, str], list[float]] = {}  # (path, process) -> ms per run
+
+    def timed(self, path: str, fn, more: dict[str, int] | None = None) -> float:
+        """Run fn(); the seconds it took. `more`: processes measured in this run only."""
+        pids = {**(more or {}), **self.processes}
+        before = {who: _cpu_ms(pid) for who, pid in pids.items()}
+        r0 = resource.getrusage(resource.RUSAGE_SELF)  # finer than os.times()' 10 ms ticks
+        t0 = time.perf_counter()
+        fn()
+        elapsed = time.perf_counter() - t0
+        r1 = resource.getrusage(resource.RUSAGE_SELF)
+        for who, pid in pids.items():
+            self.ms.setdefault((path, who), []).append(_cpu_ms(pid) - before[who])
+        if self.reader:
+            self.ms.setdefault((path, "the reader, user"), []).append((r1.ru_utime - r0.ru_utime) * 1e3)
+            self.ms.setdefault((path, "the reader, system"), []).append((r1.ru_stime - r0.ru_stime) * 1e3)
+        return elapsed
+
+    def figures(self, what: str, group: str, params: dict) -> list[Figure]:
+        """One figure a (path, process), the first run (a warm-up) left out."""
+        return [Figure(f"{what}, {path}: CPU time of {who}", "ms", values[1:], group=group,
+                       params={**params, "path": path, "process": who}) for (path, who), values in self.ms.items()]
+
+
+def plain_gets(store, key: str, size: int) -> None:
+    """The anchor of a sequential read: ranged GETs of the whole object (`size` bytes), CHUNK bytes each,
+    two in flight (the read path's reader and its read-ahead)."""
+    with ThreadPoolExecutor(2) as pool:
+        for _ in pool.map(lambda r: store.get_range_buffer(key, *r),
+                          [(a, min(a + CHUNK, size)) for a in range(0, size, CHUNK)]):
+            pass
+
+
 def sequential_figures(server, bucket: str, up, key, times: int, variant: str) -> list[Figure]:
     """A whole-segment sequential read through RemoteSegmentData (cold cache) against plain ranged GETs
     of the same `.log` object, chunk by chunk with one GET ahead (the read path's reader + read-ahead);
@@ -112,39 +153,24 @@ def sequential_figures(server, bucket: str, up, key, times: int, variant: str) -
     keyring = Keyring({key.key_id: key.pem_path} if key else {})  # one per daemon: its PEM is loaded once
     original = up.segment.stat().st_size
     obj_size = store.size(up.log_key)
-    me, weed = os.getpid(), server.process.pid
     ours, plain = [], []
-    cpu = {path: ([], []) for path in ("lookupd", "plain GETs")}  # path -> (client ms, server ms) per run
-
-    def timed(path: str, fn) -> float:
-        c0, w0, t0 = _cpu_ms(me), _cpu_ms(weed), time.perf_counter()
-        fn()
-        elapsed = time.perf_counter() - t0
-        cpu[path][0].append(_cpu_ms(me) - c0)
-        cpu[path][1].append(_cpu_ms(weed) - w0)
-        return original / elapsed / 1e6
+    cpu = CpuTimes({"lookupd's process": os.getpid(), "the S3 server": server.process.pid})
 
     def read_through(seg) -> None:
         position = 0
         while position < seg.size:
             position += len(seg.read(position, STEP, sequential=True))
 
-    def plain_gets() -> None:
-        ranges = [(a, min(a + CHUNK, obj_size)) for a in range(0, obj_size, CHUNK)]
-        with ThreadPoolExecutor(2) as pool:
-            for _ in pool.map(lambda r: store.get_range_buffer(up.log_key, *r), ranges):
-                pass
-
     for rep in range(times + 1):
         cache_dir = tempfile.mkdtemp(prefix="lookupd-bench-cache-")
         try:
             cache = DiskCache(cache_dir, 10 ** 9)
             seg = segmentdata.open_segment(store, up.log_key, keyring, cache)
-            ours.append(timed("lookupd", lambda: read_through(seg)))
+            ours.append(original / cpu.timed("lookupd", lambda: read_through(seg)) / 1e6)
             cache.flush()
         finally:
             shutil.rmtree(cache_dir, ignore_errors=True)
-        plain.append(timed("plain GETs", plain_gets))
+        plain.append(original / cpu.timed("plain GETs", lambda: plain_gets(store, up.log_key, obj_size)) / 1e6)
     params = {"variant": variant, "segment_bytes": original, "object_bytes": obj_size, "chunk": CHUNK}
     decode = []
     if seg.manifest.compression or seg.manifest.encryption:
@@ -158,12 +184,7 @@ def sequential_figures(server, bucket: str, up, key, times: int, variant: str) -
         decode = [Figure(f"remote sequential read, {variant}, decoding only (one thread, in memory)", "MB/s",
                          decode[1:], group="remote-read", params={**params, "path": "decode only"},
                          higher_is_better=True)]
-    spent = []
-    for path, (client, server_ms) in cpu.items():
-        for who, values in (("lookupd's process", client), ("the S3 server", server_ms)):
-            spent.append(Figure(f"remote sequential read, {variant}, {path}: CPU time of {who}", "ms",
-                                values[1:], group="remote-read-cpu",
-                                params={**params, "path": path, "process": who}))
+    spent = cpu.figures(f"remote sequential read, {variant}", "remote-read-cpu", params)
     return decode + [Figure(f"remote sequential read, {variant}, through RemoteSegmentData", "MB/s", ours[1:],
                    group="remote-read", params={**params, "path": "lookupd"}, higher_is_better=True),
             Figure(f"remote sequential read, {variant}, plain ranged GETs", "MB/s", plain[1:],
@@ -216,18 +237,13 @@ def restore_figures(server, bucket: str, ups: list, key, times: int, variant: st
         gets += [(k, 0, store.size(k)) for k in (up.manifest_key, up.indexes_key)]
         log_size = store.size(up.log_key)
         gets += [(up.log_key, a, min(a + PIECE_BYTES, log_size)) for a in range(0, log_size, PIECE_BYTES)]
-    me, weed = os.getpid(), server.process.pid
     speed = {path: [] for path in ("lookupd restore", "plain GETs")}
-    cpu = {path: ([], []) for path in speed}  # path -> (client ms, server ms) per run
+    cpu = CpuTimes({"lookupd's process": os.getpid(), "the S3 server": server.process.pid})
 
     def timed(path: str, fn) -> None:
-        c0, w0, t0 = _cpu_ms(me), _cpu_ms(weed), time.perf_counter()
-        fn()
-        speed[path].append(original / (time.perf_counter() - t0) / 1e6)
-        cpu[path][0].append(_cpu_ms(me) - c0)
-        cpu[path][1].append(_cpu_ms(weed) - w0)
+        speed[path].append(original / cpu.timed(path, fn) / 1e6)
 
-    def plain_gets() -> None:
+    def restore_gets() -> None:
         with ThreadPoolExecutor(GETS_IN_FLIGHT) as pool:
             for _ in pool.map(lambda g: store.get_range_buffer(*g), gets):
                 pass
@@ -242,15 +258,11 @@ def restore_figures(server, bucket: str, ups: list, key, times: int, variant: st
                                                                out=io.StringIO()))
         finally:
             shutil.rmtree(work, ignore_errors=True)
-        timed("plain GETs", plain_gets)
+        timed("plain GETs", restore_gets)
     params = {"variant": variant, "segments": len(ups), "partition_bytes": original, "in_flight": GETS_IN_FLIGHT}
     out = [Figure(f"restore{what}, {variant}, {path}", "MB/s", values[1:], group="remote-restore",
                   params={**params, "path": path}, higher_is_better=True) for path, values in speed.items()]
-    for path, (client, server_ms) in cpu.items():
-        for who, values in (("lookupd's process", client), ("the S3 server", server_ms)):
-            out.append(Figure(f"restore{what}, {variant}, {path}: CPU time of {who}", "ms", values[1:],
-                              group="remote-restore-cpu", params={**params, "path": path, "process": who}))
-    return out
+    return out + cpu.figures(f"restore{what}, {variant}", "remote-restore-cpu", params)
 
 
 def upload_copies(client, bucket: str, partition_dir: str, base: int, copies: int, opts) -> list:
@@ -285,7 +297,6 @@ def fuse_figures(server, times: int) -> list[Figure]:
     again, warm (no GET), is what the FUSE path alone costs. Beside each, the CPU time it took in each
     process: the S3 server, the mount, the daemon, and the reader (this process: the kernel's copies
     out of the FUSE replies are its system time)."""
-    import resource
     from pathlib import Path
 
     import reference as R
@@ -297,21 +308,11 @@ def fuse_figures(server, times: int) -> list[Figure]:
     from lookupd.log.remote.store import ObjectStore
 
     ours, warm, plain = [], [], []
-    cpu: dict[tuple[str, str], list[float]] = {}  # (path, process) -> ms per run
+    cpu = CpuTimes({"the S3 server": server.process.pid}, reader=True)
     original = 0
 
     def timed(path: str, fn, into: list, pids: dict[str, int]) -> None:
-        pids = {**pids, "the S3 server": server.process.pid}
-        before = {who: _cpu_ms(pid) for who, pid in pids.items()}
-        r0 = resource.getrusage(resource.RUSAGE_SELF)  # finer than os.times()' 10 ms ticks
-        t0 = time.perf_counter()
-        fn()
-        into.append(original / (time.perf_counter() - t0) / 1e6)
-        r1 = resource.getrusage(resource.RUSAGE_SELF)
-        for who, pid in pids.items():
-            cpu.setdefault((path, who), []).append(_cpu_ms(pid) - before[who])
-        cpu.setdefault((path, "the reader, user"), []).append((r1.ru_utime - r0.ru_utime) * 1e3)
-        cpu.setdefault((path, "the reader, system"), []).append((r1.ru_stime - r0.ru_stime) * 1e3)
+        into.append(original / cpu.timed(path, fn, pids) / 1e6)
 
     for rep in range(times + 1):
         root = tempfile.mkdtemp(prefix="fz", dir="/tmp")  # short: the daemon's socket path is bounded
@@ -346,19 +347,11 @@ def fuse_figures(server, times: int) -> list[Figure]:
             store = ObjectStore(RemoteConfig(bucket=t.config.bucket, cache_dir="unused",
                                              endpoint_url=server.endpoint_url))
             obj_size = store.size(key)
-
-            def plain_gets() -> None:
-                with ThreadPoolExecutor(2) as pool:
-                    for _ in pool.map(lambda r: store.get_range_buffer(key, *r),
-                                      [(a, min(a + CHUNK, obj_size)) for a in range(0, obj_size, CHUNK)]):
-                        pass
-            timed("plain GETs", plain_gets, plain, {})
+            timed("plain GETs", lambda: plain_gets(store, key, obj_size), plain, {})
         finally:
             shutil.rmtree(root, ignore_errors=True)
     params = {"segment_bytes": original, "chunk": CHUNK, "read": STEP}
-    spent = [Figure(f"FUSE sequential read of a remote .log, {path}: CPU time of {who}", "ms", values[1:],
-                    group="remote-fuse-cpu", params={**params, "path": path, "process": who})
-             for (path, who), values in cpu.items()]
+    spent = cpu.figures("FUSE sequential read of a remote .log", "remote-fuse-cpu", params)
     return [Figure("FUSE sequential read of a remote .log, cold", "MB/s", ours[1:], group="remote-fuse",
                    params={**params, "path": "fusefs"}, higher_is_better=True),
             Figure("FUSE sequential read of a remote .log, warm (its chunks decoded in the mount's memory)", "MB/s",
