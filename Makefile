@@ -90,7 +90,8 @@ node-deps:
 	@if command -v npm >/dev/null 2>&1 && [ ! -d tests/node/node_modules/msgpack5rpc ]; then \
 	  npm ci --prefix tests/node --no-audit --no-fund --loglevel=error; fi
 
-# The Kafka-written reference corpus the conformance tests compare against, from tests/data/kafka-reference.tar.zst.
+# The Kafka-written reference corpora the conformance tests compare against, from tests/data/kafka-reference.tar.zst
+# and tests/data/kafka-coordinator.tar.zst (the internal topics: __consumer_offsets, __transaction_state, ...).
 reference-corpus: $(STAMP)
 	$(PY) tests/reference.py
 
@@ -142,4 +143,4 @@ install-commands:
 	ln -sf $(INSTALL_DIR)/bin/lookupd $(INSTALL_DIR)/bin/fusefs $(BINDIR)/
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis lookupd/*/*.so fusefs/*.so tests/data/kafka-reference
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis lookupd/*/*.so fusefs/*.so tests/data/kafka-reference tests/data/kafka-coordinator
