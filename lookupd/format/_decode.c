@@ -62,6 +62,9 @@ static PyMethodDef methods[] = {
      "nonempty_bitmap(ends) -> (Arrow validity bitmap or None, empty count): the lists of int32 offsets that hold items."},
     {"spread_flag", spread_flag, METH_VARARGS,
      "spread_flag(facts, flag) -> int32 per record: 1 where its batch's flags have `flag` (see _bitmaps.c)."},
+    {"commit_runs", commit_runs, METH_VARARGS,
+     "commit_runs(buffer, start, end) -> (stop, next offset, [(key fields, offset, value, any value, any tombstone)]) "
+     "of the plain offset commits from start (see _offsets.c)."},
     {"crc32c", py_crc32c, METH_O, "crc32c(data) -> the CRC32C (Castagnoli) of the bytes."},
     {"decode_v2", decode_v2, METH_VARARGS,
      "decode_v2(records, count, base_offset, base_timestamp, fixed_timestamp, has_fixed, headers, *columns) -> "

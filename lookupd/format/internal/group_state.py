@@ -1,0 +1,503 @@
+"""The groups and committed offsets of one `__consumer_offsets` partition, replayed as Kafka's group
+coordinator loads them (GroupCoordinatorShard.replay, GroupMetadataManager, OffsetMetadataManager). No I/O.
+
+Records are fed in offset order with their batch's producer id:
+
+* an OffsetCommit value with no producer id (-1) is the group's committed offset for that
+  partition; with one, it waits in that producer's pending store until its COMMIT marker moves it
+  in (only if its record offset is past the committed one's: a newer regular commit wins), and an
+  ABORT marker drops it; a marker of a producer with nothing pending does nothing;
+* a tombstone removes the committed offset and that partition's pending offsets of the group's
+  open transactions;
+* a commit for a group that does not exist creates an empty classic group with no protocol type
+  (a "simple" group), which a consumer group's record then replaces;
+* group records (classic, consumer and share) create, update and delete groups, as strictly as
+  Kafka: a record Kafka's replay would refuse (a member tombstone before its assignment's, a
+  partition owned by two members, ...) raises ReplayError naming the group.
+
+A run of plain commits can also be applied at once (`apply_commits`), reduced per key to its last
+record and whether it held a value and a tombstone: that gives the same state (commits only create
+groups, and within such a run tombstones only remove pending offsets, never add them).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, Iterable, NamedTuple
+
+from .groups import GROUP_METADATA, OFFSET_COMMIT_TYPES, OFFSET_COMMIT_VALUE, decode_key, decode_value, record_type
+from .schema import MessageError
+
+NO_PRODUCER_ID = -1
+LEAVE_GROUP_MEMBER_EPOCH = -2
+MEMBER_STATES = {0: "STABLE", 1: "UNREVOKED_PARTITIONS", 2: "UNRELEASED_PARTITIONS", 127: "UNKNOWN"}
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+
+class ReplayError(MessageError):
+    """A record Kafka's replay would refuse (IllegalStateException and the like), for one group."""
+
+    def __init__(self, group: str, reason: str):
+        super().__init__(reason)
+        self.group = group
+
+
+class OffsetAndMetadata(NamedTuple):
+    """A committed (or pending) offset, as OffsetAndMetadata.fromRecord makes it."""
+
+    committed_offset: int
+    leader_epoch: int  # -1: none
+    metadata: str
+    commit_timestamp: int
+    expire_timestamp: int | None
+    record_offset: int  # where the commit record is in __consumer_offsets
+
+    @classmethod
+    def from_value(cls, record_offset: int, v: dict) -> "OffsetAndMetadata":
+        expire = v.get("expireTimestamp", -1)
+        return cls(v["offset"], v.get("leaderEpoch", -1), v["metadata"], v["commitTimestamp"],
+                   None if expire == -1 else expire, record_offset)
+
+
+def commit_key(fields: bytes) -> tuple[str, str, int]:
+    """(group, topic, partition) from an OffsetCommit key's fields (after the record type), as the C
+    reduction hands them over: two int16-length strings and an int32, nothing else."""
+    n = _I16.unpack_from(fields)[0]
+    group = fields[2:2 + n].decode("utf-8", "replace")
+    p = 2 + n
+    m = _I16.unpack_from(fields, p)[0]
+    topic = fields[p + 2:p + 2 + m].decode("utf-8", "replace")
+    return group, topic, _I32.unpack_from(fields, p + 2 + m)[0]
+
+
+# ------------------------------------------------------------------ groups
+
+
+class ClassicGroup:
+    """A classic group as GroupMetadataValue loads it (Empty without members, else Stable), or a simple
+    group an offset commit made (no protocol type, no members)."""
+
+    type = "classic"
+
+    def __init__(self, group_id: str, value: dict | None = None):
+        self.group_id = group_id
+        self.value = value  # the GroupMetadataValue, None for a simple group
+
+    @property
+    def simple(self) -> bool:
+        return self.value is None or (not self.value["protocolType"] and not self.value["members"])
+
+    @property
+    def protocol_type(self) -> str:
+        return (self.value or {}).get("protocolType") or ""
+
+    @property
+    def state(self) -> str:
+        return "Stable" if self.value and self.value["members"] else "Empty"
+
+
+class ModernGroup:
+    """What KIP-848 consumer groups and KIP-932 share groups share: epochs, members, target assignment."""
+
+    def __init__(self, group_id: str):
+        self.group_id = group_id
+        self.group_epoch = 0
+        self.assignment_epoch = -1
+        self.members: dict[str, dict] = {}
+        self.target_assignment: dict[str, dict[str, list[int]]] = {}  # member -> topic id -> partitions
+        self.topics: dict[str, str] = {}  # topic id -> name, from the partition metadata record
+
+    def member(self, member_id: str, create: bool) -> dict:
+        m = self.members.get(member_id)
+        if m is None:
+            if not create:
+                raise ReplayError(self.group_id, f"member {member_id} is not a member of group {self.group_id}")
+            m = self.new_member(member_id)
+        return dict(m)
+
+    def new_member(self, member_id: str) -> dict:
+        return {"memberId": member_id, "memberEpoch": 0, "previousMemberEpoch": -1, "state": 0,
+                "assignedPartitions": {}, "clientId": "", "clientHost": "", "rackId": None,
+                "subscribedTopicNames": []}
+
+    def update_member(self, member: dict) -> None:
+        self.members[member["memberId"]] = member
+
+    def remove_member(self, member_id: str) -> None:
+        self.members.pop(member_id, None)
+
+
+class ConsumerGroup(ModernGroup):
+    type = "consumer"
+    protocol_type = "consumer"
+
+    def __init__(self, group_id: str):
+        super().__init__(group_id)
+        self.partition_epochs: dict[tuple[str, int], int] = {}  # who owns what (ConsumerGroup.currentPartitionEpoch)
+
+    def new_member(self, member_id: str) -> dict:
+        return {**super().new_member(member_id), "instanceId": None, "subscribedTopicRegex": "",
+                "rebalanceTimeoutMs": -1, "serverAssignor": None, "classicMemberMetadata": None,
+                "partitionsPendingRevocation": {}}
+
+    def update_member(self, member: dict) -> None:
+        """ConsumerGroup.updateMember's partition epochs: the old assignment is released, the new one
+        taken, and a partition may be owned (assigned or pending revocation) by one member only."""
+        old = self.members.get(member["memberId"])
+        self.members[member["memberId"]] = member
+        if old is not None:
+            self._release(old)
+        epoch = member["memberEpoch"]
+        for owned in (member["assignedPartitions"], member["partitionsPendingRevocation"]):
+            for topic_id, partitions in owned.items():
+                for p in partitions:
+                    prev = self.partition_epochs.get((topic_id, p))
+                    if prev is not None:
+                        raise ReplayError(self.group_id, f"Cannot set the epoch of {topic_id}-{p} to {epoch} because "
+                                                         f"the partition is still owned at epoch {prev}")
+                    self.partition_epochs[(topic_id, p)] = epoch
+
+    def _release(self, member: dict) -> None:
+        epoch = member["memberEpoch"]
+        for owned in (member["assignedPartitions"], member["partitionsPendingRevocation"]):
+            for topic_id, partitions in owned.items():
+                for p in partitions:
+                    prev = self.partition_epochs.pop((topic_id, p), None)
+                    if prev != epoch:
+                        raise ReplayError(self.group_id, f"Cannot remove the epoch {epoch} from {topic_id}-{p} "
+                                                         f"because the partition is still owned at a different "
+                                                         f"epoch {prev}")
+
+    def remove_member(self, member_id: str) -> None:
+        old = self.members.pop(member_id, None)
+        if old is not None:
+            self._release(old)
+
+    @property
+    def state(self) -> str:
+        """ConsumerGroup.maybeUpdateGroupState, computed from the replayed fields."""
+        if not self.members:
+            return "Empty"
+        if self.group_epoch > self.assignment_epoch:
+            return "Assigning"
+        for m in self.members.values():
+            if not (m["state"] == 0 and m["memberEpoch"] == self.assignment_epoch):
+                return "Reconciling"
+        return "Stable"
+
+
+class ShareGroup(ModernGroup):
+    type = "share"
+    protocol_type = "share"
+
+    @property
+    def state(self) -> str:
+        return "Stable" if self.members else "Empty"
+
+
+Group = ClassicGroup | ConsumerGroup | ShareGroup
+
+
+def _assignment(topic_partitions: list[dict]) -> dict[str, list[int]]:
+    """topic id -> sorted partitions (Kafka keeps sets: a partition listed twice counts once)."""
+    out: dict[str, set[int]] = {}
+    for tp in topic_partitions:
+        out.setdefault(tp["topicId"], set()).update(tp["partitions"])
+    return {t: sorted(ps) for t, ps in out.items()}
+
+
+class PartitionOffset(NamedTuple):
+    """One partition of a group's offsets: the committed offset (None: none) and whether an open
+    transaction holds a pending commit for it."""
+
+    topic: str
+    partition: int
+    committed: OffsetAndMetadata | None
+    pending_transaction: bool
+
+
+class GroupCoordinatorState:
+    """The groups, committed offsets and pending transactional offsets of one `__consumer_offsets`
+    partition (a GroupCoordinatorShard after its load)."""
+
+    def __init__(self) -> None:
+        self.groups: dict[str, Group] = {}
+        # group -> (topic, partition) -> OffsetAndMetadata, or (record offset, value bytes) until first read
+        self.offsets: dict[str, dict[tuple[str, int], Any]] = {}
+        self.pending: dict[int, dict[str, dict[tuple[str, int], OffsetAndMetadata]]] = {}  # producer id -> ...
+        self.open_transactions: dict[str, set[int]] = {}  # group -> producer ids with pending offsets
+        self._keys: dict[bytes, tuple[str, str, int]] = {}  # the C reduction's key bytes, parsed
+
+    # -------------------------------------------------------------- replay
+
+    def replay(self, offset: int, producer_id: int, key: bytes | None, value: bytes | None) -> None:
+        """One data record (GroupCoordinatorShard.replay). MessageError for bytes that do not decode,
+        ReplayError for a record Kafka's replay refuses."""
+        t, k = decode_key(key)
+        version, v = decode_value(t, value)
+        if t in OFFSET_COMMIT_TYPES:
+            self._offset_commit(offset, producer_id, k["group"], (k["topic"], k["partition"]), v)
+        elif t == GROUP_METADATA:
+            self._group_metadata(k["group"], v)
+        elif t <= 8:
+            self._consumer_group(t, k["groupId"], k.get("memberId"), v)
+        elif t <= 14:
+            self._share_group(t, k["groupId"], k.get("memberId"), v)
+        else:  # 15, ShareGroupStatePartitionMetadata: GroupCoordinatorShard.replay has no case for it
+            raise ReplayError(k["groupId"], f"Received an unknown record type {t} (ShareGroupStatePartitionMetadata): "
+                                            f"Kafka's group coordinator fails its load on it")
+
+    def replay_marker(self, producer_id: int, commit: bool) -> None:
+        """A COMMIT or ABORT marker (OffsetMetadataManager.replayEndTransactionMarker)."""
+        pending = self.pending.pop(producer_id, None)
+        if pending is None:
+            return
+        for group in pending:
+            open_ = self.open_transactions.get(group)
+            if open_ is not None:
+                open_.discard(producer_id)
+                if not open_:
+                    del self.open_transactions[group]
+        if not commit:
+            return
+        for group, partitions in pending.items():
+            committed = self.offsets.setdefault(group, {})
+            for tp, oam in partitions.items():
+                existing = committed.get(tp)
+                if existing is None or oam.record_offset > _record_offset(existing):
+                    committed[tp] = oam
+            if not committed:
+                del self.offsets[group]
+
+    def apply_commits(self, run: Iterable[tuple[bytes, int, bytes | None, bool, bool]]) -> None:
+        """A run of plain (no producer id) OffsetCommit records, reduced per key by the C scanner to
+        (key fields, last record offset, last value or None, any value, any tombstone)."""
+        keys = self._keys
+        for fields, record_offset, value, any_value, any_tombstone in run:
+            parsed = keys.get(fields)
+            if parsed is None:
+                parsed = keys[fields] = commit_key(fields)
+            group, topic, partition = parsed
+            tp = (topic, partition)
+            if any_value and group not in self.groups:
+                self.groups[group] = ClassicGroup(group)
+            if any_tombstone:
+                self._drop_pending(group, tp)
+            if value is None:
+                self._remove_offset(group, tp)
+            else:
+                self.offsets.setdefault(group, {})[tp] = (record_offset, value)
+
+    def _offset_commit(self, offset: int, producer_id: int, group: str, tp: tuple[str, int], v: dict | None) -> None:
+        if v is None:
+            self._remove_offset(group, tp)
+            self._drop_pending(group, tp)
+            return
+        if group not in self.groups:
+            self.groups[group] = ClassicGroup(group)
+        oam = OffsetAndMetadata.from_value(offset, v)
+        if producer_id == NO_PRODUCER_ID:
+            self.offsets.setdefault(group, {})[tp] = oam
+        else:
+            self.pending.setdefault(producer_id, {}).setdefault(group, {})[tp] = oam
+            self.open_transactions.setdefault(group, set()).add(producer_id)
+
+    def _remove_offset(self, group: str, tp: tuple[str, int]) -> None:
+        committed = self.offsets.get(group)
+        if committed is not None and committed.pop(tp, None) is not None and not committed:
+            del self.offsets[group]
+
+    def _drop_pending(self, group: str, tp: tuple[str, int]) -> None:
+        for pid in self.open_transactions.get(group, ()):
+            partitions = self.pending.get(pid, {}).get(group)
+            if partitions is not None:
+                partitions.pop(tp, None)
+
+    def _group_metadata(self, group: str, v: dict | None) -> None:
+        if v is None:
+            self.groups.pop(group, None)
+        else:
+            self.groups[group] = ClassicGroup(group, v)
+
+    def _modern(self, cls: type, group_id: str, create: bool, tombstone_ok: bool) -> ModernGroup | None:
+        """getOrMaybeCreatePersisted{Consumer,Share}Group: None where Kafka ignores the record."""
+        g = self.groups.get(group_id)
+        if g is None:
+            if not create:
+                if tombstone_ok:
+                    return None
+                raise ReplayError(group_id, f"{cls.type.capitalize()} group {group_id} not found")
+        elif isinstance(g, cls):
+            return g
+        elif cls is ConsumerGroup and isinstance(g, ClassicGroup) and g.simple:
+            pass  # a simple group only holds offsets: the consumer group takes its place
+        elif cls is ConsumerGroup:
+            raise ReplayError(group_id, f"Group {group_id} is not a consumer group")
+        else:
+            raise ReplayError(group_id, f"Group {group_id} is not a share group.")
+        g = self.groups[group_id] = cls(group_id)
+        return g
+
+    def _consumer_group(self, t: int, group_id: str, member_id: str | None, v: dict | None) -> None:
+        g = self._modern(ConsumerGroup, group_id, v is not None, tombstone_ok=True)
+        if g is None:
+            return
+        if t == 3:  # ConsumerGroupMetadata
+            if v is not None:
+                g.group_epoch = v["epoch"]
+                return
+            if g.members:
+                raise ReplayError(group_id, f"Received a tombstone record to delete group {group_id} but the group "
+                                            f"still has {len(g.members)} members.")
+            if g.target_assignment:
+                raise ReplayError(group_id, f"Received a tombstone record to delete group {group_id} but the target "
+                                            f"assignment still has {len(g.target_assignment)} members.")
+            if g.assignment_epoch != -1:
+                raise ReplayError(group_id, f"Received a tombstone record to delete group {group_id} but did not "
+                                            f"receive ConsumerGroupTargetAssignmentMetadataValue tombstone.")
+            del self.groups[group_id]
+        elif t == 4:  # ConsumerGroupPartitionMetadata
+            g.topics = {} if v is None else {topic["topicId"]: topic["topicName"] for topic in v["topics"]}
+        elif t == 5:  # ConsumerGroupMemberMetadata
+            if v is not None:
+                g.update_member({**g.member(member_id, True), **v})
+                return
+            old = g.members.get(member_id)
+            if old is None:
+                return
+            if old["memberEpoch"] != LEAVE_GROUP_MEMBER_EPOCH:
+                raise ReplayError(group_id, f"Received a tombstone record to delete member {member_id} but did not "
+                                            f"receive ConsumerGroupCurrentMemberAssignmentValue tombstone.")
+            if member_id in g.target_assignment:
+                raise ReplayError(group_id, f"Received a tombstone record to delete member {member_id} but did not "
+                                            f"receive ConsumerGroupTargetAssignmentMetadataValue tombstone.")
+            g.remove_member(member_id)
+        elif t == 6:  # ConsumerGroupTargetAssignmentMetadata
+            if v is not None:
+                g.assignment_epoch = v["assignmentEpoch"]
+                return
+            if g.target_assignment:
+                raise ReplayError(group_id, f"Received a tombstone record to delete target assignment of {group_id} "
+                                            f"but the assignment still has {len(g.target_assignment)} members.")
+            g.assignment_epoch = -1
+        elif t == 7:  # ConsumerGroupTargetAssignmentMember
+            if v is None:
+                g.target_assignment.pop(member_id, None)
+            else:
+                g.target_assignment[member_id] = _assignment(v["topicPartitions"])
+        else:  # 8, ConsumerGroupCurrentMemberAssignment
+            if v is not None:
+                g.update_member({**g.member(member_id, True), "memberEpoch": v["memberEpoch"],
+                                 "previousMemberEpoch": v["previousMemberEpoch"], "state": v["state"],
+                                 "assignedPartitions": _assignment(v["assignedPartitions"]),
+                                 "partitionsPendingRevocation": _assignment(v["partitionsPendingRevocation"])})
+            elif member_id in g.members:
+                g.update_member({**g.members[member_id], "memberEpoch": LEAVE_GROUP_MEMBER_EPOCH,
+                                 "previousMemberEpoch": LEAVE_GROUP_MEMBER_EPOCH, "assignedPartitions": {},
+                                 "partitionsPendingRevocation": {}})
+
+    def _share_group(self, t: int, group_id: str, member_id: str | None, v: dict | None) -> None:
+        # Share groups: only a member metadata or group metadata value creates one; anything else for a
+        # missing group fails Kafka's load.
+        g = self._modern(ShareGroup, group_id, v is not None and t in (10, 11), tombstone_ok=False)
+        if t == 11:  # ShareGroupMetadata
+            if v is not None:
+                g.group_epoch = v["epoch"]
+                return
+            if g.members:
+                raise ReplayError(group_id, f"Received a tombstone record to delete group {group_id} but the group "
+                                            f"still has {len(g.members)} members.")
+            if g.target_assignment:
+                raise ReplayError(group_id, f"Received a tombstone record to delete group {group_id} but the target "
+                                            f"assignment still has {len(g.target_assignment)} members.")
+            if g.assignment_epoch != -1:
+                raise ReplayError(group_id, f"Received a tombstone record to delete group {group_id} but target "
+                                            f"assignment epoch in invalid.")
+            del self.groups[group_id]
+        elif t == 9:  # ShareGroupPartitionMetadata
+            g.topics = {} if v is None else {topic["topicId"]: topic["topicName"] for topic in v["topics"]}
+        elif t == 10:  # ShareGroupMemberMetadata
+            if v is not None:
+                g.update_member({**g.member(member_id, True), **v})
+                return
+            old = g.member(member_id, False)
+            if old["memberEpoch"] != LEAVE_GROUP_MEMBER_EPOCH:
+                raise ReplayError(group_id, f"Received a tombstone record to delete member {member_id} with invalid "
+                                            f"leave group epoch.")
+            if member_id in g.target_assignment:
+                raise ReplayError(group_id, f"Received a tombstone record to delete member {member_id} but member "
+                                            f"exists in target assignment.")
+            g.remove_member(member_id)
+        elif t == 12:  # ShareGroupTargetAssignmentMetadata
+            if v is not None:
+                g.assignment_epoch = v["assignmentEpoch"]
+                return
+            if g.target_assignment:
+                raise ReplayError(group_id, f"Received a tombstone record to delete target assignment of {group_id} "
+                                            f"but the assignment still has {len(g.target_assignment)} members.")
+            g.assignment_epoch = -1
+        elif t == 13:  # ShareGroupTargetAssignmentMember
+            if v is None:
+                g.target_assignment.pop(member_id, None)
+            else:
+                g.target_assignment[member_id] = _assignment(v["topicPartitions"])
+        else:  # 14, ShareGroupCurrentMemberAssignment
+            old = g.member(member_id, False)
+            if v is not None:
+                g.update_member({**old, "memberEpoch": v["memberEpoch"], "previousMemberEpoch": v["previousMemberEpoch"],
+                                 "state": v["state"], "assignedPartitions": _assignment(v["assignedPartitions"])})
+            else:
+                g.update_member({**old, "memberEpoch": LEAVE_GROUP_MEMBER_EPOCH,
+                                 "previousMemberEpoch": LEAVE_GROUP_MEMBER_EPOCH, "assignedPartitions": {}})
+
+    # -------------------------------------------------------------- answers
+
+    def group_ids(self) -> list[str]:
+        """Every group, sorted."""
+        return sorted(self.groups)
+
+    def committed(self, group: str) -> dict[tuple[str, int], OffsetAndMetadata]:
+        """The group's committed offsets by (topic, partition)."""
+        committed = self.offsets.get(group, {})
+        for tp, e in committed.items():
+            if type(e) is tuple:  # from a C reduction: decoded on first read (its bytes were checked then)
+                version = _I16.unpack_from(e[1])[0]
+                committed[tp] = OffsetAndMetadata.from_value(e[0], OFFSET_COMMIT_VALUE.read(e[1], version, 2)[0])
+        return committed
+
+    def pending_partitions(self, group: str) -> set[tuple[str, int]]:
+        """The group's partitions with a pending transactional commit (hasPendingTransactionalOffsets)."""
+        out: set[tuple[str, int]] = set()
+        for pid in self.open_transactions.get(group, ()):
+            out.update(self.pending.get(pid, {}).get(group, {}))
+        return out
+
+    def partition_offsets(self, group: str) -> list[PartitionOffset]:
+        """Every partition the group has a committed or pending offset for, sorted by topic and partition."""
+        committed = self.committed(group)
+        pending = self.pending_partitions(group)
+        return [PartitionOffset(tp[0], tp[1], committed.get(tp), tp in pending)
+                for tp in sorted(set(committed) | pending)]
+
+    def has(self, group: str) -> bool:
+        return group in self.groups or group in self.offsets or bool(self.pending_partitions(group))
+
+
+def _record_offset(entry: Any) -> int:
+    return entry[0] if type(entry) is tuple else entry.record_offset
+
+
+def key_group(key: bytes | None) -> str | None:
+    """The group a record's key names, when its type is known and its first field reads (for naming
+    which group a record that does not decode belongs to); None otherwise."""
+    try:
+        t = record_type(key)
+        if not 0 <= t <= 15:
+            return None
+        n = _I16.unpack_from(key, 2)[0]
+        if n < 0 or 4 + n > len(key):
+            return None
+        return key[4:4 + n].decode("utf-8", "replace")
+    except (MessageError, struct.error):
+        return None
