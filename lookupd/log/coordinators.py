@@ -62,6 +62,7 @@ class PartitionReplay:
         self.llog = llog
         self.lock = threading.Lock()  # one catch-up at a time; readers of the state hold it too
         self.full_replays = 0  # how often it started over (for tests and stats)
+        self.progress: Callable[[int], None] | None = None  # told the bytes of each chunk replayed
         self._reset()
 
     def _reset(self) -> None:
@@ -182,6 +183,8 @@ class PartitionReplay:
             if off == 0:
                 break
             pos += off
+            if self.progress is not None:
+                self.progress(off)
         if pos < end and not seg.live:
             self._fault(None, CorruptRecordError(path, pos, f"{end - pos} bytes after the last whole batch of a "
                                                             f"rolled segment (a batch cut off)"))
@@ -282,6 +285,50 @@ class TransactionReplay(PartitionReplay):
                 self.record_fault(header, r.offset, path, None, err)
 
 
+class OpenTransaction(NamedTuple):
+    """A transaction open in a data partition: transactional batches of a producer with no marker yet."""
+
+    producer_id: int
+    producer_epoch: int
+    first_offset: int
+    last_offset: int
+    start_timestamp: int  # the first batch's max timestamp (the broker's time under LogAppendTime)
+    last_timestamp: int
+
+
+class OpenTransactionScan(PartitionReplay):
+    """The open transactions of a data partition (ProducerStateManager's ongoing transactions), from its
+    batch headers: a transactional batch opens one for its producer, any control batch of that producer
+    (its COMMIT or ABORT marker) closes it. The partition's last stable offset is the first offset of
+    the earliest still open, else its log end offset. Transactions begun before the log start (whose
+    first batches retention removed) are seen from their first batch still there."""
+
+    def new_state(self) -> dict[int, OpenTransaction]:
+        return {}
+
+    def _batch(self, data, position: int, path: str) -> None:
+        try:
+            h = parse_header(data, 0, position, path)
+        except CorruptRecordError as err:
+            self._fault(None, err)
+            return
+        if h.has_producer_id:
+            if h.is_control:
+                self.state.pop(h.producer_id, None)
+            elif h.is_transactional:
+                t = self.state.get(h.producer_id)
+                self.state[h.producer_id] = OpenTransaction(h.producer_id, h.producer_epoch, h.base_offset,
+                                                            h.last_offset, h.max_timestamp, h.max_timestamp) \
+                    if t is None else t._replace(last_offset=h.last_offset, last_timestamp=h.max_timestamp)
+        self.next_offset = max(self.next_offset, h.next_offset)
+
+    def last_stable_offset(self) -> int:
+        """The first offset of the earliest open transaction, else the log end offset."""
+        if self.state:
+            return min(t.first_offset for t in self.state.values())
+        return self.llog.log_end_offset
+
+
 class Coordinators:
     """The replayed internal-topic partitions of one LogManager, each kept until its LocalLog changes."""
 
@@ -291,18 +338,26 @@ class Coordinators:
                                   f"got {partitions!r}")
         self.manager = manager
         self.partitions = partitions
+        self.progress: Callable[[int], None] | None = None  # given to each replay (the command's progress line)
         self._replays: dict[tuple[str, int], PartitionReplay] = {}
         self._lock = threading.Lock()
 
     def replay(self, topic: str, partition: int) -> PartitionReplay:
-        """The partition's replay, caught up (UnknownPartition when it is not in the log dirs); the caller
+        """The partition's replay (UnknownPartition when it is not in the log dirs): a GroupReplay, a
+        TransactionReplay, or for any other topic an OpenTransactionScan. The caller catches it up and
         reads its state under its `lock`."""
         llog = self.manager.get(topic, partition)
         with self._lock:
             r = self._replays.get((topic, partition))
             if r is None or r.llog is not llog:
-                r = self._replays[(topic, partition)] = (GroupReplay if topic == CONSUMER_OFFSETS
-                                                         else TransactionReplay)(llog)
+                kind = {CONSUMER_OFFSETS: GroupReplay, TRANSACTION_STATE: TransactionReplay}.get(topic,
+                                                                                           OpenTransactionScan)
+                r = self._replays[(topic, partition)] = kind(llog)
+                r.progress = self.progress
+            if len(self._replays) > len(self.manager.logs()):  # partitions gone from the log dirs: let go
+                served = {(l.topic, l.partition) for l in self.manager.logs()}
+                for key in [k for k in self._replays if k not in served]:
+                    del self._replays[key]
         return r
 
     def _present(self, topic: str) -> list[int]:
