@@ -3,6 +3,8 @@ topic's records decoded for `lookupd dump` (as kafka-dump-log's decoders show th
 
 from __future__ import annotations
 
+import base64
+import json
 from typing import Any
 
 from . import groups, metadata, remote, transactions
@@ -54,8 +56,8 @@ def decode_record(topic: str, key: bytes | None, value: bytes | None) -> dict[st
     raise MessageError(f"{topic} is not an internal topic this decoder knows")
 
 
-def decode_text(topic: str, decoded: dict[str, Any], dumps) -> str:
-    """The `key: ... payload: ...` part of kafka-dump-log's line for a decoded record (`dumps` renders JSON)."""
+def decode_text(topic: str, decoded: dict[str, Any]) -> str:
+    """The `key: ... payload: ...` part of kafka-dump-log's line for a decoded record."""
     if topic == CONSUMER_OFFSETS:
         key = dumps({"type": str(decoded["record_type"]), "data": decoded["key"]})
         if decoded["value"] is None:
@@ -69,3 +71,31 @@ def decode_text(topic: str, decoded: dict[str, Any], dumps) -> str:
         key, _, payload = text.partition(" => ")
         return f"key: {key} payload: {payload}"
     return "payload: " + dumps({"type": decoded["record_type"], "version": decoded["version"], "data": decoded["data"]})
+
+
+def _bytes_as_base64(o: Any) -> str:
+    if isinstance(o, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(o)).decode("ascii")
+    raise TypeError(f"{type(o).__name__} is not JSON serializable")
+
+
+def dumps(obj: Any) -> str:
+    """Compact JSON of decoded fields, bytes as base64 (as Kafka's JsonConverters write them)."""
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, default=_bytes_as_base64)
+
+
+def jsonable(obj: Any) -> Any:
+    """Decoded fields with bytes made base64 strings (for a JSON encoder that knows no bytes)."""
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        return _bytes_as_base64(obj)
+    if isinstance(obj, dict):
+        return {k: jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [jsonable(v) for v in obj]
+    return obj
+
+
+def internal_topic(partition_dir: str) -> str | None:
+    """The internal topic a partition directory's name is (`__consumer_offsets-7` -> `__consumer_offsets`)."""
+    topic, _, partition = partition_dir.rpartition("-")
+    return topic if topic in INTERNAL_TOPICS and partition.isdigit() else None
