@@ -35,15 +35,15 @@ def coordinators_of(manager, partitions: int | None = None) -> Coordinators:
     return c
 
 
-def positions(manager, group: str) -> dict[tuple[str, int], OffsetAndMetadata]:
+def positions(manager, group: str, partitions: int | None = None) -> dict[tuple[str, int], OffsetAndMetadata]:
     """The group's committed offsets by (topic, partition), as its coordinator would answer OffsetFetch
     (pending transactional commits left out). Empty when the group has none; UnknownPartition when its
-    `__consumer_offsets` partition is not in the log dirs; CorruptDataError when a record of the group
-    could not be replayed."""
+    `__consumer_offsets` partition (of `partitions`, default 50) is not in the log dirs; CorruptDataError
+    when a record of the group could not be replayed."""
     def read(r: GroupReplay) -> dict:
         _raise_group_faults(r, group)
         return dict(r.state.committed(group))
-    return coordinators_of(manager).with_group(group, read)
+    return coordinators_of(manager, partitions).with_group(group, read)
 
 
 def _raise_group_faults(r: GroupReplay, group: str) -> None:
