@@ -29,6 +29,7 @@ from ..format.internal.group_state import GroupCoordinatorState, ReplayError, ke
 from ..format.internal.schema import MessageError
 from ..format.internal.topics import CONSUMER_OFFSETS, DEFAULT_PARTITIONS, TRANSACTION_STATE, partition_for
 from ..format.records import control_record, decode_batch
+from .fileio import WouldBlock, mode as nonblocking
 from .locallog import LocalLog
 from .segment import LogSegment
 
@@ -107,11 +108,11 @@ class PartitionReplay:
             if j > i:
                 byte, stuck = 0, False
             end = seg.size()
-            if not stuck:
-                byte, stuck = self._replay_segment(seg, byte, end)
             self._position = _Position(seg, byte, stuck)
+            if not stuck:
+                self._replay_segment(seg, byte, end)
             self._end = end
-            if stuck and j + 1 < len(bases):
+            if self._position.stuck and j + 1 < len(bases):
                 self.next_offset = max(self.next_offset, bases[j + 1])
 
     def _start_over(self, why: str) -> None:
@@ -145,10 +146,12 @@ class PartitionReplay:
             return i + 1, 0, False
         return i, seg.size(), False
 
-    def _replay_segment(self, seg: LogSegment, byte: int, end: int) -> tuple[int, bool]:
-        """Replay the whole batches of seg.log[byte:end]; (where it stopped, whether a broken frame stops it
-        for good). In a rolled segment a batch cut off at its end is a fault; in the active one it is a
-        batch the broker is still writing, replayed next time."""
+    def _replay_segment(self, seg: LogSegment, byte: int, end: int) -> None:
+        """Replay the whole batches of seg.log[byte:end], moving `_position` on after each chunk (so a read
+        that would wait, in the daemon's non-blocking mode, leaves the state and the position in step: the
+        call is then made again in a worker thread and goes on from there). A broken frame stops the
+        segment for good; in a rolled segment so does a batch cut off at its end, while in the active one
+        that is a batch the broker is still writing, replayed next time."""
         path = seg.log.path
         handle = seg.log.handle()
         pos = byte
@@ -166,7 +169,8 @@ class PartitionReplay:
                     size = frame_size(buf, off, end - pos, pos + off, path)
                 except CorruptRecordError as err:
                     self._fault(None, err)
-                    return pos + off, True
+                    self._position = _Position(seg, pos + off, True)
+                    return
                 if size is None:
                     break
                 if off + size > n:  # whole in the file, not in this chunk
@@ -174,7 +178,7 @@ class PartitionReplay:
                         break
                     batch = handle.pread(size, pos)
                     if len(batch) < size:
-                        return pos, False  # the file shrank under us: looked at again next time
+                        return  # the file shrank under us: looked at again next time
                     self._batch(batch, pos, path)
                     off = size
                     break
@@ -183,13 +187,13 @@ class PartitionReplay:
             if off == 0:
                 break
             pos += off
+            self._position = _Position(seg, pos, False)
             if self.progress is not None:
                 self.progress(off)
         if pos < end and not seg.live:
             self._fault(None, CorruptRecordError(path, pos, f"{end - pos} bytes after the last whole batch of a "
                                                             f"rolled segment (a batch cut off)"))
-            return pos, True
-        return pos, False
+            self._position = _Position(seg, pos, True)
 
     def _fast(self, buf, off: int, n: int) -> int:
         """Batches a C scan takes from buf[off:n], applied; where the Python replay goes on."""
@@ -331,6 +335,27 @@ class OpenTransactionScan(PartitionReplay):
         return self.llog.log_end_offset
 
 
+class _CaughtUp:
+    def __init__(self, r: PartitionReplay):
+        self.r = r
+
+    def __enter__(self) -> PartitionReplay:
+        if nonblocking.on:
+            if not self.r.lock.acquire(blocking=False):
+                raise WouldBlock
+        else:
+            self.r.lock.acquire()
+        try:
+            self.r.catch_up()
+        except BaseException:
+            self.r.lock.release()
+            raise
+        return self.r
+
+    def __exit__(self, *exc) -> None:
+        self.r.lock.release()
+
+
 class Coordinators:
     """The replayed internal-topic partitions of one LogManager, each kept until its LocalLog changes."""
 
@@ -372,12 +397,16 @@ class Coordinators:
                 r = self.replay(topic, p)
             except UnknownPartition:
                 continue  # deleted while listed
-            with r.lock:
-                r.catch_up()
+            with self.caught_up(r):
                 yield p, r
 
     def group_partition(self, group: str) -> int:
         return partition_for(group, self.partitions)
+
+    def caught_up(self, r: PartitionReplay):
+        """A context holding `r`'s lock with `r` caught up. In the daemon's non-blocking mode a lock another
+        thread holds (a long replay) would stall the event loop: WouldBlock sends the call to a thread."""
+        return _CaughtUp(r)
 
     def with_group(self, group: str, read: Callable[[GroupReplay], Any]) -> Any:
         """`read` applied to the caught-up replay of the group's partition, under its lock."""
@@ -390,7 +419,6 @@ class Coordinators:
             raise UnknownPartition(f"group {group!r} lives in {CONSUMER_OFFSETS}-{p} (with {self.partitions} "
                                    f"partitions), which is not in the log dirs ({', '.join(self.manager.log_dirs)})") \
                 from None
-        with r.lock:
-            r.catch_up()
+        with self.caught_up(r):
             return read(r)
 

@@ -195,9 +195,7 @@ def _offset_row(coordinators: Coordinators, o, isolation: str) -> dict:
 
 def last_stable_offset(coordinators: Coordinators, topic: str, partition: int) -> int:
     """A data partition's last stable offset, from its open transactions (scanned once, then followed)."""
-    r = coordinators.replay(topic, partition)
-    with r.lock:
-        r.catch_up()
+    with coordinators.caught_up(coordinators.replay(topic, partition)) as r:
         return r.last_stable_offset()
 
 
@@ -241,8 +239,7 @@ def hanging_transactions(coordinators: Coordinators, now_ms: int,
             scan = coordinators.replay(llog.topic, llog.partition)
         except UnknownPartition:
             continue
-        with scan.lock:
-            scan.catch_up()
+        with coordinators.caught_up(scan):
             open_ = list(scan.state.values())
             warnings += _warnings(scan)
         tp = f"{llog.topic}-{llog.partition}"
