@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from coordinator_writer import Cleaner, CoordinatorLog, Record, commit_key, commit_value, group_key, group_value
 from lookupd.format import _accel
 from lookupd.format.batch import Compression
+from lookupd.log import coordinators as coordinators_module
 from lookupd.log.coordinators import Coordinators
 from lookupd.log.logmanager import LogManager
 
@@ -46,7 +47,7 @@ def records(cs):
 
 def positions(state):
     """What a consumer resumes from: committed offsets (with where their record is) and pending partitions."""
-    committed = {g: {tp: tuple(o) for tp, o in state.committed(g).items()} for g in list(state.offsets)}
+    committed = {g: {tp: tuple(o) for tp, o in state.committed(g).items()} for g in GROUPS}
     pending = {g: state.pending_partitions(g) for g in GROUPS if state.pending_partitions(g)}
     return {g: c for g, c in committed.items() if c}, pending
 
@@ -67,8 +68,9 @@ def full(log_dir, python=False):
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops=st.lists(op, min_size=1, max_size=40))
-def test_incremental_equals_full_and_compacted_equals_uncompacted(tmp_path_factory, ops):
+@given(ops=st.lists(op, min_size=1, max_size=40), chunk=st.sampled_from([1 << 20, 200, 97]))
+def test_incremental_equals_full_and_compacted_equals_uncompacted(tmp_path_factory, monkeypatch, ops, chunk):
+    monkeypatch.setattr(coordinators_module, "CHUNK_BYTES", chunk)  # batches across chunks, and larger than one
     root = tmp_path_factory.mktemp("offsets")
     live, plain = root / "live", root / "plain"
     logs = [CoordinatorLog(str(d / "__consumer_offsets-0"), segment_bytes=400) for d in (live, plain)]

@@ -101,6 +101,7 @@ class PartitionReplay:
             self._start_over("segments were rewritten after faults were found in them")
         if self._first_base is None:
             self._first_base = bases[0]
+            self.state = self.new_state()  # (made here: a reference path's state is all Python)
         self._bases = bases
         i, byte, stuck = self._resume(bases)
         for j in range(i, len(bases)):
@@ -156,9 +157,10 @@ class PartitionReplay:
         handle = seg.log.handle()
         pos = byte
         while pos < end:
-            buf = handle.pread(min(CHUNK_BYTES, end - pos), pos)
-            if not buf:
-                break
+            want = min(CHUNK_BYTES, end - pos)
+            buf = handle.pread(want, pos)
+            if len(buf) < want:
+                return  # the file shrank under us: looked at again next time
             off = 0
             n = len(buf)
             while off < n:
@@ -166,26 +168,29 @@ class PartitionReplay:
                 if off >= n:
                     break
                 try:
-                    size = frame_size(buf, off, end - pos, pos + off, path)
+                    size = frame_size(buf, off, n, pos + off, path)
                 except CorruptRecordError as err:
                     self._fault(None, err)
                     self._position = _Position(seg, pos + off, True)
                     return
-                if size is None:
-                    break
-                if off + size > n:  # whole in the file, not in this chunk
-                    if off > 0:
-                        break
-                    batch = handle.pread(size, pos)
-                    if len(batch) < size:
-                        return  # the file shrank under us: looked at again next time
-                    self._batch(batch, pos, path)
-                    off = size
+                if size is None:  # not whole in this chunk: the next one starts with it
                     break
                 self._batch(memoryview(buf)[off:off + size], pos + off, path)
                 off += size
-            if off == 0:
-                break
+            if off == 0:  # a batch larger than a chunk, or one cut off at the end of the data
+                try:
+                    size = frame_size(buf, 0, end - pos, pos, path)
+                except CorruptRecordError as err:
+                    self._fault(None, err)
+                    self._position = _Position(seg, pos, True)
+                    return
+                if size is None:
+                    break
+                batch = handle.pread(size, pos)
+                if len(batch) < size:
+                    return  # the file shrank under us: looked at again next time
+                self._batch(batch, pos, path)
+                off = size
             pos += off
             self._position = _Position(seg, pos, False)
             if self.progress is not None:
@@ -245,11 +250,14 @@ class GroupReplay(PartitionReplay):
         return GroupCoordinatorState()
 
     def _fast(self, buf, off: int, n: int) -> int:
-        if _accel.mode.python:
+        commits = self.state.commits
+        if _accel.mode.python or type(commits) is not _accel.CommitTable:  # a reference path's state
             return off
-        stop, next_offset, run = _accel.commit_runs(buf, off, n)
-        if run:
-            self.state.apply_commits(run)
+        stop, next_offset, tombstoned, groups, txn = _accel.commit_runs(buf, off, n, commits)
+        if next_offset >= 0:
+            self.state.apply_commits(tombstoned, groups)
+            if txn is not None:
+                self.state.apply_transactional(*txn)
         if next_offset >= 0:
             self.next_offset = max(self.next_offset, next_offset)
         return stop

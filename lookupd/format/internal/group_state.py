@@ -15,16 +15,21 @@ Records are fed in offset order with their batch's producer id:
   Kafka: a record Kafka's replay would refuse (a member tombstone before its assignment's, a
   partition owned by two members, ...) raises ReplayError naming the group.
 
-A run of plain commits can also be applied at once (`apply_commits`), reduced per key to its last
-record and whether it held a value and a tombstone: that gives the same state (commits only create
-groups, and within such a run tombstones only remove pending offsets, never add them).
+Committed offsets are kept by the bytes of their key's fields (group, topic, partition, the strings
+as UTF-8, malformed bytes replaced as Java reads them): (record offset, value bytes), decoded when
+first read. Where the C extension is built they are in its CommitTable, and the C scan applies runs
+of plain commits to it itself; `apply_commits` does the rest with what it noted: the keys with a
+tombstone and the groups with a value. That gives the same state as record by record (DictCommits
+is the table in Python): commits only create groups, and within such a run tombstones only remove
+pending offsets, which nothing adds there.
 """
 
 from __future__ import annotations
 
 import struct
-from typing import Any, Iterable, NamedTuple
+from typing import NamedTuple
 
+from .. import _accel
 from .groups import GROUP_METADATA, OFFSET_COMMIT_TYPES, OFFSET_COMMIT_VALUE, decode_key, decode_value, record_type
 from .schema import MessageError
 
@@ -61,14 +66,29 @@ class OffsetAndMetadata(NamedTuple):
 
 
 def commit_key(fields: bytes) -> tuple[str, str, int]:
-    """(group, topic, partition) from an OffsetCommit key's fields (after the record type), as the C
-    reduction hands them over: two int16-length strings and an int32, nothing else."""
+    """(group, topic, partition) from an OffsetCommit key's fields (after the record type): two
+    int16-length strings and an int32, nothing else."""
     n = _I16.unpack_from(fields)[0]
     group = fields[2:2 + n].decode("utf-8", "replace")
     p = 2 + n
     m = _I16.unpack_from(fields, p)[0]
     topic = fields[p + 2:p + 2 + m].decode("utf-8", "replace")
     return group, topic, _I32.unpack_from(fields, p + 2 + m)[0]
+
+
+def key_fields(group: str, topic: str, partition: int) -> bytes:
+    """An OffsetCommit key's fields as committed offsets are kept by them (what the C scan takes from a key
+    whose strings are valid UTF-8, byte for byte)."""
+    g, t = group.encode(), topic.encode()
+    return _I16.pack(len(g)) + g + _I16.pack(len(t)) + t + _I32.pack(partition)
+
+
+def _group_bytes(fields: bytes) -> bytes:
+    return fields[2:2 + _I16.unpack_from(fields)[0]]
+
+
+def _group_of(fields: bytes) -> str:
+    return _group_bytes(fields).decode("utf-8", "replace")
 
 
 # ------------------------------------------------------------------ groups
@@ -217,17 +237,59 @@ class PartitionOffset(NamedTuple):
     pending_transaction: bool
 
 
+class DictCommits:
+    """Committed offsets by key fields: (record offset, value bytes). The C CommitTable's reference,
+    with its methods."""
+
+    def __init__(self) -> None:
+        self._d: dict[bytes, tuple[int, bytes]] = {}
+        self._groups: dict[bytes, set[bytes]] = {}  # group name -> its keys
+
+    def get(self, fields: bytes) -> tuple[int, bytes] | None:
+        return self._d.get(fields)
+
+    def offset_of(self, fields: bytes) -> int:
+        e = self._d.get(fields)
+        return -1 if e is None else e[0]
+
+    def put(self, fields: bytes, record_offset: int, value: bytes) -> None:
+        self._d[fields] = (record_offset, bytes(value))
+        self._groups.setdefault(_group_bytes(fields), set()).add(fields)
+
+    def remove(self, fields: bytes) -> bool:
+        if self._d.pop(fields, None) is None:
+            return False
+        keys = self._groups[_group_bytes(fields)]
+        keys.discard(fields)
+        if not keys:
+            del self._groups[_group_bytes(fields)]
+        return True
+
+    def group(self, name: bytes) -> list[tuple[bytes, int]]:
+        return [(f, self._d[f][0]) for f in self._groups.get(name, ())]
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+
+def commit_table():
+    """The C table of committed offsets, or DictCommits without the extension or on a reference path."""
+    if _accel.CommitTable is not None and not _accel.mode.python:
+        return _accel.CommitTable()
+    return DictCommits()
+
+
 class GroupCoordinatorState:
     """The groups, committed offsets and pending transactional offsets of one `__consumer_offsets`
     partition (a GroupCoordinatorShard after its load)."""
 
     def __init__(self) -> None:
         self.groups: dict[str, Group] = {}
-        # group -> (topic, partition) -> OffsetAndMetadata, or (record offset, value bytes) until first read
-        self.offsets: dict[str, dict[tuple[str, int], Any]] = {}
-        self.pending: dict[int, dict[str, dict[tuple[str, int], OffsetAndMetadata]]] = {}  # producer id -> ...
+        self.commits = commit_table()  # key fields -> (record offset, value bytes); a group's keys
+        self._decoded: dict[bytes, OffsetAndMetadata] = {}  # values read so far (checked by record offset)
+        # producer id -> group -> key fields -> (record offset, value bytes) its COMMIT marker would commit
+        self.pending: dict[int, dict[str, dict[bytes, tuple[int, bytes]]]] = {}
         self.open_transactions: dict[str, set[int]] = {}  # group -> producer ids with pending offsets
-        self._keys: dict[bytes, tuple[str, str, int]] = {}  # the C reduction's key bytes, parsed
 
     # -------------------------------------------------------------- replay
 
@@ -237,7 +299,8 @@ class GroupCoordinatorState:
         t, k = decode_key(key)
         version, v = decode_value(t, value)
         if t in OFFSET_COMMIT_TYPES:
-            self._offset_commit(offset, producer_id, k["group"], (k["topic"], k["partition"]), v)
+            self._offset_commit(offset, producer_id, k["group"], key_fields(k["group"], k["topic"], k["partition"]),
+                                v, value)
         elif t == GROUP_METADATA:
             self._group_metadata(k["group"], v)
         elif t <= 8:
@@ -262,57 +325,53 @@ class GroupCoordinatorState:
         if not commit:
             return
         for group, partitions in pending.items():
-            committed = self.offsets.setdefault(group, {})
-            for tp, oam in partitions.items():
-                existing = committed.get(tp)
-                if existing is None or oam.record_offset > _record_offset(existing):
-                    committed[tp] = oam
-            if not committed:
-                del self.offsets[group]
+            for fields, (record_offset, value) in partitions.items():
+                if record_offset > self.commits.offset_of(fields):  # none there: -1
+                    self._put(group, fields, record_offset, value)
 
-    def apply_commits(self, run: Iterable[tuple[bytes, int, bytes | None, bool, bool]]) -> None:
-        """A run of plain (no producer id) OffsetCommit records, reduced per key by the C scanner to
-        (key fields, last record offset, last value or None, any value, any tombstone)."""
-        keys = self._keys
-        for fields, record_offset, value, any_value, any_tombstone in run:
-            parsed = keys.get(fields)
-            if parsed is None:
-                parsed = keys[fields] = commit_key(fields)
-            group, topic, partition = parsed
-            tp = (topic, partition)
-            if any_value and group not in self.groups:
-                self.groups[group] = ClassicGroup(group)
-            if any_tombstone:
-                self._drop_pending(group, tp)
-            if value is None:
-                self._remove_offset(group, tp)
-            else:
-                self.offsets.setdefault(group, {})[tp] = (record_offset, value)
+    def apply_commits(self, tombstoned: list[bytes], groups: list[bytes]) -> None:
+        """What the C scan noted of a run of plain (no producer id) OffsetCommit records it applied to
+        `commits`: the keys with a tombstone, and the groups with a value (their names' bytes)."""
+        for g in groups:
+            name = g.decode()
+            if name not in self.groups:
+                self.groups[name] = ClassicGroup(name)
+        if self.open_transactions:
+            for fields in tombstoned:
+                self._drop_pending(_group_of(fields), fields)
 
-    def _offset_commit(self, offset: int, producer_id: int, group: str, tp: tuple[str, int], v: dict | None) -> None:
+    def apply_transactional(self, producer_id: int, records: list[tuple[bytes, int, bytes | None]]) -> None:
+        """A transactional batch of OffsetCommit records the C scan checked: (key fields, record offset,
+        value bytes or None), replayed as `replay` does them."""
+        for fields, offset, value in records:
+            self._offset_commit(offset, producer_id, _group_of(fields), fields, value, value)
+
+    def _offset_commit(self, offset: int, producer_id: int, group: str, fields: bytes, v: dict | bytes | None,
+                       value: bytes | None) -> None:
         if v is None:
-            self._remove_offset(group, tp)
-            self._drop_pending(group, tp)
+            self._remove(fields)
+            self._drop_pending(group, fields)
             return
         if group not in self.groups:
             self.groups[group] = ClassicGroup(group)
-        oam = OffsetAndMetadata.from_value(offset, v)
         if producer_id == NO_PRODUCER_ID:
-            self.offsets.setdefault(group, {})[tp] = oam
-        else:
-            self.pending.setdefault(producer_id, {}).setdefault(group, {})[tp] = oam
+            self._put(group, fields, offset, value)
+        else:  # (v: the decoded value, or its bytes from the C scan: only the record offset is used)
+            self.pending.setdefault(producer_id, {}).setdefault(group, {})[fields] = (offset, bytes(value))
             self.open_transactions.setdefault(group, set()).add(producer_id)
 
-    def _remove_offset(self, group: str, tp: tuple[str, int]) -> None:
-        committed = self.offsets.get(group)
-        if committed is not None and committed.pop(tp, None) is not None and not committed:
-            del self.offsets[group]
+    def _put(self, group: str, fields: bytes, record_offset: int, value: bytes) -> None:
+        self.commits.put(fields, record_offset, value)
 
-    def _drop_pending(self, group: str, tp: tuple[str, int]) -> None:
+    def _remove(self, fields: bytes) -> None:
+        self.commits.remove(fields)
+        self._decoded.pop(fields, None)
+
+    def _drop_pending(self, group: str, fields: bytes) -> None:
         for pid in self.open_transactions.get(group, ()):
             partitions = self.pending.get(pid, {}).get(group)
             if partitions is not None:
-                partitions.pop(tp, None)
+                partitions.pop(fields, None)
 
     def _group_metadata(self, group: str, v: dict | None) -> None:
         if v is None:
@@ -459,18 +518,23 @@ class GroupCoordinatorState:
 
     def committed(self, group: str) -> dict[tuple[str, int], OffsetAndMetadata]:
         """The group's committed offsets by (topic, partition)."""
-        committed = self.offsets.get(group, {})
-        for tp, e in committed.items():
-            if type(e) is tuple:  # from a C reduction: decoded on first read (its bytes were checked then)
-                version = _I16.unpack_from(e[1])[0]
-                committed[tp] = OffsetAndMetadata.from_value(e[0], OFFSET_COMMIT_VALUE.read(e[1], version, 2)[0])
-        return committed
+        out = {}
+        for fields, record_offset in self.commits.group(group.encode()):
+            oam = self._decoded.get(fields)
+            if oam is None or oam.record_offset != record_offset:  # read first, or committed again since
+                _, value = self.commits.get(fields)
+                version = _I16.unpack_from(value)[0]  # its bytes were checked when it was replayed
+                oam = self._decoded[fields] = OffsetAndMetadata.from_value(
+                    record_offset, OFFSET_COMMIT_VALUE.read(value, version, 2)[0])
+            _, topic, partition = commit_key(fields)
+            out[(topic, partition)] = oam
+        return out
 
     def pending_partitions(self, group: str) -> set[tuple[str, int]]:
         """The group's partitions with a pending transactional commit (hasPendingTransactionalOffsets)."""
         out: set[tuple[str, int]] = set()
         for pid in self.open_transactions.get(group, ()):
-            out.update(self.pending.get(pid, {}).get(group, {}))
+            out.update(commit_key(f)[1:] for f in self.pending.get(pid, {}).get(group, {}))
         return out
 
     def partition_offsets(self, group: str) -> list[PartitionOffset]:
@@ -481,11 +545,7 @@ class GroupCoordinatorState:
                 for tp in sorted(set(committed) | pending)]
 
     def has(self, group: str) -> bool:
-        return group in self.groups or group in self.offsets or bool(self.pending_partitions(group))
-
-
-def _record_offset(entry: Any) -> int:
-    return entry[0] if type(entry) is tuple else entry.record_offset
+        return group in self.groups or bool(self.commits.group(group.encode())) or bool(self.pending_partitions(group))
 
 
 def key_group(key: bytes | None) -> str | None:
