@@ -458,8 +458,10 @@ class KafkaFS(Operations):
         if isinstance(node, tree.ByKey):
             return self._key_producer(node)
         if isinstance(node, tree.GroupFile):
-            answer = (json.dumps(self._group_offsets(node.group), indent=2) + "\n").encode()
-            return functools.partial(_once, answer), None
+            answer = self._group_offsets(node.group)
+            cols = answer["offsets"]  # the daemon's columns, shown a partition a row (as lookupd groups --json)
+            answer["offsets"] = [dict(zip(cols, row)) for row in zip(*cols.values())]
+            return functools.partial(_once, (json.dumps(answer, indent=2) + "\n").encode()), None
         part = self.catalog.partition(node.topic, node.partition)
         if isinstance(node, tree.PartitionJson):
             return functools.partial(_once, partition_json(part, self.catalog.segments(part))), None

@@ -248,3 +248,23 @@ def test_groups_lists_every_partition_present():
     assert warnings == [] and {g["coordinator_partition"] for g in listing} == {7, 41}
     share = next(g for g in listing if g["type"] == "share")
     assert share["members"][0]["assignment"][0]["topic"] == "orders"
+
+
+def test_lag_follows_the_data_partition_as_it_grows_and_rolls(tmp_path):
+    log = CoordinatorLog(str(tmp_path / "__consumer_offsets-0"))
+    log.write([Record(commit_key("g", "orders", 0), commit_value(5))])
+    log.close()
+    data = LogWriter(str(tmp_path / "orders-0"))
+    data.append(build_batch([(1, b"k", b"v" * 20, ())] * 5, base_offset=0))
+    manager = LogManager([tmp_path])
+    c = Coordinators(manager, 1)
+    lag = lambda: group_offsets(c, "g")["offsets"][0]["lag"]  # noqa: E731
+    assert lag() == 0
+    data.append(build_batch([(1, b"k", b"v" * 20, ())] * 5, base_offset=5))  # grows: seen at once
+    assert lag() == 5
+    for b in range(2, 6):  # rolls: seen once the log dirs are listed again
+        data.roll()
+        data.append(build_batch([(1, b"k", b"v" * 20, ())] * 5, base_offset=5 * b))
+    data.close()
+    manager.refresh()
+    assert len(manager.get("orders", 0).base_offsets) > 1 and lag() == 25

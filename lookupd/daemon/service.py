@@ -27,10 +27,10 @@ Methods (params are positional):
     groups []                                                 -> {groups: [{group, type, protocol_type, state,
                                                                   coordinator_partition, members, ...}], warnings}
     group_offsets [group, isolation]                          -> {group, type, state, coordinator_partition, isolation,
-                                                                  offsets: [{topic, partition, committed_offset, leader_epoch,
+                                                                  offsets: {topic, partition, committed_offset, leader_epoch,
                                                                   metadata, commit_timestamp, pending_transaction,
                                                                   log_start_offset, log_end_offset, last_stable_offset,
-                                                                  lag, out_of_range}], warnings}
+                                                                  lag, out_of_range: [...]}, warnings}
 
 mode is "floor" or "ceiling"; columnar answers hold -1 where nothing matches. isolation is
 "read_uncommitted" (lag to the log end) or "read_committed" (to the last stable offset). Groups are
@@ -51,7 +51,7 @@ from ..errors import InvalidArgument, LookupdError, TooLarge, Unauthorized, Unav
 from ..log.fileio import CAN_READ_NOWAIT, WouldBlock, mode as nonblocking_mode
 from ..log.bulk import int64_array
 from ..log.logmanager import LogManager
-from ..log.positions import coordinators_of, group_offsets, groups
+from ..log.positions import coordinators_of, group_offset_columns, groups
 from .acl import ANONYMOUS, DESCRIBE, GROUP_METHOD_OPERATIONS, METHOD_OPERATIONS, Acl
 
 log = logging.getLogger(__name__)
@@ -206,7 +206,9 @@ class Service:
             return answer
         self.acl.check_group(principal, params[0], GROUP_METHOD_OPERATIONS[name])
         answer = m.handler(self, params)
-        answer["offsets"] = [o for o in answer["offsets"] if self.acl.allowed(principal, o["topic"], DESCRIBE)]
+        cols = answer["offsets"]
+        keep = [i for i, topic in enumerate(cols["topic"]) if self.acl.allowed(principal, topic, DESCRIBE)]
+        answer["offsets"] = {name: [values[i] for i in keep] for name, values in cols.items()}
         return answer
 
     def _auth(self, session: Session, token: Any) -> bool:
@@ -352,7 +354,7 @@ def _groups(s: Service, p: list) -> dict:
 
 
 def _group_offsets(s: Service, p: list) -> dict:
-    return group_offsets(s.coordinators, p[0], p[1])
+    return group_offset_columns(s.coordinators, p[0], p[1])
 
 
 _TP = ("topic", "partition")

@@ -64,9 +64,11 @@ class PartitionReplay:
         self.lock = threading.Lock()  # one catch-up at a time; readers of the state hold it too
         self.full_replays = 0  # how often it started over (for tests and stats)
         self.progress: Callable[[int], None] | None = None  # told the bytes of each chunk replayed
+        self.cache: dict[Any, Any] = {}  # answers derived from the state (keyed and checked by their reader)
         self._reset()
 
     def _reset(self) -> None:
+        self.cache.clear()
         self.state = self.new_state()
         self.faults: list[Fault] = []
         self.fault_count = 0
@@ -102,6 +104,7 @@ class PartitionReplay:
         if self._first_base is None:
             self._first_base = bases[0]
             self.state = self.new_state()  # (made here: a reference path's state is all Python)
+            self.cache.clear()
         self._bases = bases
         i, byte, stuck = self._resume(bases)
         for j in range(i, len(bases)):
@@ -387,13 +390,16 @@ class Coordinators:
             if r is None or r.llog is not llog:
                 kind = {CONSUMER_OFFSETS: GroupReplay, TRANSACTION_STATE: TransactionReplay}.get(topic,
                                                                                            OpenTransactionScan)
+                self._prune()
                 r = self._replays[(topic, partition)] = kind(llog)
                 r.progress = self.progress
-            if len(self._replays) > len(self.manager.logs()):  # partitions gone from the log dirs: let go
-                served = {(l.topic, l.partition) for l in self.manager.logs()}
-                for key in [k for k in self._replays if k not in served]:
-                    del self._replays[key]
         return r
+
+    def _prune(self) -> None:
+        """Let go of the replays of partitions gone from the log dirs (when another is added)."""
+        served = {(l.topic, l.partition) for l in self.manager.logs()}
+        for key in [k for k in self._replays if k not in served]:
+            del self._replays[key]
 
     def _present(self, topic: str) -> list[int]:
         return sorted(l.partition for l in self.manager.logs() if l.topic == topic)

@@ -132,6 +132,13 @@ def groups(coordinators: Coordinators) -> tuple[list[dict], list[str]]:
     return out, warnings
 
 
+OFFSET_COLUMNS = ("topic", "partition", "committed_offset", "leader_epoch", "metadata", "commit_timestamp",
+                  "pending_transaction", "log_start_offset", "log_end_offset", "last_stable_offset", "lag",
+                  "out_of_range")
+# Groups whose committed columns are kept per replayed partition (recomputed when its state changes).
+MAX_CACHED_GROUPS = 1024
+
+
 def group_offsets(coordinators: Coordinators, group: str, isolation: str = "read_uncommitted") -> dict:
     """The group's position on each partition it committed for, with lag:
 
@@ -144,53 +151,97 @@ def group_offsets(coordinators: Coordinators, group: str, isolation: str = "read
     it would have read are gone); one past the log end has "above_log_end" and no lag. A partition not
     in the log dirs has no log offsets and no lag; one with only a pending transactional commit has no
     committed offset."""
+    answer = group_offset_columns(coordinators, group, isolation)
+    cols = answer["offsets"]
+    return {**answer, "offsets": [dict(zip(OFFSET_COLUMNS, row)) for row in zip(*(cols[c] for c in OFFSET_COLUMNS))]}
+
+
+def group_offset_columns(coordinators: Coordinators, group: str, isolation: str = "read_uncommitted") -> dict:
+    """`group_offsets` with `offsets` as columns (one list per field, a partition per index): what the
+    daemon sends. The committed side is kept until the group's partition replays more; the log offsets
+    and lag are read each time."""
     if isolation not in ISOLATION_LEVELS:
         raise InvalidArgument(f"isolation must be one of {', '.join(ISOLATION_LEVELS)}, got {isolation!r:.40}")
 
-    def read(r: GroupReplay) -> tuple[dict, list, list[str]]:
-        _raise_group_faults(r, group)
+    def read(r: GroupReplay) -> tuple:
         state: GroupCoordinatorState = r.state
+        kept = r.cache.get(group)
+        if kept is not None and kept[0] == state.generation and kept[1] == r.fault_count:
+            return kept[2]
+        _raise_group_faults(r, group)
         if not state.has(group):
             raise UnknownGroup(f"group {group!r:.300} is not in {CONSUMER_OFFSETS}-{r.llog.partition} "
                                f"(its coordinator partition with {coordinators.partitions} partitions)")
         g = state.groups.get(group)
         head = {"group": group, "type": g.type if g else None, "state": g.state if g else "Dead",
-                "coordinator_partition": r.llog.partition, "isolation": isolation}
-        return head, state.partition_offsets(group), _warnings(r)
+                "coordinator_partition": r.llog.partition}
+        offsets = state.partition_offsets(group)
+        committed = {"topic": [o.topic for o in offsets], "partition": [o.partition for o in offsets],
+                     "committed_offset": [o.committed.committed_offset if o.committed else None for o in offsets],
+                     "leader_epoch": [o.committed.leader_epoch if o.committed else -1 for o in offsets],
+                     "metadata": [o.committed.metadata if o.committed else None for o in offsets],
+                     "commit_timestamp": [o.committed.commit_timestamp if o.committed else None for o in offsets],
+                     "pending_transaction": [o.pending_transaction for o in offsets]}
+        found = (head, committed, _warnings(r), {})  # (the last: where its partitions' logs are, see _log_offsets)
+        if len(r.cache) >= MAX_CACHED_GROUPS:
+            r.cache.pop(next(iter(r.cache)))
+        r.cache[group] = (state.generation, r.fault_count, found)
+        return found
 
-    head, offsets, warnings = coordinators.with_group(group, read)
-    rows = [_offset_row(coordinators, o, isolation) for o in offsets]
-    return {**head, "offsets": rows, "warnings": warnings}
+    head, committed, warnings, places = coordinators.with_group(group, read)
+    starts, ends, stables, lags, out_of_ranges = [], [], [], [], []
+    for (topic, partition, offset), (start, leo) in zip(
+            zip(committed["topic"], committed["partition"], committed["committed_offset"]),
+            _log_offsets(coordinators.manager, committed, places)):
+        lso = lag = out_of_range = None
+        if leo is not None:
+            end = leo
+            if isolation == "read_committed":
+                end = lso = last_stable_offset(coordinators, topic, partition)
+            if offset is not None:
+                if offset > leo:
+                    out_of_range = "above_log_end"
+                else:
+                    if offset < start:
+                        out_of_range = "below_log_start"
+                    lag = max(end - offset, 0)
+        starts.append(start)
+        ends.append(leo)
+        stables.append(lso)
+        lags.append(lag)
+        out_of_ranges.append(out_of_range)
+    columns = {**committed, "log_start_offset": starts, "log_end_offset": ends, "last_stable_offset": stables,
+               "lag": lags, "out_of_range": out_of_ranges}
+    return {**head, "isolation": isolation, "offsets": columns, "warnings": warnings}
 
 
-def _offset_row(coordinators: Coordinators, o, isolation: str) -> dict:
-    c = o.committed
-    row = {"topic": o.topic, "partition": o.partition,
-           "committed_offset": c.committed_offset if c else None,
-           "leader_epoch": c.leader_epoch if c else -1,
-           "metadata": c.metadata if c else None,
-           "commit_timestamp": c.commit_timestamp if c else None,
-           "pending_transaction": o.pending_transaction,
-           "log_start_offset": None, "log_end_offset": None, "last_stable_offset": None, "lag": None,
-           "out_of_range": None}
-    try:
-        llog = coordinators.manager.get(o.topic, o.partition)
-        start, leo = llog.log_start_offset, llog.log_end_offset
-    except (UnknownPartition, InvalidArgument, Unavailable, OSError):
-        return row
-    row["log_start_offset"], row["log_end_offset"] = start, leo
-    end = leo
-    if isolation == "read_committed":
-        end = row["last_stable_offset"] = last_stable_offset(coordinators, o.topic, o.partition)
-    if c is None:
-        return row
-    if c.committed_offset > leo:
-        row["out_of_range"] = "above_log_end"
-    else:
-        if c.committed_offset < start:
-            row["out_of_range"] = "below_log_start"
-        row["lag"] = max(end - c.committed_offset, 0)
-    return row
+def _log_offsets(manager, committed: dict, kept: dict) -> list[tuple[int | None, int | None]]:
+    """(log start, log end offset) of each of the group's partitions, (None, None) where it is not in the
+    log dirs. Where each partition's log and active segment are is kept in `kept` (kept with the group's
+    committed columns until the group changes) while the manager's listing and each partition's
+    segments stay the same objects: then only each active segment's end is read."""
+    listing = manager.listing
+    if kept.get("listing") is not listing:
+        kept["listing"] = listing
+        kept["places"] = [None if llog is None else [llog, None, None, None] for llog in
+                          (listing.get(tp) for tp in zip(committed["topic"], committed["partition"]))]
+    out = []
+    for place in kept["places"]:
+        if place is None:
+            out.append((None, None))
+            continue
+        llog, bases, active, start = place
+        try:
+            if bases is not llog.base_offsets:
+                start, _ = llog.offset_range()
+                bases = llog.base_offsets
+                place[1:] = bases, (llog.segment(bases[-1]) if bases else None), start
+                active = place[2]
+            out.append((start, active.read_next_offset() if active is not None else start))
+        except (Unavailable, OSError):
+            place[1] = None
+            out.append((None, None))
+    return out
 
 
 def last_stable_offset(coordinators: Coordinators, topic: str, partition: int) -> int:

@@ -290,12 +290,14 @@ class GroupCoordinatorState:
         # producer id -> group -> key fields -> (record offset, value bytes) its COMMIT marker would commit
         self.pending: dict[int, dict[str, dict[bytes, tuple[int, bytes]]]] = {}
         self.open_transactions: dict[str, set[int]] = {}  # group -> producer ids with pending offsets
+        self.generation = 0  # counts the changes replayed: an answer made at one generation holds until the next
 
     # -------------------------------------------------------------- replay
 
     def replay(self, offset: int, producer_id: int, key: bytes | None, value: bytes | None) -> None:
         """One data record (GroupCoordinatorShard.replay). MessageError for bytes that do not decode,
         ReplayError for a record Kafka's replay refuses."""
+        self.generation += 1
         t, k = decode_key(key)
         version, v = decode_value(t, value)
         if t in OFFSET_COMMIT_TYPES:
@@ -313,6 +315,7 @@ class GroupCoordinatorState:
 
     def replay_marker(self, producer_id: int, commit: bool) -> None:
         """A COMMIT or ABORT marker (OffsetMetadataManager.replayEndTransactionMarker)."""
+        self.generation += 1
         pending = self.pending.pop(producer_id, None)
         if pending is None:
             return
@@ -332,6 +335,7 @@ class GroupCoordinatorState:
     def apply_commits(self, tombstoned: list[bytes], groups: list[bytes]) -> None:
         """What the C scan noted of a run of plain (no producer id) OffsetCommit records it applied to
         `commits`: the keys with a tombstone, and the groups with a value (their names' bytes)."""
+        self.generation += 1
         for g in groups:
             name = g.decode()
             if name not in self.groups:
@@ -343,6 +347,7 @@ class GroupCoordinatorState:
     def apply_transactional(self, producer_id: int, records: list[tuple[bytes, int, bytes | None]]) -> None:
         """A transactional batch of OffsetCommit records the C scan checked: (key fields, record offset,
         value bytes or None), replayed as `replay` does them."""
+        self.generation += 1
         for fields, offset, value in records:
             self._offset_commit(offset, producer_id, _group_of(fields), fields, value, value)
 
