@@ -115,8 +115,8 @@ class CacheDirectory:
         if st.st_mode & 0o077:
             os.fchmod(self.fd, 0o700)
             log.warning("remote.cache_dir %s was open to others (mode %04o): made it 0700%s", path,
-                        stat.S_IMODE(st.st_mode), ", and dropped its entries (anyone could have planted them)"
-                        if self.opened_to_others else "")
+                        stat.S_IMODE(st.st_mode), "; any entries in it are dropped (anyone could have planted "
+                        "them)" if self.opened_to_others else "")
         self.lock_fd = self._open_marker()
         self._fds.append(self.lock_fd)
 
