@@ -192,3 +192,20 @@ def test_processes_sharing_a_directory_keep_its_bound_together(tmp_path):
     assert 0 < peak[0] <= bound + 3 * entry, peak[0]  # at most one entry in flight per process
     final = _on_disk(d)
     assert final <= bound and DiskCache(str(d), bound).disk_bytes == final
+
+
+def test_the_daemon_refuses_such_a_cache_dir_in_one_line(tmp_path):
+    """`lookupd serve` with cache_dir set to a user's directory: one line, exit status 1, nothing touched."""
+    home, logs = tmp_path / "home", tmp_path / "logs"
+    home.mkdir()
+    logs.mkdir()
+    (home / "thesis.pdf").write_bytes(b"%PDF-1.7 years of work")
+    conf = tmp_path / "lookupd.toml"
+    conf.write_text(f'log_dirs = ["{logs}"]\nsocket = "{tmp_path}/s.sock"\n[remote]\nbucket = "b"\n'
+                    f'endpoint_url = "http://127.0.0.1:9"\ncache_dir = "{home}"\n')
+    r = subprocess.run([sys.executable, "-m", "lookupd", "serve", "--config", str(conf)], capture_output=True,
+                       text=True, timeout=30, env=dict(os.environ, PYTHONPATH=os.path.dirname(
+                           os.path.dirname(os.path.abspath(__file__)))))
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "holds files lookupd did not make (thesis.pdf)" in r.stderr
+    assert os.listdir(home) == ["thesis.pdf"] and (home / "thesis.pdf").read_bytes() == b"%PDF-1.7 years of work"
