@@ -330,6 +330,8 @@ class KafkaFS(Operations):
     def _subdirectories(self, node: tree.Node) -> int:
         """How many directories `node` holds (for st_nlink); ENOENT when it does not exist."""
         if isinstance(node, tree.GroupsDir):
+            if tree.CONSUMER_OFFSETS not in self.catalog.topics():
+                raise FuseOSError(errno.ENOENT)  # no group to show (or none this principal may see)
             return 0
         if isinstance(node, tree.Topic):
             return len(self._partitions_of(node.topic)) + 1  # and by-key/
@@ -353,7 +355,8 @@ class KafkaFS(Operations):
 
     def _listing(self, path: str, node: tree.Node) -> list[tuple[str, dict | None]]:
         if isinstance(node, tree.Root):
-            names = [n for n in self.catalog.topics() if n != tree.GROUPS] + [tree.GROUPS]
+            topics = self.catalog.topics()
+            names = [n for n in topics if n != tree.GROUPS] + ([tree.GROUPS] if tree.CONSUMER_OFFSETS in topics else [])
         elif isinstance(node, tree.GroupsDir):
             groups = self.daemon.call("groups")["groups"]
             return [(tree.group_file_name(g["group"]), self._attrs(stat.S_IFREG | 0o444)) for g in groups]

@@ -24,6 +24,7 @@
     /<topic>/by-key/<key>.jsonl         the same over all the topic's partitions, partition by partition
     /__groups/<group>.json              a consumer group's committed offsets, log end offsets and lag (the
                                         daemon's group_offsets), for each group in __consumer_offsets
+                                        (there when the daemon serves a partition of __consumer_offsets)
 
 `<base>` is the segment's base offset as 20 digits, as in the log dir. Navigation files
 start exactly at their offset: records before it in the batch that holds it are skipped
@@ -74,6 +75,7 @@ AT_TIME = "at-time"
 BY_KEY = "by-key"
 NAV_DIRS = (AT_OFFSET, AT_TIME, BY_KEY)
 GROUPS = "__groups"  # consumer groups, beside the topics (a topic of that name is hidden by it)
+CONSUMER_OFFSETS = "__consumer_offsets"  # where they are: __groups/ is there when a partition of it is
 KEY_BASE64 = "base64:"
 JSONL = ".jsonl"
 JSON = ".json"
