@@ -37,13 +37,11 @@ from common import Figure, ratio  # noqa: E402
 
 import msgpack  # noqa: E402
 
-from coordinator_writer import CoordinatorLog, Record, commit_key, commit_value, group_key, group_value  # noqa: E402
-from lookupd.format import _accel  # noqa: E402
+from coordinator_writer import (CoordinatorLog, Record, commit_key, commit_value, group_key, group_value,  # noqa: E402
+                                replayed)
 from lookupd.format.builder import build_batch  # noqa: E402
 from lookupd.format.columnar import ColumnBuilder  # noqa: E402
 from lookupd.format.internal.topics import partition_for  # noqa: E402
-from lookupd.log.coordinators import Coordinators  # noqa: E402
-from lookupd.log.logmanager import LogManager  # noqa: E402
 from lookupd.tools.writer import LogWriter  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -79,13 +77,7 @@ def write_offsets(root: str, batches: int, groups: int = 500, per_batch: int = 1
 
 def replay(root: str, python: bool = False) -> int:
     """A full replay of the partition from its files; returns the offset it reached."""
-    r = Coordinators(LogManager([root]), 1).replay("__consumer_offsets", 0)
-    with r.lock:
-        if python:
-            with _accel.python_only():
-                r.catch_up()
-        else:
-            r.catch_up()
+    r = replayed([root], python=python)
     assert not r.faults, r.faults
     return r.next_offset
 

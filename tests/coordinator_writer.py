@@ -12,10 +12,13 @@ import os
 import struct
 from typing import NamedTuple
 
+from lookupd.format import _accel
 from lookupd.format.batch import NO_PRODUCER_ID, Compression, parse_header, whole_frames
 from lookupd.format.builder import build_batch, build_control_batch
 from lookupd.format.records import control_record, decode_batch
+from lookupd.log.coordinators import Coordinators, GroupReplay
 from lookupd.log.locallog import list_segments
+from lookupd.log.logmanager import LogManager
 from lookupd.tools.writer import LogWriter
 
 
@@ -124,6 +127,19 @@ class CoordinatorLog:
 
     def close(self) -> None:
         self.writer.close()
+
+
+def replayed(log_dirs, partition: int = 0, *, python: bool = False, partitions: int = 1) -> GroupReplay:
+    """A full replay of `__consumer_offsets-<partition>` in the log dirs: the fast path, or (`python`) the
+    reference path alone."""
+    r = Coordinators(LogManager(list(log_dirs)), partitions).replay("__consumer_offsets", partition)
+    with r.lock:
+        if python:
+            with _accel.python_only():
+                r.catch_up()
+        else:
+            r.catch_up()
+    return r
 
 
 def read_batches(directory: str) -> list[tuple[bytes, object]]:

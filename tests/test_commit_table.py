@@ -9,16 +9,13 @@ import struct
 
 import pytest
 
-from coordinator_writer import CoordinatorLog, Record, commit_key, commit_value
+from coordinator_writer import CoordinatorLog, Record, commit_key, commit_value, replayed
 from lookupd.format import _accel
 from lookupd.format.internal.group_state import DictCommits, key_fields
-from lookupd.log.coordinators import Coordinators
-from lookupd.log.logmanager import LogManager
 
 pytestmark = pytest.mark.native
 
 
-@pytest.mark.skipif(_accel.CommitTable is None, reason="the C extension is not built")
 def test_the_c_table_answers_as_the_python_one():
     rnd = random.Random(5)
     c, p = _accel.CommitTable(), DictCommits()
@@ -51,12 +48,6 @@ def test_a_group_id_that_is_not_utf8_is_one_group_as_kafka_reads_it(tmp_path, py
         log.write([Record(key, commit_value(offset))])
     log.write([Record(commit_key("ok", "t", 0), commit_value(3))])
     log.close()
-    r = Coordinators(LogManager([tmp_path]), 1).replay("__consumer_offsets", 0)
-    with r.lock:
-        if python:
-            with _accel.python_only():
-                r.catch_up()
-        else:
-            r.catch_up()
+    r = replayed([tmp_path], python=python)
     assert {tp: o.committed_offset for tp, o in r.state.committed("g\ufffd").items()} == {("t", 0): 2}
     assert set(r.state.groups) == {"g\ufffd", "ok"}

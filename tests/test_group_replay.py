@@ -11,8 +11,7 @@ import sys
 import pytest
 
 import reference as R
-from coordinator_writer import CoordinatorLog, Record, commit_key, commit_value, group_key, group_value
-from lookupd.format import _accel
+from coordinator_writer import CoordinatorLog, Record, commit_key, commit_value, group_key, group_value, replayed
 from lookupd.format.batch import Compression
 from lookupd.format.builder import build_batch
 from lookupd.log.coordinators import Coordinators
@@ -24,15 +23,7 @@ PATHS = ["fast", "python"]
 
 
 def replay(log_dirs, partition, path, partitions=50):
-    c = Coordinators(LogManager(log_dirs), partitions)
-    r = c.replay("__consumer_offsets", partition)
-    with r.lock:
-        if path == "python":
-            with _accel.python_only():
-                r.catch_up()
-        else:
-            r.catch_up()
-    return r
+    return replayed(log_dirs, partition, python=path == "python", partitions=partitions)
 
 
 @pytest.mark.parametrize("path", PATHS)

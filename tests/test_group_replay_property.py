@@ -9,8 +9,8 @@ import shutil
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from coordinator_writer import Cleaner, CoordinatorLog, Record, commit_key, commit_value, group_key, group_value
-from lookupd.format import _accel
+from coordinator_writer import (Cleaner, CoordinatorLog, Record, commit_key, commit_value, group_key, group_value,
+                               replayed)
 from lookupd.format.batch import Compression
 from lookupd.log import coordinators as coordinators_module
 from lookupd.log.coordinators import Coordinators
@@ -57,14 +57,7 @@ def groups_of(state):
 
 
 def full(log_dir, python=False):
-    r = Coordinators(LogManager([log_dir]), 1).replay("__consumer_offsets", 0)
-    with r.lock:
-        if python:
-            with _accel.python_only():
-                r.catch_up()
-        else:
-            r.catch_up()
-    return r
+    return replayed([log_dir], python=python)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -9,9 +9,7 @@ kafka-dump-log does, rather than as an error.
 
 from __future__ import annotations
 
-import struct
-
-from .schema import MessageError, message
+from .schema import MessageError, message, read_prefixed
 
 SUBSCRIPTION = message("ConsumerProtocolSubscription", "0-3", "none", """
     topics           []string  0+
@@ -30,15 +28,13 @@ ASSIGNMENT = message("ConsumerProtocolAssignment", "0-3", "none", """
     userData            bytes  0+  null=0+ default=null
 """)
 
-_I16 = struct.Struct(">h")
 
 
 def _decode(msg, data: bytes | None) -> dict | bytes | None:
     if not data or len(data) < 2:
         return data
-    version = _I16.unpack_from(data)[0]
     try:
-        fields, _ = msg.read(data, version, 2)
+        version, fields = read_prefixed(msg, data, msg.name)
     except MessageError:
         return data
     return {"version": version, **fields}

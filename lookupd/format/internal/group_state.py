@@ -147,10 +147,45 @@ class ModernGroup:
     def remove_member(self, member_id: str) -> None:
         self.members.pop(member_id, None)
 
+    # What consumer and share groups replay alike (GroupMetadataManager's replay of their records).
+    epoch_tombstone_left = ""  # the end of the error of a group tombstone before its assignment epoch's
+
+    def check_deletable(self) -> None:
+        """A group tombstone needs the group empty, its target assignment and then its epoch gone first."""
+        gid = self.group_id
+        if self.members:
+            raise ReplayError(gid, f"Received a tombstone record to delete group {gid} but the group still has "
+                                   f"{len(self.members)} members.")
+        if self.target_assignment:
+            raise ReplayError(gid, f"Received a tombstone record to delete group {gid} but the target assignment "
+                                   f"still has {len(self.target_assignment)} members.")
+        if self.assignment_epoch != -1:
+            raise ReplayError(gid, f"Received a tombstone record to delete group {gid} but {self.epoch_tombstone_left}")
+
+    def replay_partition_metadata(self, v: dict | None) -> None:
+        self.topics = {} if v is None else {topic["topicId"]: topic["topicName"] for topic in v["topics"]}
+
+    def replay_target_epoch(self, v: dict | None) -> None:
+        if v is not None:
+            self.assignment_epoch = v["assignmentEpoch"]
+            return
+        if self.target_assignment:
+            raise ReplayError(self.group_id, f"Received a tombstone record to delete target assignment of "
+                                             f"{self.group_id} but the assignment still has "
+                                             f"{len(self.target_assignment)} members.")
+        self.assignment_epoch = -1
+
+    def replay_target_member(self, member_id: str, v: dict | None) -> None:
+        if v is None:
+            self.target_assignment.pop(member_id, None)
+        else:
+            self.target_assignment[member_id] = _assignment(v["topicPartitions"])
+
 
 class ConsumerGroup(ModernGroup):
     type = "consumer"
     protocol_type = "consumer"
+    epoch_tombstone_left = "did not receive ConsumerGroupTargetAssignmentMetadataValue tombstone."
 
     def __init__(self, group_id: str):
         super().__init__(group_id)
@@ -210,6 +245,7 @@ class ConsumerGroup(ModernGroup):
 class ShareGroup(ModernGroup):
     type = "share"
     protocol_type = "share"
+    epoch_tombstone_left = "target assignment epoch in invalid."
 
     @property
     def state(self) -> str:
@@ -408,21 +444,9 @@ class GroupCoordinatorState:
         if g is None:
             return
         if t == 3:  # ConsumerGroupMetadata
-            if v is not None:
-                g.group_epoch = v["epoch"]
-                return
-            if g.members:
-                raise ReplayError(group_id, f"Received a tombstone record to delete group {group_id} but the group "
-                                            f"still has {len(g.members)} members.")
-            if g.target_assignment:
-                raise ReplayError(group_id, f"Received a tombstone record to delete group {group_id} but the target "
-                                            f"assignment still has {len(g.target_assignment)} members.")
-            if g.assignment_epoch != -1:
-                raise ReplayError(group_id, f"Received a tombstone record to delete group {group_id} but did not "
-                                            f"receive ConsumerGroupTargetAssignmentMetadataValue tombstone.")
-            del self.groups[group_id]
+            self._group_epoch(g, v)
         elif t == 4:  # ConsumerGroupPartitionMetadata
-            g.topics = {} if v is None else {topic["topicId"]: topic["topicName"] for topic in v["topics"]}
+            g.replay_partition_metadata(v)
         elif t == 5:  # ConsumerGroupMemberMetadata
             if v is not None:
                 g.update_member({**g.member(member_id, True), **v})
@@ -438,18 +462,9 @@ class GroupCoordinatorState:
                                             f"receive ConsumerGroupTargetAssignmentMetadataValue tombstone.")
             g.remove_member(member_id)
         elif t == 6:  # ConsumerGroupTargetAssignmentMetadata
-            if v is not None:
-                g.assignment_epoch = v["assignmentEpoch"]
-                return
-            if g.target_assignment:
-                raise ReplayError(group_id, f"Received a tombstone record to delete target assignment of {group_id} "
-                                            f"but the assignment still has {len(g.target_assignment)} members.")
-            g.assignment_epoch = -1
+            g.replay_target_epoch(v)
         elif t == 7:  # ConsumerGroupTargetAssignmentMember
-            if v is None:
-                g.target_assignment.pop(member_id, None)
-            else:
-                g.target_assignment[member_id] = _assignment(v["topicPartitions"])
+            g.replay_target_member(member_id, v)
         else:  # 8, ConsumerGroupCurrentMemberAssignment
             if v is not None:
                 g.update_member({**g.member(member_id, True), "memberEpoch": v["memberEpoch"],
@@ -461,26 +476,22 @@ class GroupCoordinatorState:
                                  "previousMemberEpoch": LEAVE_GROUP_MEMBER_EPOCH, "assignedPartitions": {},
                                  "partitionsPendingRevocation": {}})
 
+    def _group_epoch(self, g: ModernGroup, v: dict | None) -> None:
+        """A consumer or share group's metadata record: its epoch, or (a tombstone) its deletion."""
+        if v is not None:
+            g.group_epoch = v["epoch"]
+            return
+        g.check_deletable()
+        del self.groups[g.group_id]
+
     def _share_group(self, t: int, group_id: str, member_id: str | None, v: dict | None) -> None:
         # Share groups: only a member metadata or group metadata value creates one; anything else for a
         # missing group fails Kafka's load.
         g = self._modern(ShareGroup, group_id, v is not None and t in (10, 11), tombstone_ok=False)
         if t == 11:  # ShareGroupMetadata
-            if v is not None:
-                g.group_epoch = v["epoch"]
-                return
-            if g.members:
-                raise ReplayError(group_id, f"Received a tombstone record to delete group {group_id} but the group "
-                                            f"still has {len(g.members)} members.")
-            if g.target_assignment:
-                raise ReplayError(group_id, f"Received a tombstone record to delete group {group_id} but the target "
-                                            f"assignment still has {len(g.target_assignment)} members.")
-            if g.assignment_epoch != -1:
-                raise ReplayError(group_id, f"Received a tombstone record to delete group {group_id} but target "
-                                            f"assignment epoch in invalid.")
-            del self.groups[group_id]
+            self._group_epoch(g, v)
         elif t == 9:  # ShareGroupPartitionMetadata
-            g.topics = {} if v is None else {topic["topicId"]: topic["topicName"] for topic in v["topics"]}
+            g.replay_partition_metadata(v)
         elif t == 10:  # ShareGroupMemberMetadata
             if v is not None:
                 g.update_member({**g.member(member_id, True), **v})
@@ -494,18 +505,9 @@ class GroupCoordinatorState:
                                             f"exists in target assignment.")
             g.remove_member(member_id)
         elif t == 12:  # ShareGroupTargetAssignmentMetadata
-            if v is not None:
-                g.assignment_epoch = v["assignmentEpoch"]
-                return
-            if g.target_assignment:
-                raise ReplayError(group_id, f"Received a tombstone record to delete target assignment of {group_id} "
-                                            f"but the assignment still has {len(g.target_assignment)} members.")
-            g.assignment_epoch = -1
+            g.replay_target_epoch(v)
         elif t == 13:  # ShareGroupTargetAssignmentMember
-            if v is None:
-                g.target_assignment.pop(member_id, None)
-            else:
-                g.target_assignment[member_id] = _assignment(v["topicPartitions"])
+            g.replay_target_member(member_id, v)
         else:  # 14, ShareGroupCurrentMemberAssignment
             old = g.member(member_id, False)
             if v is not None:

@@ -19,7 +19,7 @@ import struct
 from typing import NamedTuple
 
 from .consumer_protocol import decode_assignment, decode_subscription
-from .schema import Message, MessageError, UnknownRecordType, common, message
+from .schema import Message, MessageError, UnknownRecordType, common, message, read_prefixed
 
 OFFSET_COMMIT_KEY = message("OffsetCommitKey", "0-1", "none", """
     group       string  0-1
@@ -67,9 +67,19 @@ _TOPIC_METADATA = """
         racks      []string  0+
 """
 
-CONSUMER_GROUP_METADATA_VALUE = message("ConsumerGroupMetadataValue", "0", "0+", """
+_EPOCH = """
     epoch  int32  0+
-""")
+"""
+_ASSIGNMENT_EPOCH = """
+    assignmentEpoch  int32  0+
+"""
+_TARGET_MEMBER = """
+    topicPartitions  []TopicPartition 0+
+      topicId     uuid     0+
+      partitions  []int32  0+
+"""
+
+CONSUMER_GROUP_METADATA_VALUE = message("ConsumerGroupMetadataValue", "0", "0+", _EPOCH)
 
 CONSUMER_GROUP_PARTITION_METADATA_VALUE = message("ConsumerGroupPartitionMetadataValue", "0", "0+", _TOPIC_METADATA)
 
@@ -89,15 +99,11 @@ CONSUMER_GROUP_MEMBER_METADATA_VALUE = message("ConsumerGroupMemberMetadataValue
         metadata  bytes   0+
 """)
 
-CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_VALUE = message("ConsumerGroupTargetAssignmentMetadataValue", "0", "0+", """
-    assignmentEpoch  int32  0+
-""")
+CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_VALUE = message("ConsumerGroupTargetAssignmentMetadataValue", "0", "0+",
+                                                          _ASSIGNMENT_EPOCH)
 
-CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_VALUE = message("ConsumerGroupTargetAssignmentMemberValue", "0", "0+", """
-    topicPartitions  []TopicPartition 0+
-      topicId     uuid     0+
-      partitions  []int32  0+
-""")
+CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_VALUE = message("ConsumerGroupTargetAssignmentMemberValue", "0", "0+",
+                                                        _TARGET_MEMBER)
 
 CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_VALUE = message("ConsumerGroupCurrentMemberAssignmentValue", "0", "0+", """
     memberEpoch                  int32  0+
@@ -116,19 +122,12 @@ SHARE_GROUP_MEMBER_METADATA_VALUE = message("ShareGroupMemberMetadataValue", "0"
     subscribedTopicNames  []string  0+
 """)
 
-SHARE_GROUP_METADATA_VALUE = message("ShareGroupMetadataValue", "0", "0+", """
-    epoch  int32  0+
-""")
+SHARE_GROUP_METADATA_VALUE = message("ShareGroupMetadataValue", "0", "0+", _EPOCH)
 
-SHARE_GROUP_TARGET_ASSIGNMENT_METADATA_VALUE = message("ShareGroupTargetAssignmentMetadataValue", "0", "0+", """
-    assignmentEpoch  int32  0+
-""")
+SHARE_GROUP_TARGET_ASSIGNMENT_METADATA_VALUE = message("ShareGroupTargetAssignmentMetadataValue", "0", "0+",
+                                                       _ASSIGNMENT_EPOCH)
 
-SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER_VALUE = message("ShareGroupTargetAssignmentMemberValue", "0", "0+", """
-    topicPartitions  []TopicPartition 0+
-      topicId     uuid     0+
-      partitions  []int32  0+
-""")
+SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER_VALUE = message("ShareGroupTargetAssignmentMemberValue", "0", "0+", _TARGET_MEMBER)
 
 SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT_VALUE = message("ShareGroupCurrentMemberAssignmentValue", "0", "0+", """
     memberEpoch          int32  0+
@@ -230,15 +229,7 @@ def decode_value(t: int, value: bytes | None) -> tuple[int | None, dict | None]:
     """(value version, value fields) of a record of type `t`; (None, None) for a tombstone."""
     if value is None:
         return None, None
-    rt = RECORD_TYPES[t]
-    if len(value) < 2:
-        raise MessageError(f"{rt.name} value is {len(value)} bytes, too short for its version")
-    version = _I16.unpack_from(value)[0]
-    try:
-        fields, _ = rt.value.read(value, version, 2)
-    except MessageError as e:
-        raise type(e)(f"{rt.name} value: {e}") from None
-    return version, fields
+    return read_prefixed(RECORD_TYPES[t].value, value, "value")
 
 
 def decode(key: bytes | None, value: bytes | None) -> GroupRecord:

@@ -15,7 +15,11 @@ _TOPIC_ID_PARTITION = common("TopicIdPartitionEntry", """
     id         uuid    0+
     partition  int32   0+
 """)
-_COMMON = {"TopicIdPartitionEntry": _TOPIC_ID_PARTITION}
+_SEGMENT_ID = common("RemoteLogSegmentIdEntry", """
+    topicIdPartition  TopicIdPartitionEntry 0+
+    id                uuid  0+
+""", {"TopicIdPartitionEntry": _TOPIC_ID_PARTITION})
+_COMMON = {"TopicIdPartitionEntry": _TOPIC_ID_PARTITION, "RemoteLogSegmentIdEntry": _SEGMENT_ID}
 _LEADER_EPOCHS = """
     segmentLeaderEpochs  []SegmentLeaderEpochEntry 0+
       leaderEpoch  int32  0+
@@ -25,8 +29,6 @@ _LEADER_EPOCHS = """
 REMOTE_LOG_METADATA_RECORDS: dict[int, Message] = {
     0: message("RemoteLogSegmentMetadataRecord", "0", "0+", """
     remoteLogSegmentId  RemoteLogSegmentIdEntry 0+
-      topicIdPartition  TopicIdPartitionEntry 0+
-      id                uuid  0+
     startOffset         int64  0+
     endOffset           int64  0+
     brokerId            int32  0+
@@ -39,8 +41,6 @@ REMOTE_LOG_METADATA_RECORDS: dict[int, Message] = {
 """, _COMMON),
     1: message("RemoteLogSegmentMetadataUpdateRecord", "0", "0+", """
     remoteLogSegmentId     RemoteLogSegmentIdEntry 0+
-      topicIdPartition  TopicIdPartitionEntry 0+
-      id                uuid  0+
     brokerId               int32  0+
     eventTimestampMs       int64  0+
     customMetadata         bytes  0+  null=0+ default=null

@@ -393,6 +393,22 @@ def message(name: str, valid: str, flexible: str, table: str, common: dict[str, 
     return Message(name, parse_versions(valid), parse_versions(flexible), parse_table(name, table, common))
 
 
-def common(name: str, table: str) -> Struct:
-    """A struct shared by several fields of a message (Kafka's commonStructs)."""
-    return parse_table(name, table)
+def common(name: str, table: str, structs: dict[str, Struct] | None = None) -> Struct:
+    """A struct shared by several fields or messages (Kafka's commonStructs); `structs`: others it uses."""
+    return parse_table(name, table, structs)
+
+
+_VERSION = struct.Struct(">h")
+
+
+def read_prefixed(msg: Message, data: bytes | None, what: str) -> tuple[int, dict]:
+    """A message after its int16 version (MessageUtil.toVersionPrefixedBytes): (version, fields); `what`
+    names it in errors (the caller has ruled out null)."""
+    if len(data) < 2:
+        raise MessageError(f"the {what} is {len(data)} bytes, too short for its version")
+    version = _VERSION.unpack_from(data)[0]
+    try:
+        fields, _ = msg.read(data, version, 2)
+    except MessageError as e:
+        raise type(e)(f"{msg.name}: {e}") from None
+    return version, fields

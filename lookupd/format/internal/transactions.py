@@ -11,10 +11,9 @@ value replaces its id's metadata and a tombstone removes the id.
 
 from __future__ import annotations
 
-import struct
 from typing import NamedTuple
 
-from .schema import MessageError, message
+from .schema import MessageError, message, read_prefixed
 
 TRANSACTION_LOG_KEY = message("TransactionLogKey", "0", "none", """
     transactionalId  string  0
@@ -39,7 +38,6 @@ TRANSACTION_LOG_VALUE = message("TransactionLogValue", "0-1", "1+", """
 STATES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort", "Dead",
           "PrepareEpochFence")
 OPEN_STATES = frozenset(("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence"))
-_I16 = struct.Struct(">h")
 
 
 class TransactionMetadata(NamedTuple):
@@ -71,28 +69,14 @@ def decode_key(key: bytes | None) -> tuple[int, dict]:
     """(key version, {transactionalId})."""
     if key is None:
         raise MessageError("the record has no key (every __transaction_state record has one)")
-    if len(key) < 2:
-        raise MessageError(f"the key is {len(key)} bytes, too short for its version")
-    version = _I16.unpack_from(key)[0]
-    try:
-        fields, _ = TRANSACTION_LOG_KEY.read(key, version, 2)
-    except MessageError as e:
-        raise type(e)(f"TransactionLogKey: {e}") from None
-    return version, fields
+    return read_prefixed(TRANSACTION_LOG_KEY, key, "key")
 
 
 def decode_value(value: bytes | None) -> tuple[int | None, dict | None]:
     """(value version, fields), (None, None) for a tombstone."""
     if value is None:
         return None, None
-    if len(value) < 2:
-        raise MessageError(f"the value is {len(value)} bytes, too short for its version")
-    version = _I16.unpack_from(value)[0]
-    try:
-        fields, _ = TRANSACTION_LOG_VALUE.read(value, version, 2)
-    except MessageError as e:
-        raise type(e)(f"TransactionLogValue: {e}") from None
-    return version, fields
+    return read_prefixed(TRANSACTION_LOG_VALUE, value, "value")
 
 
 def metadata(transactional_id: str, value: dict) -> TransactionMetadata:
