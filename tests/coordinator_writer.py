@@ -27,7 +27,8 @@ def _s(text: str) -> bytes:
     return struct.pack(">h", len(b)) + b
 
 
-def _uvarint(n: int) -> bytes:
+def uvarint(n: int) -> bytes:
+    """An unsigned varint (the length prefixes of flexible versions)."""
     out = bytearray()
     while n >= 0x80:
         out.append(n & 0x7F | 0x80)
@@ -48,7 +49,7 @@ def commit_value(offset: int, metadata: str = "", timestamp: int = 0, leader_epo
         out += struct.pack(">i", leader_epoch)
     if version == 4:
         m = metadata.encode()
-        return out + _uvarint(len(m) + 1) + m + struct.pack(">q", timestamp) + b"\x00"
+        return out + uvarint(len(m) + 1) + m + struct.pack(">q", timestamp) + b"\x00"
     out += _s(metadata) + struct.pack(">q", timestamp)
     if version == 1:
         out += struct.pack(">q", expire)

@@ -9,6 +9,7 @@ import struct
 import pytest
 
 import reference as R
+from coordinator_writer import uvarint
 from lookupd.format.internal import consumer_protocol, groups, metadata, remote, transactions
 from lookupd.format.internal.schema import MessageError, UnknownRecordType, UnsupportedVersion, message
 from lookupd.format.internal.topics import decode_record, java_hash, partition_for
@@ -169,15 +170,6 @@ T = message("T", "0-2", "1+", """
     more    Opt       2+  null=2+ tag=1@2+ default=null
       z       int16   2+
 """)
-
-
-def uvarint(n):
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def test_flexible_versions_read_compact_types_and_tagged_fields():
