@@ -111,3 +111,9 @@ def test_help_lists_the_methods_and_no_method_is_one_line():
 
 def test_the_clients_method_table_is_the_daemons():
     assert PARAMS == {name: m.params for name, m in METHODS.items()}
+
+
+def test_a_numeric_group_id_stays_a_group():
+    from lookupd.tools.query import parse_params
+
+    assert parse_params("group_offsets", ["2024", "read_committed"], print) == ["2024", "read_committed"]
