@@ -38,10 +38,10 @@ BINDIR      ?= /usr/local/bin
 
 all: venv
 
-# Every C source and header (the extensions pyproject.toml lists): a change to any of them rebuilds.
+# Every C source and header (the extensions setup.py lists): a change to any of them rebuilds.
 C_SOURCES := $(wildcard lookupd/*/*.c lookupd/*/*.h fusefs/*.c fusefs/*.h)
 
-$(STAMP): pyproject.toml $(C_SOURCES)
+$(STAMP): pyproject.toml setup.py $(C_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet -e .
