@@ -15,6 +15,7 @@ from typing import Callable, Iterator
 from ..format.batch import compute_crc, parse_header
 from ..errors import CorruptDataError, LookupdError
 from ..log.locallog import list_segments
+from ..log.logdirs import log_dirs_below, names
 from ..format.names import INDEX_SUFFIX, LOG_SUFFIX, SEGMENT_SUFFIXES, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, \
     parse_partition_dir, parse_segment_file, segment_file_name
 from .progress import Progress
@@ -37,8 +38,10 @@ def expand(paths: list[str]) -> list[str]:
             dirs = [path] if parse_partition_dir(name) else sorted(
                 e.path for e in os.scandir(path) if e.is_dir() and parse_partition_dir(e.name))
             if not dirs:
+                below = log_dirs_below(path)
+                hint = f"; the log dir{'s' if len(below) > 1 else ''} in it: {names(below)}" if below else ""
                 raise LookupdError(f"{path} is neither a partition directory nor a log dir holding partition "
-                                   f"directories (named <topic>-<partition>)")
+                                   f"directories (named <topic>-<partition>){hint}")
             for d in dirs:
                 for base in list_segments(d):
                     for suffix in SEGMENT_SUFFIXES:
