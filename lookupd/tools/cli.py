@@ -54,6 +54,13 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="check every index entry against the log without printing the entries")
     d.add_argument("--json", action="store_true", help="one JSON object per line instead of text")
     d.add_argument("--max-bytes", type=int, default=None, metavar="N", help="stop reading a .log after N bytes")
+    d.add_argument("--offsets", metavar="A..B", default=None,
+                   help="only batches, records and index entries with offsets from A to B, both included "
+                        "(A.. or ..B: open-ended; N: offset N)")
+    d.add_argument("--times", metavar="T1..T2", default=None,
+                   help=f"only batches whose max timestamp, and records whose timestamp, is from T1 to T2, both "
+                        f"included (either end may be left out); times as `query` takes them: {GRAMMAR} "
+                        f"(--times=-1h.. or --times -1h..)")
     d.add_argument("--config", metavar="FILE", default=None,
                    help="TOML config whose [remote] table reads s3://BUCKET/KEY segments (see README)")
     d.set_defaults(run="lookupd.tools.dump:run")
@@ -115,7 +122,9 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _times_before_now(argv: list[str]) -> list[str]:
-    """`-1h` after `query` as `now-1h`: argparse would take a dash-led argument for an option."""
+    """`-1h` after `query`, and `--times -1h..`, as `now-1h`: argparse would take a dash-led argument for an
+    option."""
+    argv = [f"now{a}" if i and argv[i - 1] == "--times" and a.startswith("-") else a for i, a in enumerate(argv)]
     if "query" not in argv:
         return argv
     at = argv.index("query")
