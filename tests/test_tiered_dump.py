@@ -71,3 +71,17 @@ def test_a_bad_remote_url_is_a_clear_error(tiered):
     missing = t.uploaded[0].log_key.replace(t.uploaded[0].log_key[-26:-4], "A" * 22)
     rc, out, err = _dump("--config", conf, f"s3://{t.config.bucket}/{missing}")
     assert rc != 0 and "no such object" in err and "Traceback" not in err
+
+
+def test_verify_checks_tiered_segments_as_local_ones(tiered):
+    """Issue 44: `lookupd verify s3://...` with --config: batches, offsets and indexes of each segment named."""
+    t, conf = tiered
+    urls = [f"s3://{t.config.bucket}/{u.log_key}" for u in t.uploaded] + \
+        [f"s3://{t.config.bucket}/{t.uploaded[0].indexes_key}"]  # the same segment as its .log: counted once
+    r = subprocess.run([sys.executable, "-m", "lookupd", "verify", "--config", conf, *urls], capture_output=True,
+                       text=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO), timeout=120)
+    assert (r.returncode, r.stdout) == (0, f"{len(t.uploaded)} segments, 0 problems\n"), r.stderr
+    missing = t.uploaded[0].log_key.replace(t.uploaded[0].log_key[-26:-4], "A" * 22)
+    r = subprocess.run([sys.executable, "-m", "lookupd", "verify", "--config", conf, f"s3://{t.config.bucket}/{missing}"],
+                       capture_output=True, text=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO), timeout=120)
+    assert r.returncode == 1 and "no such object" in r.stdout and r.stdout.endswith("0 segments, 1 problem\n"), r

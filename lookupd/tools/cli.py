@@ -1,4 +1,4 @@
-"""The `lookupd` command: dump, demo-data, recover, restore, serve, query.
+"""The `lookupd` command: dump, verify, demo-data, recover, restore, serve, query.
 
 Each subcommand's code is imported only when it runs, so `lookupd query` starts fast.
 Errors end with one line naming what was wrong, never a traceback (`-v` shows more).
@@ -64,6 +64,14 @@ def _build_parser() -> argparse.ArgumentParser:
     d.add_argument("--config", metavar="FILE", default=None,
                    help="TOML config whose [remote] table reads s3://BUCKET/KEY segments (see README)")
     d.set_defaults(run="lookupd.tools.dump:run")
+
+    v = command("verify", help="check segments as Kafka's recovery does: batches, offsets, indexes, .txnindex")
+    v.add_argument("paths", nargs="+", metavar="PATH",
+                   help="segment files, partition dirs, log dirs, or tiered segments s3://BUCKET/KEY (.log or .indexes)")
+    v.add_argument("--json", action="store_true", help="one JSON object per problem, then the summary")
+    v.add_argument("--config", metavar="FILE", default=None,
+                   help="TOML config whose [remote] table reads s3://BUCKET/KEY segments (see README)")
+    v.set_defaults(run="lookupd.tools.verifypaths:run")
 
     g = command("demo-data", help="write a sample Kafka log dir (several topics, codecs, transactions)")
     g.add_argument("dir", metavar="DIR")

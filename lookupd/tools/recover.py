@@ -21,10 +21,9 @@ from ..log.locallog import list_segments
 from ..format.names import INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, parse_partition_dir, segment_file_name
 from .producerstate import TransactionTracker
 from .progress import Progress
-from ..format.records import control_record, decode_batch
 from ..log.segment import LogSegment
 from .durable import sync_dir, write_atomically
-from .verify import index_problems, scan_segment
+from .verify import offset_problems, rebuild_reasons, scan_segment
 from .writer import DEFAULT_INDEX_INTERVAL_BYTES, IndexBuilder, encode_aborted_txn
 
 log = logging.getLogger(__name__)
@@ -51,6 +50,7 @@ def recover_partition(directory: str, *, index_interval_bytes: int = DEFAULT_IND
     bases = list_segments(directory)
     tracker = TransactionTracker()
     reports = []
+    previous_last = None  # the last offset of the segment before (its batches must come after it)
     for i, base in enumerate(bases):
         seg = LogSegment(directory, base, live=i == len(bases) - 1)
         try:
@@ -58,11 +58,7 @@ def recover_partition(directory: str, *, index_interval_bytes: int = DEFAULT_IND
             aborted = []
 
             def on_batch(header, data):
-                marker = None
-                if header.is_control:
-                    recs = decode_batch(header, data, path=seg.log.path)
-                    marker = control_record(recs[0]).type if recs else None
-                txn = tracker.observe(header, marker)
+                txn = tracker.observe_batch(header, data, seg.log.path)
                 if txn is not None:
                     aborted.append(txn)
                 builder.append(header.last_offset, header.max_timestamp, header.last_offset, header.position, header.size)
@@ -70,13 +66,15 @@ def recover_partition(directory: str, *, index_interval_bytes: int = DEFAULT_IND
                     progress.advance(header.size)
 
             scan = scan_segment(seg, check_crc=not seg.live, on_batch=on_batch)
+            unfixable = scan.problems + offset_problems(seg, scan, previous_last)  # the .log's own: reported, not mended
+            previous_last = int(scan.last_offsets[-1]) if len(scan.last_offsets) else previous_last
             if seg.live:
                 reports.append(SegmentReport(base, "active", "the broker's active segment is left alone"))
                 continue
-            problems = _missing(seg, len(aborted)) or index_problems(seg, scan)
+            problems = rebuild_reasons(seg, scan, aborted)
             reason = "rebuilding every rolled segment (--all)" if rebuild_all else "; ".join(problems)
             report = SegmentReport(base, "ok", reason, invalid_bytes=seg.size() - scan.valid_bytes,
-                                   problems=scan.problems)
+                                   problems=unfixable)
             reports.append(report)
             for p in scan.problems:
                 log.warning("%s; recovery stops there (%d bytes after it are not indexed)", p, report.invalid_bytes)
@@ -100,17 +98,6 @@ def recover_partition(directory: str, *, index_interval_bytes: int = DEFAULT_IND
         finally:
             seg.close()
     return reports
-
-
-def _missing(seg: LogSegment, aborted: int) -> list[str]:
-    """The index files the segment should have and has not: a `.txnindex` only where aborted transactions
-    end in the segment (Kafka creates it with its first entry)."""
-    out = [f"{os.path.basename(p)} is missing" for p in (seg.offset_index.path, seg.time_index.path)
-           if not os.path.exists(p)]
-    txn_path = seg.log.path[:-len(".log")] + TXN_INDEX_SUFFIX
-    if aborted and not os.path.exists(txn_path):
-        out.append(f"{os.path.basename(txn_path)} is missing ({aborted} aborted transactions end in this segment)")
-    return out
 
 
 def partition_dirs(path: str) -> list[str]:
