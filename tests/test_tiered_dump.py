@@ -11,7 +11,7 @@ import pytest
 import reference as R
 from s3server import s3_server  # noqa: F401 - fixture
 from tiered_helpers import tier_partition
-from tiered_writer import Options, TestKey
+from lookupd.tools.tieredwriter import Options, WrappingKey
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -26,7 +26,7 @@ def _dump(*args) -> tuple[int, list[str], str]:
 def tiered(s3_server, tmp_path_factory):  # noqa: F811
     R.require()
     tmp = tmp_path_factory.mktemp("dump")
-    key = TestKey.create(tmp)
+    key = WrappingKey.create(tmp)
     t = tier_partition(tmp, R.log_dir("txn-0"), s3_server, cut=2, opts=Options(compression=True, encryption=key))
     conf = tmp / "c.toml"
     conf.write_text(f'[remote]\nbucket = "{t.config.bucket}"\nendpoint_url = "{t.config.endpoint_url}"\n'
