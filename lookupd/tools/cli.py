@@ -33,8 +33,25 @@ def _verbose(parser: argparse.ArgumentParser, default: object) -> None:
     parser.add_argument("-v", "--verbose", action="count", default=default, help="more logging (-vv for debug)")
 
 
+class _Version(argparse.Action):
+    """--version: the installed package's version (pyproject.toml's), looked up only when asked."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, **kw):
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"lookupd {version('kafka-lookupd')}")
+        except PackageNotFoundError:
+            parser.exit(1, "lookupd: the kafka-lookupd package is not installed (pip install .): no version\n")
+        parser.exit()
+
+
 def _build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lookupd", description="Read-only lookups over Kafka log directories.")
+    p.add_argument("--version", action=_Version)
     _verbose(p, 0)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     # -v after the subcommand too (each subcommand's own -v, not set unless given, then counts from there)
