@@ -115,6 +115,19 @@ def test_sdist_and_wheels_with_and_without_a_compiler(tmp_path):
     assert answers["native"] == answers["pure"] and answers["native"].count('"type":"record"') == 201
 
 
+def test_the_editable_install_make_run_does_prints_no_warning(tmp_path):
+    """`make run`'s `pip install --quiet -e .`: setuptools' experimental ext-modules warning came three times."""
+    src = _source_tree(str(tmp_path / "src"))
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "v")], check=True)
+    environ = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    r = subprocess.run([sys.executable, "-m", "pip", "--python", str(tmp_path / "v" / "bin" / "python"), "install",
+                        "--quiet", "--no-deps", "-e", src], capture_output=True, text=True, timeout=900, env=environ)
+    assert r.returncode == 0, r.stderr
+    lines = [line for line in (r.stdout + r.stderr).splitlines() if line.strip() and not FOREIGN.match(line)]
+    assert not lines, lines
+    assert any(n.startswith("_native") for n in os.listdir(os.path.join(src, "lookupd", "log")) if n.endswith(".so"))
+
+
 def test_the_version_is_written_once():
     with open(os.path.join(REPO, "CHANGELOG.md")) as f:
         headings = re.findall(r"^## (\S+)", f.read(), re.M)
