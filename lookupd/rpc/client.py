@@ -218,6 +218,7 @@ class Client(_Methods):
         self._write_lock = threading.Lock()
         self._pending: dict[int, Future] = {}
         self._closed: LookupdError | None = None
+        self._closing = False
         self._reader = threading.Thread(target=self._read_loop, name=f"lookupd-client {self.address}", daemon=True)
         self._reader.start()
         if token is not None:
@@ -230,6 +231,7 @@ class Client(_Methods):
         self.close()
 
     def close(self) -> None:
+        self._closing = True  # the reader's end is ours, not the daemon's: nothing to find out about the port
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -303,7 +305,8 @@ class Client(_Methods):
                 failure = _unreachable(self.address, err, self._tls)
         if failure is None:
             # Closed with calls waiting and not a word said: on a plain TCP address, maybe the TLS port.
-            failure = _closed_before_answering(self.address, self.timeout) if self._pending and not heard else \
+            failure = _closed_before_answering(self.address, self.timeout) \
+                if self._pending and not heard and not self._closing else \
                 Unavailable(f"lookupd at {self.address} closed the connection")
         with self._write_lock:
             self._closed = failure
