@@ -59,6 +59,8 @@ class Verifier:
         replayed = True  # whether every batch before this segment was read (the .txnindex check needs it)
         found: list[Problem] = []
         for i, base in enumerate(bases):
+            if wanted is not None and base > max(wanted):
+                break
             checked = wanted is None or base in wanted
             seg = LogSegment(directory, base, live=i == len(bases) - 1)
             try:
@@ -78,7 +80,8 @@ class Verifier:
                 replayed = replayed and not scan.problems
                 previous_last = int(scan.last_offsets[-1]) if len(scan.last_offsets) else previous_last
             except (CorruptDataError, OSError) as err:  # a control record that cannot be read, a vanished file
-                found.append(Problem(seg.log.path, "read", _reason(err, seg.log.path)))
+                if checked:
+                    found.append(Problem(seg.log.path, "read", _reason(err, seg.log.path)))
                 replayed = False
             finally:
                 seg.close()
