@@ -114,7 +114,7 @@ PURE_PYTHON_TESTS := tests/test_records.py tests/test_compression.py tests/test_
 	tests/test_index.py tests/test_locallog.py tests/test_truncation.py tests/test_replaced_segments.py \
 	tests/test_preallocated.py tests/test_shrinking_index.py tests/test_corrupt_answers.py tests/test_conformance.py \
 	tests/test_server.py tests/test_service.py tests/test_rpc.py tests/test_daemon_hostile.py tests/test_reactor.py \
-	tests/test_daemon_faults.py
+	tests/test_daemon_faults.py tests/test_recover_verify.py
 
 test: venv system-deps node-deps reference-corpus
 	$(PY) -m pytest -q

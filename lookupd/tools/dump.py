@@ -24,7 +24,20 @@ from ..format.render import batch_json, batch_line, record_json, record_line, re
 from ..log.segment import LogSegment
 from .remotedump import RemoteSegments, is_remote, remote_segments, split_url
 from .dumpfilter import DumpFilter
-from .verify import SegmentScan, index_problems, scan_segment
+from .verify import SegmentCheck, check_partition, check_segment
+
+
+def partition_dirs_in(path: str) -> list[str]:
+    """The partition directories a directory argument names: itself, or those in the log dir it is."""
+    name = os.path.basename(os.path.normpath(path))
+    dirs = [path] if parse_partition_dir(name) else sorted(
+        e.path for e in os.scandir(path) if e.is_dir() and parse_partition_dir(e.name))
+    if not dirs:
+        below = log_dirs_below(path)
+        hint = f"; the log dir{'s' if len(below) > 1 else ''} in it: {names(below)}" if below else ""
+        raise LookupdError(f"{path} is neither a partition directory nor a log dir holding partition "
+                           f"directories (named <topic>-<partition>){hint}")
+    return dirs
 
 
 def expand(paths: list[str]) -> list[str]:
@@ -35,15 +48,7 @@ def expand(paths: list[str]) -> list[str]:
             split_url(path)  # InvalidArgument now, before anything is dumped
             out.append(path)
         elif os.path.isdir(path):
-            name = os.path.basename(os.path.normpath(path))
-            dirs = [path] if parse_partition_dir(name) else sorted(
-                e.path for e in os.scandir(path) if e.is_dir() and parse_partition_dir(e.name))
-            if not dirs:
-                below = log_dirs_below(path)
-                hint = f"; the log dir{'s' if len(below) > 1 else ''} in it: {names(below)}" if below else ""
-                raise LookupdError(f"{path} is neither a partition directory nor a log dir holding partition "
-                                   f"directories (named <topic>-<partition>){hint}")
-            for d in dirs:
+            for d in partition_dirs_in(path):
                 for base in list_segments(d):
                     for suffix in SEGMENT_SUFFIXES:
                         f = os.path.join(d, segment_file_name(base, suffix))
@@ -70,7 +75,11 @@ class Dumper:
         self.out = out if out is not None else sys.stdout
         self.progress = progress
         self.failed = False
-        self._scans: dict[str, SegmentScan] = {}
+        # --verify-index-only: each segment's problems, by `.log` path, then by file they belong to; the
+        # partitions named as directories are judged whole (as recover judges them, transactions replayed),
+        # a segment file named alone with its own segment.
+        self._problems: dict[str, dict[str, list[str]]] = {}
+        self._replayed: dict[str, Iterator[SegmentCheck]] = {}  # partition dir -> its checks, in offset order
 
     def emit(self, text: str | None, obj: dict | None) -> None:
         if self.args.json:
@@ -131,8 +140,35 @@ class Dumper:
         finally:
             seg.close()
 
+    def replay(self, directory: str) -> None:
+        """Judge partition `directory` as recover does (--verify-index-only), as its files come."""
+        directory = os.path.abspath(directory)
+        self._replayed[directory] = check_partition(directory)
+
+    def _problems_of(self, seg: LogSegment) -> dict[str, list[str]]:
+        """The segment's problems by file (the `.log`'s: its batches and its missing index files)."""
+        found = self._problems.get(seg.log.path)
+        if found is not None:
+            return found
+        checks = self._replayed.get(os.path.dirname(seg.log.path)) if seg.tier == "local" else None
+        check = None
+        if checks is not None:
+            for c in checks:  # the partition's segments before this one are judged (and dropped) on the way
+                if c.base_offset == seg.base_offset:
+                    check = c
+                    break
+                self._problems[c.log_path] = c.problems_by_file()
+        if check is None:
+            check = check_segment(seg)
+        self._problems[seg.log.path] = found = check.problems_by_file()
+        return found
+
     def log(self, path: str, seg: LogSegment) -> None:
-        if self.args.index_sanity_check or self.args.verify_index_only:
+        if self.args.verify_index_only:
+            for p in self._problems_of(seg).get(seg.log.path, []):
+                self.error(path, p)
+            return
+        if self.args.index_sanity_check:
             return
         self.emit(f"Log starting offset: {seg.base_offset}", None)
         size = seg.size()
@@ -207,12 +243,6 @@ class Dumper:
         for r in records:
             self.emit(record_line(r, h, print_data=True), {"type": "record", "file": path, **record_json(r, h)})
 
-    def _scan(self, seg: LogSegment) -> SegmentScan:
-        scan = self._scans.get(seg.log.path)
-        if scan is None:
-            scan = self._scans[seg.log.path] = scan_segment(seg)
-        return scan
-
     def _index(self, path: str, seg: LogSegment, index, limit, entry: Callable[[int, int], tuple[str, dict]]) -> None:
         if self.args.index_sanity_check:
             try:
@@ -223,8 +253,7 @@ class Dumper:
             self.emit(f"{path} passed sanity check.", {"type": "sanity_check", "file": path, "ok": True})
             return
         if self.args.verify_index_only:
-            problems = index_problems(seg, self._scan(seg))
-            mine = [p for p in problems if p.startswith(path) or p.startswith(index.path)]
+            mine = self._problems_of(seg).get(index.path, [])
             for p in mine:
                 self.error(path, p)
             if not mine:
@@ -257,7 +286,9 @@ class Dumper:
             seg.txn_index.sanity_check()
             self.emit(f"{path} passed sanity check.", {"type": "sanity_check", "file": path, "ok": True})
             return
-        if self.args.verify_index_only:
+        if self.args.verify_index_only:  # against the ABORT markers, where the partition was replayed
+            for p in self._problems_of(seg).get(seg.txn_index.path, []):
+                self.error(path, p)
             return
         for e in seg.txn_index.entries():
             if self.filter is not None and not self.filter.offsets.meets(int(e["first_offset"]), int(e["last_offset"])):
@@ -284,6 +315,11 @@ def run(args) -> int:
     with Progress(sum(_log_bytes(files)), "dump", enabled=show) as progress, \
             remote_segments(getattr(args, "config", None)) as remote:
         dumper = Dumper(args, progress=progress, remote=remote, only=only)
+        if args.verify_index_only:
+            for path in args.paths:
+                if not is_remote(path) and os.path.isdir(path):
+                    for d in partition_dirs_in(path):
+                        dumper.replay(d)
         for f in files:
             dumper.dump(f)
     return 1 if dumper.failed else 0

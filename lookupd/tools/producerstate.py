@@ -9,7 +9,6 @@ replay batches through this to produce the entries Kafka would.
 from __future__ import annotations
 
 from ..format.batch import BatchHeader
-from ..format.records import control_record, decode_batch
 from ..log.txnindex import AbortedTxn
 
 
@@ -41,15 +40,6 @@ class TransactionTracker:
         if header.is_transactional and pid not in self._first_offset:
             self._first_offset[pid] = header.base_offset
         return None
-
-    def observe_batch(self, header: BatchHeader, data, path: str) -> AbortedTxn | None:
-        """`observe` for a batch as lookupd.tools.verify.scan_segment hands it (a control batch whole, in
-        `data`): its marker read from its record."""
-        marker = None
-        if header.is_control:
-            records = decode_batch(header, data, path=path)
-            marker = control_record(records[0]).type if records else None
-        return self.observe(header, marker)
 
     @property
     def open_transactions(self) -> dict[int, int]:
