@@ -15,7 +15,7 @@ import reference as R
 from s3server import s3_server  # noqa: F401 - fixture
 from test_tiered import _compare
 from tiered_helpers import tier_partition
-from tiered_writer import Options
+from lookupd.tools.tieredwriter import Options
 
 from lookupd.daemon.service import Service
 from lookupd.log.logmanager import LogManager

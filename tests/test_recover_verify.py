@@ -90,6 +90,20 @@ def _first_nonempty_txnindex(part) -> str:
     return next(str(part / f"{s}.txnindex") for s in stems if os.path.getsize(part / f"{s}.txnindex") > 0)
 
 
+def _txn_entry_changed(part) -> None:
+    """Entry 0 of a .txnindex with its last stable offset one higher: no longer what its ABORT marker makes."""
+    path = _first_nonempty_txnindex(part)
+    lso = int.from_bytes(open(path, "rb").read()[26:34], "big")  # version 2, producer id, first, last: 26 bytes
+    _patch(path, 26, (lso + 1).to_bytes(8, "big"))
+
+
+def _last_time_entry_moved(part) -> None:
+    """The last time-index entry keeps the max timestamp but names the entry before's offset."""
+    path = _stem(part) + ".timeindex"
+    raw = open(path, "rb").read()
+    _patch(path, len(raw) - 4, raw[-16:-12])
+
+
 INDEX, CRC = "index", "crc"  # only indexes damaged; a batch whose CRC fails (framed: the index keeps it)
 # name -> (partition, damage(part), INDEX, CRC, or where in segment ROLLED the framed prefix ends: fn(part))
 DAMAGE = {
@@ -106,6 +120,8 @@ DAMAGE = {
     "timeindex entry of no batch": ("plain-0", lambda p: _patch(_stem(p) + ".timeindex", 8,
                                                                 (3).to_bytes(4, "big")), INDEX),
     "index a symbolic link": ("plain-0", lambda p: _symlinked(_stem(p) + ".index"), INDEX),
+    "txnindex entry not the marker's": ("txn-0", _txn_entry_changed, INDEX),
+    "last timeindex entry at another offset": ("plain-0", _last_time_entry_moved, INDEX),
     "corrupt first batch": ("plain-0", lambda p: _flip(_stem(p) + ".log", _batch(p, 0)["position"] + 100), CRC),
     "corrupt batch mid-segment": ("plain-0", lambda p: _flip(_stem(p) + ".log", _batch(p, -3)["position"] + 100),
                                   CRC),

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import reference as R
-import tiered_writer as W
+import lookupd.tools.tieredwriter as W
 from faultproxy import FaultProxy
 from lookupd.errors import CorruptDataError
 from lookupd.log.remote import segmentdata
@@ -35,7 +35,7 @@ VARIANTS = {
 def tiered(s3_server, tmp_path_factory):
     """variant -> (bucket, [Uploaded]) for every partition; plus the key pair the encrypted ones use."""
     keydir = tmp_path_factory.mktemp("keys")
-    key = W.TestKey.create(keydir)
+    key = W.WrappingKey.create(keydir)
     client = s3_server.client()
     out = {}
     for name, kw in VARIANTS.items():
@@ -248,7 +248,7 @@ def test_a_missing_or_wrong_key_is_corrupt_data_naming_the_manifest(s3_server, t
     with pytest.raises(CorruptDataError, match="key id 'key-1'.*remote.encryption.keys") as e:
         seg.read(0, 10)
     assert e.value.path == up.manifest_key
-    other = W.TestKey.create(tmp_path, "key-1-other")
+    other = W.WrappingKey.create(tmp_path, "key-1-other")
     seg = segmentdata.open_segment(store, up.log_key, Keyring({"key-1": other.pem_path}), cache)
     with pytest.raises(CorruptDataError, match="wrong key or corrupt") as e:
         seg.read(0, 10)

@@ -13,8 +13,9 @@ index is never emptied because one batch's bytes went bad.
 Kafka's sanity checks only look at the ends of an index. Here every entry is also checked against the
 batches it points at: an offset-index entry must sit on a batch boundary and name an offset at or after that
 batch's last offset; a time-index entry must name a batch's last offset, and a rolled segment's time index
-must end with its max timestamp. A rolled segment's missing `.index` or `.timeindex` is a problem, and so is
-a missing `.txnindex` where aborted transactions end in it (known only when the whole partition is replayed).
+must end with its max timestamp, at the offset Kafka gives that entry. A rolled segment's missing `.index` or
+`.timeindex` is a problem, and so is a missing `.txnindex` where aborted transactions end in it, or one whose
+entries are not those its ABORT markers make (known only when the whole partition is replayed).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class SegmentScan:
     positions: np.ndarray  # start positions of the framed batches, ascending
     last_offsets: np.ndarray  # each framed batch's last offset
     max_timestamp: int = -1
+    max_timestamp_offset: int = -1  # the last offset of the first batch with max_timestamp (Kafka's shallow offset)
     valid_bytes: int = 0  # where the last framed batch ends
     problems: list[str] = field(default_factory=list)  # the `.log`'s: corrupt batches, then what ended the walk
 
@@ -61,7 +63,7 @@ def scan_segment(seg: LogSegment, *, check_crc: bool | None = None,
     if check_crc is None:
         check_crc = not seg.live
     positions, lasts = [], []
-    max_ts, valid, problems, corrupt = -1, 0, [], 0
+    max_ts, max_ts_offset, valid, problems, corrupt = -1, -1, 0, [], 0
     previous_last = None
     size = seg.size()
     try:
@@ -84,14 +86,16 @@ def scan_segment(seg: LogSegment, *, check_crc: bool | None = None,
                 on_batch(header, data, sound)
             positions.append(pos)
             lasts.append(header.last_offset)
-            max_ts = max(max_ts, header.max_timestamp)
+            if header.max_timestamp > max_ts:
+                max_ts, max_ts_offset = header.max_timestamp, header.last_offset
             previous_last = header.last_offset
             valid = pos + batch_size
     except CorruptRecordError as err:
         problems.append(str(err))
     if corrupt > CORRUPT_BATCHES_SHOWN:
         problems.append(f"{seg.log.path}: {corrupt - CORRUPT_BATCHES_SHOWN} more corrupt batches")
-    return SegmentScan(np.array(positions, np.int64), np.array(lasts, np.int64), max_ts, valid, problems)
+    return SegmentScan(np.array(positions, np.int64), np.array(lasts, np.int64), max_ts, max_ts_offset, valid,
+                       problems)
 
 
 def _check_offsets(seg: LogSegment, header: BatchHeader, previous_last: int | None) -> None:
@@ -147,6 +151,48 @@ def index_problems(seg: LogSegment, scan: SegmentScan) -> list[tuple[str, str]]:
         out.append((ti.path, f"{ti.path}: a rolled segment's time index must end with its max timestamp "
                              f"{scan.max_timestamp}, it ends with {int(stamps[-1]) if len(stamps) else 'no entry'}"))
     return out
+
+
+def time_index_last_entry(seg: LogSegment, scan: SegmentScan) -> list[tuple[str, str]]:
+    """A rolled segment's last time-index entry is (max timestamp, last offset of the first batch holding it), as
+    LogSegment.onBecomeInactiveSegment leaves it: index_problems checks the timestamp, this the offset."""
+    ti = seg.time_index
+    stamps, offsets = ti.entries_array(limit=seg.time_index_limit(seg.size()))
+    if scan.max_timestamp < 0 or not len(stamps) or stamps[-1] != scan.max_timestamp or \
+            offsets[-1] == scan.max_timestamp_offset:
+        return []
+    return [(ti.path, f"{ti.path}: last entry (timestamp {scan.max_timestamp}, offset {int(offsets[-1])}): the first "
+                      f"batch with the segment's max timestamp ends at offset {scan.max_timestamp_offset}")]
+
+
+def txn_index_problems(seg: LogSegment, aborted: list[AbortedTxn]) -> list[tuple[str, str]]:
+    """The `.txnindex` against the ABORT markers that end in the segment: the entries Kafka writes for them, in
+    order (`aborted`, from the partition's batches replayed up to here). A missing file is _missing's."""
+    txn = seg.txn_index
+    if seg.tier != "local" or not os.path.lexists(txn.path):
+        return []
+    try:
+        txn.sanity_check()
+        have = [AbortedTxn(int(e["producer_id"]), int(e["first_offset"]), int(e["last_offset"]),
+                           int(e["last_stable_offset"])) for e in txn.entries()]
+    except CorruptDataError as err:
+        return [(txn.path, str(err))]
+    if have == aborted:
+        return []
+    slot = next((i for i, (a, b) in enumerate(zip(have, aborted)) if a != b), min(len(have), len(aborted)))
+    if slot < len(have) and slot < len(aborted):
+        why = f"entry {slot} is {_txn(have[slot])}, the markers make it {_txn(aborted[slot])}"
+    elif slot < len(have):
+        why = f"entry {slot} ({_txn(have[slot])}) has no ABORT marker in the segment"
+    else:
+        why = f"the ABORT marker of {_txn(aborted[slot])} has no entry"
+    return [(txn.path, f"{txn.path}: {len(have)} entries where the segment's ABORT markers make {len(aborted)}: "
+                       f"{why}")]
+
+
+def _txn(t: AbortedTxn) -> str:
+    return (f"producer {t.producer_id}'s transaction {t.first_offset}..{t.last_offset} (last stable offset "
+            f"{t.last_stable_offset})")
 
 
 @dataclass
@@ -207,7 +253,9 @@ def check_segment(seg: LogSegment, *, index_interval_bytes: int = DEFAULT_INDEX_
         problems = index_problems(seg, scan)
     else:
         builder.roll()
-        problems = _missing(seg, len(aborted) if tracker is not None else None) or index_problems(seg, scan)
+        problems = _missing(seg, len(aborted) if tracker is not None else None) or \
+            index_problems(seg, scan) + time_index_last_entry(seg, scan) + \
+            (txn_index_problems(seg, aborted) if tracker is not None else [])
     return SegmentCheck(seg.base_offset, seg.live, seg.log.path, scan, problems, builder,
                         aborted if tracker is not None else None, size)
 
