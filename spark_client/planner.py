@@ -88,11 +88,11 @@ def starting_from_group(options: ReadOptions, daemons: Daemons, infos: list[Part
     answer, missing = None, []
     for address in addresses(options.address):
         try:
-            answer = daemons.client(address).group_offsets(bound.group, "read_uncommitted")
+            answer = daemons.client(address).group_offsets(bound.group, "read_uncommitted")["offsets"]
             break
         except RemoteError as err:
             if err.code == "UNKNOWN_GROUP":
-                answer = {"offsets": []}
+                answer = {"topic": [], "partition": [], "committed_offset": []}
                 break
             if err.code != "UNKNOWN_PARTITION":
                 raise
@@ -100,8 +100,8 @@ def starting_from_group(options: ReadOptions, daemons: Daemons, infos: list[Part
     if answer is None:
         raise OptionError(f"lookupd.startingGroup {bound.group!r}: no lookupd serves its __consumer_offsets "
                           f"partition ({'; '.join(missing)})")
-    committed = {(o["topic"], o["partition"]): o["committed_offset"] for o in answer["offsets"]
-                 if o["committed_offset"] is not None}
+    committed = {(t, p): o for t, p, o in zip(answer["topic"], answer["partition"], answer["committed_offset"])
+                 if o is not None}  # the daemon's columns
     if not committed:
         log.warning("group %s has no committed offset: every partition starts at %s", bound.group, bound.reset)
     reset = EARLIEST if bound.reset == "earliest" else LATEST
