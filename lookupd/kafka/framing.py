@@ -16,6 +16,7 @@ import struct
 from typing import NamedTuple
 
 from . import wire
+from .apis import supported as is_supported
 from .messages import REQUESTS
 from .wire import MalformedRequest, Reader
 
@@ -31,7 +32,7 @@ class Request(NamedTuple):
     client_id: str | None
     body: bytes  # the whole frame; the body starts at `body_at`
     body_at: int
-    supported: bool  # an API and version this listener decodes (else: answer UNSUPPORTED_VERSION or close)
+    supported: bool  # an API and version the listener advertises (else: answer UNSUPPORTED_VERSION or close)
     size: int  # the frame's size on the wire
 
 
@@ -115,8 +116,7 @@ class Connection:
         del buf[:4 + size]
         api_key, version, correlation_id = _HEAD.unpack_from(frame, 0)
         m = REQUESTS.get(api_key)
-        supported = m is not None and m.valid[0] <= version <= m.valid[1]
-        if not supported:
+        if m is None or not is_supported(api_key, version):
             return Request(api_key, version, correlation_id, None, frame, len(frame), False, size)
         r = Reader(frame, 8)
         try:
