@@ -20,8 +20,10 @@ import pytest
 import reference as R
 from daemon_helpers import start_daemon, stop_daemon
 from kafka_clients import canonical, digest
+from s3server import s3_server  # noqa: F401 - fixture
+from tiered_helpers import tier_partition
 from lookupd.format.builder import build_batch, build_legacy
-from lookupd.format.batch import Compression, TimestampType
+from lookupd.format.batch import Compression
 from lookupd.format.records import decode_batch
 from lookupd.log.locallog import LocalLog
 from lookupd.tools.writer import LogWriter
@@ -219,3 +221,29 @@ def test_a_live_log_is_followed_as_it_grows_and_rolls(kafka_daemon):
     want = our_records(part_dir, "live", 0, committed=False)
     assert len(want) == total
     assert got["count"] == total and got["digest"] == digest(want)
+
+
+def test_a_tiered_partition_is_consumed_end_to_end(s3_server, tmp_path):  # noqa: F811
+    """txn-0 with its first eight segments only in the bucket (the suite's S3 server): consumed from its log
+    start across both tiers, read_uncommitted and read_committed, as our reader reads the whole local copy."""
+    t = tier_partition(tmp_path, R.log_dir("txn-0"), s3_server, cut=8)
+    d = tempfile.mkdtemp(prefix="lkt", dir="/tmp")
+    port = free_port()
+    sock, conf = os.path.join(d, "s"), os.path.join(d, "c.toml")
+    cfg = t.config
+    with open(conf, "w") as f:
+        f.write(f'log_dirs = ["{t.tiered_dir}"]\nsocket = "{sock}"\n[remote]\nbucket = "{cfg.bucket}"\n'
+                f'endpoint_url = "{cfg.endpoint_url}"\ncache_dir = "{cfg.cache_dir}"\nprefix = "{cfg.prefix}"\n'
+                f'[kafka]\nlisten = "127.0.0.1:{port}"\n')
+    proc = start_daemon(["--config", conf], d, sock)
+    local = str(t.local_dir / "txn-0")
+    try:
+        target = f"txn:0:{span(local, 'txn', 0)}"
+        for isolation, committed in (("read_uncommitted", False), ("read_committed", True)):
+            got = run_client("confluent", f"127.0.0.1:{port}", "consume", isolation, target)[target]
+            want = our_records(local, "txn", 0, committed=committed)
+            assert got["count"] == len(want) and got["digest"] == digest(want), isolation
+    finally:
+        code, err = stop_daemon(proc)
+        shutil.rmtree(d, ignore_errors=True)
+    assert code == 0, err
