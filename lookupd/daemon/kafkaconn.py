@@ -282,7 +282,7 @@ class KafkaConnection:
             return await self._sasl_authenticate(SASL_AUTHENTICATE_REQUEST.decode(req.body, v, req.body_at), v)
         coordinator = self.daemon.kafka_groups
         if coordinator is not None and k in coordinator.APIS:
-            return await coordinator.answer(k, v, req.body, req.body_at, principal)
+            return await coordinator.answer(req, principal)
         raise Closing(f"{apis.NAMES.get(k, k)} is advertised but has no handler")
 
     def _api_versions(self, version: int, error: int) -> bytes:

@@ -149,6 +149,8 @@ class Daemon:
             root.start_soon(self._rescan_loop)
             root.start_soon(self._idle_sweep)
             root.start_soon(self._give_back_memory)
+            if self.kafka_groups is not None:
+                root.start_soon(self.kafka_groups.run)
             if self.request_metrics is not None:
                 host, port = parse_host_port(self.cfg.metrics)
                 spec = f"{host}:{port + self.worker if port else 0}"  # worker N serves port + N
@@ -351,4 +353,7 @@ def _kafka_broker(cfg: Config, manager: LogManager, acl: Acl | None, listeners: 
         host, port = parse_host_port(cfg.kafka.advertised)
     else:
         host, port = kafka[0].sock.getsockname()[:2]
-    return KafkaBroker(manager, acl, Endpoint(node_id, host, port), cluster_id), None
+    from .kafkagroups import KafkaGroups
+
+    broker = KafkaBroker(manager, acl, Endpoint(node_id, host, port), cluster_id)
+    return broker, KafkaGroups(broker, cfg.kafka.state_dir)
