@@ -11,8 +11,9 @@ Commands:
   times TOPIC PARTITION TS,TS,...            offsets_for_times for each timestamp
   produce TOPIC                              one produce; the error the client reports
   follow TOPIC PARTITION COUNT SECONDS       consume from the earliest until COUNT records or SECONDS pass
-  group GROUP TOPIC COUNT SECONDS            subscribe in GROUP; consume until COUNT records or SECONDS pass;
-                                             commit; report the partitions assigned and the records' offsets
+  group GROUP TOPIC COUNT SECONDS            subscribe in GROUP for SECONDS, consuming COUNT records at most;
+                                             commit; report the partitions assigned, the records' (partition,
+                                             offset) and (confluent) the offsets committed
 Options (after COMMAND's arguments): ssl CAFILE CERT KEY, sasl USER PASSWORD.
 """
 
@@ -60,7 +61,7 @@ def _options(args: list[str]) -> dict:
 
 def _confluent_config(bootstrap: str, opts: dict, **extra) -> dict:
     conf = {"bootstrap.servers": bootstrap, "enable.auto.commit": False, "auto.offset.reset": "earliest",
-            "group.id": extra.pop("group", "lookupd-tests"), "api.version.request": True}
+            "group.id": extra.pop("group", "lookupd-tests")}
     if "ssl" in opts:
         ca, cert, key = opts["ssl"]
         conf.update({"security.protocol": "SASL_SSL" if "sasl" in opts else "SSL", "ssl.ca.location": ca,
@@ -142,20 +143,25 @@ def confluent(bootstrap: str, command: str, args: list[str]) -> object:
     if command == "group":
         group, topic, count, seconds = args[0], args[1], int(args[2]), float(args[3])
         c = Consumer(_confluent_config(bootstrap, _options(args[4:]), group=group, **{
-            "session.timeout.ms": 6000, "heartbeat.interval.ms": 500, "partition.assignment.strategy": "range"}))
+            "session.timeout.ms": 6000, "heartbeat.interval.ms": 500, "partition.assignment.strategy": "range",
+            "enable.auto.offset.store": False}))
         c.subscribe([topic])
         seen, deadline = [], time.monotonic() + seconds
         try:
-            while len(seen) < count and time.monotonic() < deadline:
+            while time.monotonic() < deadline:  # members stay for the whole time: the final assignment is shared
+                if len(seen) >= count:
+                    c.pause(c.assignment())
                 for m in c.consume(100, timeout=0.2):
-                    if not m.error():
+                    if not m.error() and len(seen) < count:
                         seen.append([m.partition(), m.offset()])
+                        c.store_offsets(m)  # what is committed is what was counted
             assigned = sorted(tp.partition for tp in c.assignment())
             if seen:
                 c.commit(asynchronous=False)
+            committed = {tp.partition: tp.offset for tp in c.committed(c.assignment(), timeout=10)}
         finally:
             c.close()
-        return {"assigned": assigned, "seen": seen}
+        return {"assigned": assigned, "seen": seen, "committed": committed}
     raise SystemExit(f"unknown command {command}")
 
 

@@ -247,3 +247,65 @@ def test_a_tiered_partition_is_consumed_end_to_end(s3_server, tmp_path):  # noqa
         code, err = stop_daemon(proc)
         shutil.rmtree(d, ignore_errors=True)
     assert code == 0, err
+
+
+def _group_daemon(d: str, log_dir: str, port: int):
+    sock, conf = os.path.join(d, "s"), os.path.join(d, "c.toml")
+    with open(conf, "w") as f:
+        f.write(f'log_dirs = ["{log_dir}"]\nsocket = "{sock}"\n[kafka]\nlisten = "127.0.0.1:{port}"\n'
+                f'state_dir = "{os.path.join(d, "state")}"\n')
+    return start_daemon(["--config", conf], d, sock)
+
+
+def test_a_group_of_two_splits_the_partitions_and_resumes_from_its_commits_after_a_restart():
+    """Two confluent-kafka consumers in one group share a 4-partition topic (range: two each); each commits
+    what it consumed; after the daemon restarts, a third member of the group starts at those commits."""
+    d = tempfile.mkdtemp(prefix="lkg", dir="/tmp")
+    logs = os.path.join(d, "logs")
+    for p in range(4):
+        w = LogWriter(os.path.join(logs, f"multi-{p}"))
+        w.append(build_batch([(1_700_000_000_000 + i, None, b"p%d-%d" % (p, i), ()) for i in range(200)],
+                             base_offset=0))
+        w.close(trim_active=True)
+    port = free_port()
+    bootstrap = f"127.0.0.1:{port}"
+    proc = _group_daemon(d, logs, port)
+    try:
+        members = [subprocess.Popen([sys.executable, os.path.join(HERE, "kafka_clients.py"), "confluent", bootstrap,
+                                     "group", "split", "multi", "150", "9"], stdout=subprocess.PIPE, text=True)
+                   for _ in range(2)]
+        answers = [json.loads(m.communicate(timeout=120)[0].strip().splitlines()[-1]) for m in members]
+    finally:
+        code, err = stop_daemon(proc)
+    assert code == 0, err
+    a, b = (set(x["assigned"]) for x in answers)
+    assert len(a) == len(b) == 2 and a | b == {0, 1, 2, 3}, answers
+    # where the group stands: what each member committed (-1001: nothing yet, so the start)
+    committed = {int(p): max(o, 0) for x in answers for p, o in x["committed"].items()}
+    assert sorted(committed) == [0, 1, 2, 3] and all(0 <= o <= 200 for o in committed.values()), committed
+    assert sum(committed.values()) == 300  # each member consumed 150 of its partitions' records and committed them
+
+    proc = _group_daemon(d, logs, port)  # a restart: the commits come back from state_dir
+    try:
+        resumed = run_client("confluent", bootstrap, "group", "split", "multi", "10000", "6")
+    finally:
+        code, err = stop_daemon(proc)
+        shutil.rmtree(d, ignore_errors=True)
+    assert code == 0, err
+    assert resumed["assigned"] == [0, 1, 2, 3]
+    first = {}
+    for p, o in resumed["seen"]:
+        first.setdefault(p, o)
+    assert {p: first.get(p, 200) for p in range(4)} == committed
+    assert len(resumed["seen"]) == 800 - 300
+
+
+@pytest.mark.parametrize("client", ("kafka-python", "aiokafka"))
+def test_a_group_member_commits_and_the_next_one_resumes_there(kafka_daemon, client):
+    """kafka-python and aiokafka run the same group protocol: subscribe alone, consume, commit; the group's
+    next member starts where the commit says."""
+    bootstrap, _ = kafka_daemon
+    first = run_client(client, bootstrap, "group", f"solo-{client}", "plain", "100", "20")
+    assert first["assigned"] == [0] and [o for _, o in first["seen"]] == list(range(len(first["seen"])))
+    again = run_client(client, bootstrap, "group", f"solo-{client}", "plain", "10", "20")
+    assert again["seen"][0] == [0, len(first["seen"])]
