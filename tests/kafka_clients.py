@@ -92,7 +92,9 @@ def confluent(bootstrap: str, command: str, args: list[str]) -> object:
         isolation, rest = args[0], args[1:]
         targets = [a for a in rest if a.count(":") == 3]
         opts = _options([a for a in rest if a not in targets])
-        c = Consumer(_confluent_config(bootstrap, opts, **{"isolation.level": isolation}))
+        reported = []  # errors librdkafka reports outside messages (a topic Metadata refused, a failed login)
+        c = Consumer(_confluent_config(bootstrap, opts, **{"isolation.level": isolation,
+                                                           "error_cb": lambda err: reported.append(str(err))}))
         out = {}
         try:
             for target in targets:
@@ -100,7 +102,7 @@ def confluent(bootstrap: str, command: str, args: list[str]) -> object:
                 tp = TopicPartition(topic, int(part), -2)  # OFFSET_BEGINNING
                 c.assign([tp])
                 records, deadline = [], time.monotonic() + 60
-                while int(start) < int(end) and time.monotonic() < deadline:
+                while int(start) < int(end) and time.monotonic() < deadline and not reported:
                     pos = c.position([TopicPartition(topic, int(part))])[0].offset
                     if pos >= int(end):
                         break
@@ -110,9 +112,11 @@ def confluent(bootstrap: str, command: str, args: list[str]) -> object:
                         records.append(_confluent_record(m))
                 out[target] = _summary(records)
         except KafkaException as err:
-            out["error"] = str(err)
+            reported.append(str(err))
         finally:
             c.close()
+        if reported:
+            out["error"] = "; ".join(reported)
         return out
     if command == "times":
         topic, part, stamps = args[0], int(args[1]), [int(x) for x in args[2].split(",")]
@@ -142,9 +146,10 @@ def confluent(bootstrap: str, command: str, args: list[str]) -> object:
         return _summary(records)
     if command == "group":
         group, topic, count, seconds = args[0], args[1], int(args[2]), float(args[3])
+        errors: list[str] = []
         c = Consumer(_confluent_config(bootstrap, _options(args[4:]), group=group, **{
             "session.timeout.ms": 6000, "heartbeat.interval.ms": 500, "partition.assignment.strategy": "range",
-            "enable.auto.offset.store": False}))
+            "enable.auto.offset.store": False, "error_cb": lambda err: errors.append(str(err))}))
         c.subscribe([topic])
         seen, deadline = [], time.monotonic() + seconds
         try:
@@ -152,7 +157,9 @@ def confluent(bootstrap: str, command: str, args: list[str]) -> object:
                 if len(seen) >= count:
                     c.pause(c.assignment())
                 for m in c.consume(100, timeout=0.2):
-                    if not m.error() and len(seen) < count:
+                    if m.error():
+                        errors.append(str(m.error()))
+                    elif len(seen) < count:
                         seen.append([m.partition(), m.offset()])
                         c.store_offsets(m)  # what is committed is what was counted
             assigned = sorted(tp.partition for tp in c.assignment())
@@ -161,7 +168,7 @@ def confluent(bootstrap: str, command: str, args: list[str]) -> object:
             committed = {tp.partition: tp.offset for tp in c.committed(c.assignment(), timeout=10)}
         finally:
             c.close()
-        return {"assigned": assigned, "seen": seen, "committed": committed}
+        return {"assigned": assigned, "seen": seen, "committed": committed, "errors": errors}
     raise SystemExit(f"unknown command {command}")
 
 
