@@ -83,9 +83,13 @@ class Connection:
         return len(self._buf)
 
     def wants_data(self) -> bool:
-        """Whether reading more could complete a frame (False while a whole request waits to be taken)."""
+        """Whether `next_event` has nothing but NEED_DATA to say until more is read (False once a whole
+        request, or a size that breaks the protocol, is there)."""
         buf = self._buf
-        return len(buf) < 4 or len(buf) < 4 + _SIZE.unpack_from(buf, 0)[0]
+        if len(buf) < 4:
+            return True
+        size = _SIZE.unpack_from(buf, 0)[0]
+        return 8 <= size <= self.frame_limit and len(buf) < 4 + size
 
     def receive_data(self, data: bytes) -> None:
         """Bytes read from the peer; b"" at its end of stream."""
