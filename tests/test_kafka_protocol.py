@@ -161,6 +161,21 @@ def test_list_offsets_by_hand_equals_the_schema_codec():
             assert listoffsets.encode_response(v, answers) == generic_resp
 
 
+def test_list_offsets_one_partition_fast_path_equals_the_general_one():
+    req = REQUESTS[2]
+    for v in range(listoffsets.FLEXIBLE, listoffsets.MAX_VERSION + 1):
+        for name in ("t", "topic-with-a-longer-name", "é" * 20):
+            for ts in (-5, -1, 0, 1 << 40):
+                data = b"pad" + req.encode({"replica_id": -1, "isolation_level": 1, "timeout_ms": 5, "topics": [
+                    {"name": name, "partitions": [{"partition_index": 3, "current_leader_epoch": 7, "timestamp": ts}]}]},
+                    v)
+                assert listoffsets.decode_request(data, 3, v) == listoffsets._decode(data, 3, v) == \
+                    listoffsets.ListOffsetsRequest(-1, 1, [(name, [listoffsets.Target(3, 7, ts)])])
+                for cut in range(3, len(data)):
+                    with pytest.raises(MalformedRequest):
+                        listoffsets.decode_request(data[:cut], 3, v)
+
+
 # ------------------------------------------------------------------ framing
 
 

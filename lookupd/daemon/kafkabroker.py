@@ -32,10 +32,12 @@ from ..kafka import errors as E
 from ..kafka import fetch as F
 from ..kafka import listoffsets as LO
 from ..kafka.messages import METADATA_RESPONSE, PRODUCE_RESPONSE
+from ..log.fileio import WouldBlock, mode as nonblocking_mode
 from ..log.locallog import SegmentList
 from ..log.remote_metadata import read_leader_epoch_checkpoint, read_topic_id, uuid_bytes
 from ..log.stable import StableOffset
 from .acl import DESCRIBE, READ, Acl
+from .service import INLINE_READ_MAX_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -204,10 +206,10 @@ class KafkaBroker:
                 return LO.Answer(t.partition, E.NONE, -1, self.stable(llog).at_end(end) if committed else end,
                                  self.leader_epoch(llog))
             found = llog.offset_for_timestamp(ts)
-            if found is not None and found.offset >= 0 and ts not in (-2, -4):
-                end = llog.log_end_offset
-                fetchable = self.stable(llog).at_end(end) if committed else end
-                if found.offset >= fetchable:
+            if committed and found is not None and found.offset >= 0 and ts not in (-2, -4):
+                # an answer at or past what read_committed may read is none (read_uncommitted may read to the
+                # log end, past every record found)
+                if found.offset >= self.stable(llog).at_end(llog.log_end_offset):
                     found = None
             if found is None or found.offset < 0:
                 return LO.Answer(t.partition, E.NONE, -1, -1, -1)
@@ -306,6 +308,8 @@ class KafkaBroker:
                 if regions and seg.tier == "local":
                     records = F.Region(seg.log.handle(), found.position, size)
                 else:
+                    if nonblocking_mode.on and size > INLINE_READ_MAX_BYTES:
+                        raise WouldBlock()  # copying that much would hold the event loop: a worker thread reads it
                     records = seg.log.read(found.position, size)
                 if committed:
                     aborted = [(t.producer_id, t.first_offset) for t in llog.aborted_transactions(offset, next_base)]

@@ -89,6 +89,8 @@ class KafkaConnection:
         self.needs_auth = False
         self.abort_reason: str | None = None  # why the reactor's handler could not go on reading
         self.close_after: str | None = None  # why the connection ends once the current answer is sent
+        self.taken: framing.Event | None = None  # an event the reactor's handler read and left to the task
+        self.unsent = b""  # the rest of an answer the reactor's handler wrote in part
 
     # ------------------------------------------------------------------ the daemon's view
 
@@ -185,7 +187,10 @@ class KafkaConnection:
     async def _read_loop(self) -> None:
         daemon, protocol = self.daemon, self.protocol
         while True:
-            event = protocol.next_event()
+            if self._held():  # the rest of an answer the reactor's handler began
+                data, self.unsent = self.unsent, b""
+                await self._send([data])
+            event, self.taken = (self.taken, None) if self.taken is not None else (protocol.next_event(), None)
             if event is framing.NEED_DATA:
                 if daemon.stopping:
                     return
@@ -205,7 +210,9 @@ class KafkaConnection:
             await self._answer(event)
 
     def _on_readable(self) -> bool | None:
-        """The reactor's handler: read what arrived; wake the task once a request is whole or the stream ended."""
+        """The reactor's handler: read what arrived and answer, right here, the requests that need no waiting
+        (ListOffsets whose answer is in memory, ApiVersions), as the msgpack engine answers hot lookups; wake
+        the task for anything else (`taken`), for the end of the stream, or to write what the socket did not take."""
         try:
             data = os.read(self.fd, RECEIVE_BYTES)
         except BlockingIOError:
@@ -222,8 +229,67 @@ class KafkaConnection:
             if data is None:
                 return None
         self.last_active = time.perf_counter()
-        self.protocol.receive_data(data)
-        return True if not data or not self.protocol.wants_data() else None
+        protocol = self.protocol
+        protocol.receive_data(data)
+        while True:
+            event = protocol.next_event()
+            if event is framing.NEED_DATA:
+                return None
+            if not isinstance(event, framing.Request) or not self._answer_now(event):
+                self.taken = event
+                return True
+            if self._held() or self.abort_reason is not None:
+                return True
+
+    def _answer_now(self, req: framing.Request) -> bool:
+        """Answer `req` without waiting, if it is one that can be and everything it reads is in memory; False
+        leaves it to the task (nothing was done)."""
+        if self.needs_auth or not req.supported:
+            return False
+        k = req.api_key
+        started = time.perf_counter()
+        if k == apis.LIST_OFFSETS:
+            if not (CAN_READ_NOWAIT and self.cfg.inline_hot_lookups):
+                return False
+            try:
+                r = LO.decode_request(req.body, req.body_at, req.api_version)
+            except MalformedRequest:
+                return False  # the task closes the connection, saying why
+            nonblocking_mode.on = True
+            try:
+                body = self.broker.list_offsets(r, req.api_version, self.session.principal)
+            except WouldBlock:
+                return False
+            finally:
+                nonblocking_mode.on = False
+        elif k == apis.API_VERSIONS:
+            body = self._api_versions(req.api_version, E.NONE)
+        else:
+            return False
+        self.daemon.counters.requests += 1
+        self._write_now(b"".join(framing.response(req, body)))
+        if self.metrics is not None:
+            self.metrics.observe(_name(k), time.perf_counter() - started)
+        return True
+
+    def _held(self) -> bool:
+        """Whether part of an answer waits to be written (plaintext in `unsent`, or ciphertext in the TLS backlog)."""
+        return bool(self.unsent) or (self.tls is not None and bool(self.tls.backlog))
+
+    def _write_now(self, data: bytes) -> None:
+        """Write with one system call what the socket takes now; the rest goes to `unsent`, for the task."""
+        try:
+            if self.tls is not None:
+                self.tls.write_now(data)  # what the socket did not take stays in the TLS backlog, in order
+                return
+            n = os.write(self.fd, data)
+        except BlockingIOError:
+            n = 0
+        except OSError as err:
+            self.abort_reason = f"went away before reading its responses ({err.strerror or err})"
+            return
+        if n < len(data):
+            self.unsent = data[n:]
 
     # ------------------------------------------------------------------ answering
 
@@ -311,7 +377,9 @@ class KafkaConnection:
         broker, principal = self.broker, self.session.principal
         regions = self.tls is None
         cap = self.cfg.max_read_bytes
-        plan = await self._blocking(lambda: broker.fetch(r, version, principal, regions=regions, max_bytes_cap=cap))
+        # With sendfile nothing but headers and indexes is read: on the event loop when they are in memory
+        plan = await self._blocking(lambda: broker.fetch(r, version, principal, regions=regions, max_bytes_cap=cap),
+                                    inline=regions)
         if plan.total_bytes < max(r.min_bytes, 1) and r.max_wait_ms > 0 and not plan.has_error:
             deadline = trio.current_time() + min(r.max_wait_ms / 1000, MAX_WAIT_S)
             ends = await self._blocking(broker.ends, r, version, inline=True)
@@ -322,7 +390,7 @@ class KafkaConnection:
                     continue
                 ends = now_ends
                 plan = await self._blocking(lambda: broker.fetch(r, version, principal, regions=regions,
-                                                                 max_bytes_cap=cap))
+                                                                 max_bytes_cap=cap), inline=regions)
                 if plan.total_bytes >= r.min_bytes or plan.has_error:
                     break
         return F.encode_response(version, plan.topics)

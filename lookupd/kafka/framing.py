@@ -22,7 +22,12 @@ from .wire import MalformedRequest, Reader
 
 _SIZE = struct.Struct(">i")
 _HEAD = struct.Struct(">hhi")  # api key, api version, correlation id
+_HEAD_ID = struct.Struct(">hhih")  # and the client id's length (header v1 and v2)
 API_VERSIONS_KEY = 18
+_FLEXIBLE, _LEGACY = "flexible", "legacy"
+# (api key, version) -> its request header's kind, for every version the listener advertises
+_KINDS = {(k, v): (_FLEXIBLE if REQUESTS[k].is_flexible(v) else _LEGACY)
+          for k in REQUESTS for v in range(REQUESTS[k].valid[0], REQUESTS[k].valid[1] + 1) if is_supported(k, v)}
 
 
 class Request(NamedTuple):
@@ -118,18 +123,30 @@ class Connection:
             return NEED_DATA
         frame = bytes(buf[4:4 + size])
         del buf[:4 + size]
-        api_key, version, correlation_id = _HEAD.unpack_from(frame, 0)
-        m = REQUESTS.get(api_key)
-        if m is None or not is_supported(api_key, version):
+        api_key, version, correlation_id, n = _HEAD_ID.unpack_from(frame, 0) if size >= 10 else \
+            (*_HEAD.unpack_from(frame, 0), -2)
+        kind = _KINDS.get((api_key, version))
+        if kind is None:
             return Request(api_key, version, correlation_id, None, frame, len(frame), False, size)
-        r = Reader(frame, 8)
+        at = 10 + n
+        if n < -1 or at > size:
+            return self._fail(f"bad request header (a client id of {n} bytes in a {size}-byte request)")
         try:
-            client_id = r.string(False, True, "client id")
-            if m.is_flexible(version):
-                r.skip_tagged_fields()
-        except MalformedRequest as err:
-            return self._fail(f"bad request header ({err})")
-        return Request(api_key, version, correlation_id, client_id, frame, r.pos, True, size)
+            client_id = frame[10:at].decode() if n >= 0 else None
+        except UnicodeDecodeError:
+            return self._fail("bad request header (the client id is not UTF-8)")
+        at = max(at, 10)
+        if kind is _FLEXIBLE:
+            if at < size and frame[at] == 0:  # no tagged fields: the usual header v2
+                at += 1
+            else:
+                r = Reader(frame, at)
+                try:
+                    r.skip_tagged_fields()
+                except MalformedRequest as err:
+                    return self._fail(f"bad request header ({err})")
+                at = r.pos
+        return Request(api_key, version, correlation_id, client_id, frame, at, True, size)
 
     def _fail(self, message: str) -> Violation:
         self._failed = True

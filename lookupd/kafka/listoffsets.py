@@ -44,7 +44,29 @@ class Answer(NamedTuple):
     leader_epoch: int = -1
 
 
+_ONE_HEAD = struct.Struct(">ibBB")  # replica id, isolation level, topics (compact: 1 + 1), name length + 1
+_ONE_PARTITION = struct.Struct(">BiiqBBB")  # partitions (1 + 1), partition, epoch, timestamp, three empty tag sets
+_ONE_FIXED = _ONE_HEAD.size + _ONE_PARTITION.size  # bytes besides the topic name
+
+
 def decode_request(body: bytes, at: int, version: int) -> ListOffsetsRequest:
+    """The request; MalformedRequest if it breaks the schema. One topic with one partition at a flexible
+    version before 10, what a lookup by timestamp sends, is read in two struct calls (`_decode` reads the rest)."""
+    size = len(body) - at
+    if FLEXIBLE <= version < 10 and size > _ONE_HEAD.size and size == _ONE_FIXED + body[at + 6] - 1:
+        replica_id, isolation, topics, name_len = _ONE_HEAD.unpack_from(body, at)
+        name_end = at + _ONE_HEAD.size + name_len - 1
+        parts, p, epoch, ts, t1, t2, t3 = _ONE_PARTITION.unpack_from(body, name_end)
+        if topics == 2 and 0 < name_len < 0x80 and parts == 2 and t1 == t2 == t3 == 0:
+            try:
+                name = body[at + _ONE_HEAD.size:name_end].decode()
+            except UnicodeDecodeError:
+                raise MalformedRequest("topic name is not UTF-8") from None
+            return ListOffsetsRequest(replica_id, isolation, [(name, [Target(p, epoch, ts)])])
+    return _decode(body, at, version)
+
+
+def _decode(body: bytes, at: int, version: int) -> ListOffsetsRequest:
     flex = version >= FLEXIBLE
     r = Reader(body, at)
     if version >= 2:
