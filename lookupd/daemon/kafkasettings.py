@@ -27,7 +27,7 @@ class KafkaSettings:
     advertised: str = ""                # "HOST:PORT" Metadata names as the broker; "" = the first listen address
     node_id: int = -1                   # the broker id clients see; -1 = node.id of meta.properties, else 0
     cluster_id: str = ""                # "" = cluster.id of meta.properties, else DEFAULT_CLUSTER_ID
-    state_dir: str = ""                 # where consumer-group commits are kept; "" = groups are refused
+    state_dir: str = ""                 # where consumer-group commits are kept; "" = in memory until the daemon stops
 
     @classmethod
     def from_table(cls, table: Any, path: str | None) -> "KafkaSettings":
