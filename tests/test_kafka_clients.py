@@ -309,3 +309,22 @@ def test_a_group_member_commits_and_the_next_one_resumes_there(kafka_daemon, cli
     assert first["assigned"] == [0] and [o for _, o in first["seen"]] == list(range(len(first["seen"])))
     again = run_client(client, bootstrap, "group", f"solo-{client}", "plain", "10", "20")
     assert again["seen"][0] == [0, len(first["seen"])]
+
+
+def test_with_workers_one_coordinator_keeps_the_groups_commits():
+    """workers = 2: only worker 0 serves the Kafka listener, so every connection of a group meets the same
+    coordinator and commits. (Two would each keep their own: a member landing on the other worker would
+    start again from the beginning, as three in a row here would show three times in four.)"""
+    d = tempfile.mkdtemp(prefix="lkw", dir="/tmp")
+    port = free_port()
+    sock = os.path.join(d, "s")
+    proc = start_daemon(["--log-dir", str(R.require() / "logs"), "--socket", sock, "--workers", "2",
+                         "--kafka-listen", f"127.0.0.1:{port}"], cwd=d, sock=sock)
+    try:
+        starts = [run_client("confluent", f"127.0.0.1:{port}", "group", "workers", "plain", "10", "3")["seen"][0]
+                  for _ in range(3)]
+    finally:
+        code, err = stop_daemon(proc)
+        shutil.rmtree(d, ignore_errors=True)
+    assert code == 0, err
+    assert starts == [[0, 0], [0, 10], [0, 20]]

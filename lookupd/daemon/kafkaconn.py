@@ -26,12 +26,12 @@ from ..kafka import apis, framing
 from ..kafka import errors as E
 from ..kafka import fetch as F
 from ..kafka import listoffsets as LO
-from ..kafka.messages import (API_VERSIONS_RESPONSE, FETCH_RESPONSE, METADATA_REQUEST, PRODUCE_REQUEST,
+from ..kafka.messages import (API_VERSIONS_RESPONSE, METADATA_REQUEST, PRODUCE_REQUEST,
                               SASL_AUTHENTICATE_REQUEST, SASL_AUTHENTICATE_RESPONSE, SASL_HANDSHAKE_REQUEST,
                               SASL_HANDSHAKE_RESPONSE)
 from ..kafka.wire import MalformedRequest
 from ..log.fileio import CAN_READ_NOWAIT, WouldBlock, mode as nonblocking_mode
-from .connection import CLOSE_LINGER_S, PRE_AUTH_FRAME_BYTES, RECEIVE_BYTES
+from .connection import CLOSE_LINGER_S, PRE_AUTH_FRAME_BYTES, RECEIVE_BYTES, admit_unauthenticated
 from .tls import TlsError, TlsStream
 
 if TYPE_CHECKING:
@@ -159,13 +159,7 @@ class KafkaConnection:
         self.protocol.frame_limit = min(PRE_AUTH_FRAME_BYTES, self.protocol.max_frame_bytes)
         self.protocol.frame_limit_note = " before SASL authentication"
         self.scope.deadline = trio.current_time() + self.cfg.auth_timeout_s
-        waiting = self.daemon.unauthenticated
-        if len(waiting) >= self.cfg.max_unauthenticated_connections:
-            oldest = next(iter(waiting))
-            del waiting[oldest]
-            oldest.end_with("UNAVAILABLE", f"closing: the oldest of {len(waiting) + 1} connections that have not "
-                                           f"authenticated (max_unauthenticated_connections)")
-        waiting[self] = None
+        admit_unauthenticated(self.daemon, self)
 
     def _authenticated(self) -> None:
         self.needs_auth = False
@@ -352,8 +346,7 @@ class KafkaConnection:
         raise Closing(f"{apis.NAMES.get(k, k)} is advertised but has no handler")
 
     def _api_versions(self, version: int, error: int) -> bytes:
-        keys = [{"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in sorted(apis.ADVERTISED.items())
-                if self.daemon.kafka_groups is not None or k not in GROUP_APIS]
+        keys = [{"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in sorted(apis.ADVERTISED.items())]
         return API_VERSIONS_RESPONSE.encode({"error_code": error, "api_keys": keys}, version)
 
     async def _blocking(self, fn: Callable[..., Any], *args, inline: bool = False) -> Any:
@@ -458,7 +451,6 @@ class KafkaConnection:
                 self.daemon.buffers.release(self.holding, answers=held)
 
     async def _send_plain(self, parts: list) -> None:
-        fd = self.fd
         pending: list[bytes] = []
         for p in parts:
             if isinstance(p, F.Region):
@@ -495,8 +487,3 @@ class KafkaConnection:
                 raise Closing(f"a segment file became shorter while being sent ({left} bytes short)")
             position += n
             left -= n
-
-
-GROUP_APIS = frozenset((apis.FIND_COORDINATOR, apis.JOIN_GROUP, apis.SYNC_GROUP, apis.HEARTBEAT, apis.LEAVE_GROUP,
-                        apis.OFFSET_FETCH, apis.OFFSET_COMMIT))
-

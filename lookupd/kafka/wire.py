@@ -181,23 +181,6 @@ def length(n: int, flexible: bool) -> bytes:
     return uvarint(n + 1) if flexible else _I32.pack(n)
 
 
-def uuid_text(raw: bytes) -> str:
-    """A topic id as Kafka prints it (url-safe base64 without padding)."""
-    import base64
-
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-
-
-def uuid_bytes(text: str) -> bytes:
-    """A topic id from its printed form (partition.metadata's `topic_id`); ValueError if it is not one."""
-    import base64
-
-    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-    if len(raw) != 16:
-        raise ValueError(f"topic id {text!r} is not 16 bytes")
-    return raw
-
-
 def uuid_of(value: uuid.UUID | bytes | None) -> bytes:
     if value is None:
         return ZERO_UUID
