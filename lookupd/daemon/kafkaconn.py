@@ -241,7 +241,7 @@ class KafkaConnection:
         if self.needs_auth or not req.supported:
             return False
         k = req.api_key
-        started = time.perf_counter()
+        started = time.perf_counter() if self.metrics is not None else 0.0
         if k == apis.LIST_OFFSETS:
             if not (CAN_READ_NOWAIT and self.cfg.inline_hot_lookups):
                 return False
