@@ -45,6 +45,7 @@ TITLES = {
     "remote-fuse-cpu": "CPU time of one read of a remote .log through the mount, per process, against plain GETs",
     "remote-cold": "Cold index fetch plus one batch read of a tiered segment",
     "daemon-tls": "Over TLS on loopback TCP, lookupd and redis-server with the same certificate: p50/p99 and lookups/s",
+    "kafka": "The Kafka listener: Fetch MB/s against file reads, ListOffsets against msgpack, consumer CPU per MB",
 }
 
 

@@ -21,6 +21,7 @@ from ..log.remote.config import RemoteSettings, typed
 from ..rpc import protocol as rpc
 from ..rpc.address import DEFAULT_SOCKET, parse_host_port
 from .acl import Acl
+from .kafkasettings import KafkaSettings
 from .service import Limits
 from .tls import HANDSHAKE_TIMEOUT_S
 
@@ -68,10 +69,12 @@ class Config:
     offsets_topic_partitions: int = 50  # __consumer_offsets' partition count (offsets.topic.num.partitions):
                                         # which partition holds a group
     remote: RemoteSettings = field(default_factory=RemoteSettings)  # [remote]: the tiered segments' bucket
+    kafka: KafkaSettings = field(default_factory=KafkaSettings)  # [kafka]: the Kafka-protocol listener
 
     @classmethod
-    def load(cls, path: str | None, **overrides: Any) -> "Config":
-        """Defaults, then the TOML file, then the non-None `overrides` (command-line flags)."""
+    def load(cls, path: str | None, kafka_listen: list[str] | None = None, **overrides: Any) -> "Config":
+        """Defaults, then the TOML file, then the non-None `overrides` (command-line flags); `kafka_listen`
+        (--kafka-listen) replaces [kafka] listen."""
         values: dict[str, Any] = {}
         if path:
             try:
@@ -88,15 +91,20 @@ class Config:
             if key == "remote":
                 cfg.remote = value if isinstance(value, RemoteSettings) else RemoteSettings.from_table(value, path)
                 continue
+            if key == "kafka":
+                cfg.kafka = KafkaSettings.from_table(value, path)
+                continue
             setattr(cfg, key, _coerce(key, value, getattr(cfg, key), path))
+        if kafka_listen:
+            cfg.kafka.listen = list(kafka_listen)
         cfg.check()
         return cfg
 
     def check(self) -> None:
         if not self.log_dirs:
             raise InvalidArgument("no log dir to serve: pass --log-dir DIR or set log_dirs in the config file")
-        if not self.socket and not self.tcp:
-            raise InvalidArgument("nothing to listen on: set socket or tcp")
+        if not self.socket and not self.tcp and not self.kafka.listen:
+            raise InvalidArgument("nothing to listen on: set socket, tcp or [kafka] listen")
         for key in ("max_frame_bytes", "max_connections", "max_in_flight_per_connection", "max_open_indexes",
                     "blocking_threads", "workers", "blocking_threads_per_connection",
                     "max_buffered_bytes_per_connection", "max_buffered_bytes", "max_unauthenticated_connections",
@@ -112,6 +120,7 @@ class Config:
         if self.metrics:
             parse_host_port(self.metrics)  # InvalidArgument naming the value
         self.remote.check()
+        self.kafka.check()
         if bool(self.tls_cert_file) != bool(self.tls_key_file):
             raise InvalidArgument("TLS needs both tls_cert_file and tls_key_file: set both, or neither")
         if self.tls_client_ca_file and not self.tls_cert_file:

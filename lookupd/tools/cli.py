@@ -154,6 +154,8 @@ def _build_parser() -> argparse.ArgumentParser:
     s.add_argument("--log-dir", action="append", dest="log_dirs", metavar="DIR", help="a broker log dir (repeatable)")
     s.add_argument("--socket", metavar="PATH", default=None, help=f"Unix socket path (default {DEFAULT_SOCKET})")
     s.add_argument("--tcp", metavar="HOST:PORT", default=None, help="also listen on TCP (host defaults to 127.0.0.1)")
+    s.add_argument("--kafka-listen", action="append", dest="kafka_listen", metavar="HOST:PORT", default=None,
+                   help="also serve the Kafka protocol here, read-only (repeatable; [kafka] listen in the config)")
     s.add_argument("--config", metavar="FILE", default=None, help="TOML config file (see docs/configuration.md)")
     s.add_argument("--workers", type=int, default=None, metavar="N",
                    help="processes serving the same sockets (default 1, or the config file's workers)")
