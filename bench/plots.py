@@ -32,6 +32,8 @@ TITLES = {
     "decode": "Record decoding throughput",
     "decode-records": "Record decoding, records per second",
     "coldstart": "Cold start",
+    "groups-replay": "__consumer_offsets replay against the columnar decoder, records per second",
+    "groups-daemon": "group_offsets (100 partitions) and resolve_offset round trips through the daemon",
     "daemon-latency": "Round-trip latency over a Unix socket, one client",
     "daemon-placement": "Round-trip p50, one client, client and server pinned to one core or two",
     "daemon-throughput": "Requests per second over a Unix socket (closed-loop clients, pipelining, columnar)",

@@ -45,6 +45,13 @@ SENTENCES = {
                       "the columnar decoder calls the codec libraries from C; decompressing those batches alone, one codec call "
                       "per batch from a Python loop and no decoding, runs at "
                       "{decompression alone vs aiokafka, compressed-0:.1f}x aiokafka's records/s.",
+    "groups-replay": "Replaying a live `__consumer_offsets` partition to its groups' positions runs at "
+                     "{groups replay vs columnar decoder, steady:.2f}x the native columnar decoder's records/s on the same "
+                     "segment files (commits of one key over and over, applied in a C table); one as the cleaner leaves "
+                     "it, where every commit is a new key, at {groups replay vs columnar decoder, compacted:.2f}x.",
+    "groups-daemon": "A warm `group_offsets` of a group with 100 partitions takes a round trip of "
+                     "{group_offsets vs resolve_offset, p50:.1f}x a `resolve_offset`'s p50 on the same daemon and connection "
+                     "(it reads the 100 partitions' log ends and sends 100 rows of 12 columns).",
     "coldstart": "A log dir of many segments opens in a fraction of a second and a small amount of memory, because nothing is "
                  "mapped until it is looked up; the first lookup on a segment whose files are not cached costs a few milliseconds of disk reads.",
     "daemon-latency": "Over a Unix socket, unpinned, one floor lookup takes a round trip of {lookupd vs redis, single-client p50 latency:.1f}x "

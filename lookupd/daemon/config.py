@@ -41,7 +41,7 @@ class Config:
     tls_client_ca_file: str = ""        # PEM CA(s): clients must present a certificate it signed (mutual TLS)
     tls_handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S  # a TLS client must finish its handshake within this
     allow_plaintext_tcp: bool = False   # allow a non-loopback tcp or metrics address without TLS
-    acl: list = field(default_factory=list)  # [[acl]] tables {principal, topics, operations}; none = all allowed
+    acl: list = field(default_factory=list)  # [[acl]] tables {principal, topics, groups, operations}; none = all allowed
     max_frame_bytes: int = rpc.DEFAULT_MAX_FRAME_BYTES  # longest request; a longer one closes the connection
     max_connections: int = 1024         # beyond this new connections get UNAVAILABLE and are closed
     max_in_flight_per_connection: int = 64  # requests running at once per connection; then reading pauses
@@ -66,6 +66,8 @@ class Config:
     metrics: str = ""                   # "HOST:PORT" (or "PORT": loopback) to serve Prometheus metrics; "" = off
     metrics_tls: bool = False           # serve metrics over TLS with tls_cert_file/tls_key_file
     workers: int = 1                    # processes serving the same sockets (one event loop each)
+    offsets_topic_partitions: int = 50  # __consumer_offsets' partition count (offsets.topic.num.partitions):
+                                        # which partition holds a group
     remote: RemoteSettings = field(default_factory=RemoteSettings)  # [remote]: the tiered segments' bucket
     kafka: KafkaSettings = field(default_factory=KafkaSettings)  # [kafka]: the Kafka-protocol listener
 
@@ -105,7 +107,8 @@ class Config:
             raise InvalidArgument("nothing to listen on: set socket, tcp or [kafka] listen")
         for key in ("max_frame_bytes", "max_connections", "max_in_flight_per_connection", "max_open_indexes",
                     "blocking_threads", "workers", "blocking_threads_per_connection",
-                    "max_buffered_bytes_per_connection", "max_buffered_bytes", "max_unauthenticated_connections"):
+                    "max_buffered_bytes_per_connection", "max_buffered_bytes", "max_unauthenticated_connections",
+                    "offsets_topic_partitions"):
             if getattr(self, key) < 1:
                 raise InvalidArgument(f"{key} must be at least 1")
         for key in ("idle_timeout_s", "rescan_interval_s", "shutdown_grace_s", "auth_timeout_s",
