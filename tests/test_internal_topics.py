@@ -11,7 +11,8 @@ import pytest
 import reference as R
 from coordinator_writer import uvarint
 from lookupd.format.internal import consumer_protocol, groups, metadata, remote, transactions
-from lookupd.format.internal.schema import MessageError, UnknownRecordType, UnsupportedVersion, message
+from lookupd.format.internal import MAX_RECORD_ITEMS, record as message
+from lookupd.message import MessageError, UnknownRecordType, UnsupportedVersion
 from lookupd.format.internal.topics import decode_record, java_hash, partition_for
 
 LOGS = ["__consumer_offsets-7", "__consumer_offsets-41", "__transaction_state-12", "__cluster_metadata-0",
@@ -195,3 +196,17 @@ def test_flexible_versions_read_compact_types_and_tagged_fields():
         message("U", "0", "0+", "y string 0+").read(uvarint(0), 0)
     with pytest.raises(UnsupportedVersion, match="T version 3"):
         T.read(v0, 3)
+
+
+def test_records_are_read_with_the_listeners_bounds():
+    """One bounded reader for requests and records: a count or a number of tagged fields is checked against
+    the bytes left before anything is made, and one record decodes into at most MAX_RECORD_ITEMS elements."""
+    with pytest.raises(MessageError, match="claims 268435454 elements"):  # 5 bytes of count, nothing after
+        groups.decode_value(7, struct.pack(">h", 0) + b"\xff\xff\xff\x7f\x00")
+    with pytest.raises(MessageError, match="1000 tagged fields claimed"):
+        groups.decode_value(3, struct.pack(">hi", 0, 1) + uvarint(1000) + b"\x00\x00")
+    tiny = message("Tiny", "0", "0+", "names []string 0+")
+    n = MAX_RECORD_ITEMS + 1
+    with pytest.raises(MessageError, match="MAX_RECORD_ITEMS"):
+        tiny.read(uvarint(n + 1) + b"\x01" * n + b"\x00", 0)
+    assert tiny.read(uvarint(4) + b"\x01" * 3 + b"\x00", 0)[0] == {"names": ["", "", ""]}

@@ -397,7 +397,7 @@ string16(const uint8_t **p, const uint8_t *end)
     return n < 0 ? -1 : take(p, end, n);
 }
 
-/* Kafka's readUnsignedVarint, as the Java int it returns (lookupd.format.internal.schema.uvarint). */
+/* Kafka's readUnsignedVarint, as the Java int it returns (lookupd.message.wire.Reader.uvarint). */
 static int
 uvarint(const uint8_t **pp, const uint8_t *end, int32_t *out)
 {

@@ -26,7 +26,7 @@ from ..errors import CorruptDataError, CorruptRecordError, InvalidArgument, Unkn
 from ..format.batch import BatchHeader, ensure_valid, frame_size, parse_header
 from ..format.internal import transactions as txn
 from ..format.internal.group_state import GroupCoordinatorState, ReplayError, key_group
-from ..format.internal.schema import MessageError
+from ..message import MessageError
 from ..format.internal.topics import CONSUMER_OFFSETS, DEFAULT_PARTITIONS, TRANSACTION_STATE, partition_for
 from ..format.records import control_record, decode_batch
 from .fileio import WouldBlock, mode as nonblocking

@@ -29,9 +29,9 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
+from ...message import MessageError
 from .. import _accel
 from .groups import GROUP_METADATA, OFFSET_COMMIT_TYPES, OFFSET_COMMIT_VALUE, decode_key, decode_value, record_type
-from .schema import MessageError
 
 NO_PRODUCER_ID = -1
 LEAVE_GROUP_MEMBER_EPOCH = -2

@@ -18,16 +18,17 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
+from ...message import Message, MessageError, UnknownRecordType, common, read_prefixed
+from . import record
 from .consumer_protocol import decode_assignment, decode_subscription
-from .schema import Message, MessageError, UnknownRecordType, common, message, read_prefixed
 
-OFFSET_COMMIT_KEY = message("OffsetCommitKey", "0-1", "none", """
+OFFSET_COMMIT_KEY = record("OffsetCommitKey", "0-1", "none", """
     group       string  0-1
     topic       string  0-1
     partition   int32   0-1
 """)
 
-OFFSET_COMMIT_VALUE = message("OffsetCommitValue", "0-4", "4+", """
+OFFSET_COMMIT_VALUE = record("OffsetCommitValue", "0-4", "4+", """
     offset           int64   0+
     leaderEpoch      int32   3+  default=-1
     metadata         string  0+
@@ -35,7 +36,7 @@ OFFSET_COMMIT_VALUE = message("OffsetCommitValue", "0-4", "4+", """
     expireTimestamp  int64   1   default=-1
 """)
 
-GROUP_METADATA_VALUE = message("GroupMetadataValue", "0-4", "4+", """
+GROUP_METADATA_VALUE = record("GroupMetadataValue", "0-4", "4+", """
     protocolType           string  0+
     generation             int32   0+
     protocol               string  0+  null=0+
@@ -79,11 +80,11 @@ _TARGET_MEMBER = """
       partitions  []int32  0+
 """
 
-CONSUMER_GROUP_METADATA_VALUE = message("ConsumerGroupMetadataValue", "0", "0+", _EPOCH)
+CONSUMER_GROUP_METADATA_VALUE = record("ConsumerGroupMetadataValue", "0", "0+", _EPOCH)
 
-CONSUMER_GROUP_PARTITION_METADATA_VALUE = message("ConsumerGroupPartitionMetadataValue", "0", "0+", _TOPIC_METADATA)
+CONSUMER_GROUP_PARTITION_METADATA_VALUE = record("ConsumerGroupPartitionMetadataValue", "0", "0+", _TOPIC_METADATA)
 
-CONSUMER_GROUP_MEMBER_METADATA_VALUE = message("ConsumerGroupMemberMetadataValue", "0", "0+", """
+CONSUMER_GROUP_MEMBER_METADATA_VALUE = record("ConsumerGroupMemberMetadataValue", "0", "0+", """
     instanceId            string    0+  null=0+
     rackId                string    0+  null=0+
     clientId              string    0+
@@ -99,13 +100,13 @@ CONSUMER_GROUP_MEMBER_METADATA_VALUE = message("ConsumerGroupMemberMetadataValue
         metadata  bytes   0+
 """)
 
-CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_VALUE = message("ConsumerGroupTargetAssignmentMetadataValue", "0", "0+",
+CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_VALUE = record("ConsumerGroupTargetAssignmentMetadataValue", "0", "0+",
                                                           _ASSIGNMENT_EPOCH)
 
-CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_VALUE = message("ConsumerGroupTargetAssignmentMemberValue", "0", "0+",
+CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_VALUE = record("ConsumerGroupTargetAssignmentMemberValue", "0", "0+",
                                                         _TARGET_MEMBER)
 
-CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_VALUE = message("ConsumerGroupCurrentMemberAssignmentValue", "0", "0+", """
+CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_VALUE = record("ConsumerGroupCurrentMemberAssignmentValue", "0", "0+", """
     memberEpoch                  int32  0+
     previousMemberEpoch          int32  0+
     state                        int8   0+
@@ -113,30 +114,30 @@ CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_VALUE = message("ConsumerGroupCurrentMe
     partitionsPendingRevocation  []TopicPartitions 0+
 """, {"TopicPartitions": _TOPIC_PARTITIONS})
 
-SHARE_GROUP_PARTITION_METADATA_VALUE = message("ShareGroupPartitionMetadataValue", "0", "0+", _TOPIC_METADATA)
+SHARE_GROUP_PARTITION_METADATA_VALUE = record("ShareGroupPartitionMetadataValue", "0", "0+", _TOPIC_METADATA)
 
-SHARE_GROUP_MEMBER_METADATA_VALUE = message("ShareGroupMemberMetadataValue", "0", "0+", """
+SHARE_GROUP_MEMBER_METADATA_VALUE = record("ShareGroupMemberMetadataValue", "0", "0+", """
     rackId                string    0+  null=0+
     clientId              string    0+
     clientHost            string    0+
     subscribedTopicNames  []string  0+
 """)
 
-SHARE_GROUP_METADATA_VALUE = message("ShareGroupMetadataValue", "0", "0+", _EPOCH)
+SHARE_GROUP_METADATA_VALUE = record("ShareGroupMetadataValue", "0", "0+", _EPOCH)
 
-SHARE_GROUP_TARGET_ASSIGNMENT_METADATA_VALUE = message("ShareGroupTargetAssignmentMetadataValue", "0", "0+",
+SHARE_GROUP_TARGET_ASSIGNMENT_METADATA_VALUE = record("ShareGroupTargetAssignmentMetadataValue", "0", "0+",
                                                        _ASSIGNMENT_EPOCH)
 
-SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER_VALUE = message("ShareGroupTargetAssignmentMemberValue", "0", "0+", _TARGET_MEMBER)
+SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER_VALUE = record("ShareGroupTargetAssignmentMemberValue", "0", "0+", _TARGET_MEMBER)
 
-SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT_VALUE = message("ShareGroupCurrentMemberAssignmentValue", "0", "0+", """
+SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT_VALUE = record("ShareGroupCurrentMemberAssignmentValue", "0", "0+", """
     memberEpoch          int32  0+
     previousMemberEpoch  int32  0+
     state                int8   0+
     assignedPartitions   []TopicPartitions 0+
 """, {"TopicPartitions": _TOPIC_PARTITIONS})
 
-SHARE_GROUP_STATE_PARTITION_METADATA_VALUE = message("ShareGroupStatePartitionMetadataValue", "0", "0+", """
+SHARE_GROUP_STATE_PARTITION_METADATA_VALUE = record("ShareGroupStatePartitionMetadataValue", "0", "0+", """
     initializedTopics  []TopicPartitionsInfo 0+
       topicId     uuid     0+
       topicName   string   0+
@@ -151,7 +152,7 @@ def _group_key(name: str, record_type: int, member: bool) -> Message:
     """The keys of types 2-15: the group id (and a member id), present only at the type's own version."""
     group_field = "group" if record_type == 2 else "groupId"
     table = f"{group_field} string {record_type}\n" + (f"memberId string {record_type}\n" if member else "")
-    return message(name, str(record_type), "none", table)
+    return record(name, str(record_type), "none", table)
 
 
 class RecordType(NamedTuple):
