@@ -492,12 +492,13 @@ commit_value(const uint8_t *v, Py_ssize_t n)
     }
     if (take(&p, end, version == 1 ? 16 : 8) < 0)                /* commitTimestamp (, expireTimestamp) */
         return 0;
-    if (version >= 4) {                                          /* tagged fields: none known */
+    if (version >= 4) {                                          /* tagged fields: 0 is topicId, a uuid */
         int32_t count, tag, size;
         if (uvarint(&p, end, &count) < 0)
             return 0;
         for (int32_t i = 0; i < count; i++)
-            if (uvarint(&p, end, &tag) < 0 || uvarint(&p, end, &size) < 0 || take(&p, end, size) < 0)
+            if (uvarint(&p, end, &tag) < 0 || uvarint(&p, end, &size) < 0 || (tag == 0 && size != 16) ||
+                take(&p, end, size) < 0)
                 return 0;
     }
     return 1;

@@ -13,8 +13,9 @@ from typing import Any
 
 from ..errors import InvalidArgument, UnknownGroup, UnknownPartition, Unavailable
 from ..format.internal.consumer_protocol import decode_assignment
-from ..format.internal.group_state import (MEMBER_STATES, ClassicGroup, GroupCoordinatorState, ModernGroup,
-                                           OffsetAndMetadata)
+from ..format.internal.group_kinds import (MEMBER_STATES, STREAMS_MEMBER_STATES, ClassicGroup, ModernGroup,
+                                           StreamsGroup)
+from ..format.internal.group_state import GroupCoordinatorState, OffsetAndMetadata
 from ..format.internal.topics import CONSUMER_OFFSETS, TRANSACTION_STATE
 from ..format.internal.transactions import OPEN_STATES
 from .coordinators import Coordinators, GroupReplay
@@ -87,6 +88,8 @@ def _members(g) -> list[dict]:
                         "session_timeout_ms": m["sessionTimeout"], "rebalance_timeout_ms": m.get("rebalanceTimeout", -1),
                         "assignment": assigned})
         return out
+    if isinstance(g, StreamsGroup):
+        return [_streams_member(g.members[member_id]) for member_id in sorted(g.members)]
     out = []
     for member_id in sorted(g.members):
         m = g.members[member_id]
@@ -101,6 +104,16 @@ def _members(g) -> list[dict]:
     return out
 
 
+def _streams_member(m: dict) -> dict:
+    """A streams group's member: its process, topology epoch and tasks (subtopology -> partitions)."""
+    state = m["state"]
+    return {"member_id": m["memberId"], "instance_id": m["instanceId"], "rack_id": m["rackId"],
+            "client_id": m["clientId"], "client_host": m["clientHost"], "process_id": m["processId"],
+            "topology_epoch": m["topologyEpoch"], "member_epoch": m["memberEpoch"],
+            "state": None if state is None else STREAMS_MEMBER_STATES.get(state, str(state)),
+            "assignment": m["assignedTasks"], "pending_revocation": m["tasksPendingRevocation"]}
+
+
 def describe_group(g, partition: int) -> dict:
     """One group as `lookupd groups` lists it."""
     out: dict[str, Any] = {"group": g.group_id, "type": g.type, "protocol_type": g.protocol_type, "state": g.state,
@@ -110,6 +123,9 @@ def describe_group(g, partition: int) -> dict:
         out.update(protocol=v.get("protocol"), generation=v.get("generation", 0), leader=v.get("leader"))
     else:
         out.update(group_epoch=g.group_epoch, assignment_epoch=g.assignment_epoch)
+    if isinstance(g, StreamsGroup):
+        out.update(topology_epoch=g.topology["epoch"] if g.topology else None,
+                   validated_topology_epoch=g.validated_topology_epoch)
     out["members"] = _members(g)
     return out
 

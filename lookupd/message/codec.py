@@ -94,7 +94,7 @@ class Field(NamedTuple):
     nullable: Versions
     tag: int | None
     tagged: Versions  # the versions in which it is a tagged field
-    default: Any  # in the object view (a uuid's is 16 zero bytes)
+    default: Any  # in its message's view (a uuid's: 16 zero bytes, or its text in the JSON view)
 
 
 class Struct(NamedTuple):
@@ -216,6 +216,12 @@ def _json_value(value: Any) -> Any:
     return value
 
 
+def _json_struct(s: Struct) -> Struct:
+    """The struct with its defaults in the JSON view."""
+    return s._replace(fields=tuple(f._replace(default=_json_value(f.default),
+                                              struct=f.struct and _json_struct(f.struct)) for f in s.fields))
+
+
 def _min_size(f: Field, version: int, flex: bool) -> int:
     """The fewest bytes one value of the field takes (for bounding array counts)."""
     if f.array or f.type in ("bytes", "records"):
@@ -298,7 +304,7 @@ class _Compiler:
                     template[f.name] = f.default
                 continue
             if flex and has(f.tagged, v):
-                template[f.name] = _json_value(f.default) if json else f.default
+                template[f.name] = f.default
                 tagged[f.tag] = (f.name, self.field_reader(f, True))
             else:
                 template[f.name] = None
@@ -401,7 +407,7 @@ class _Compiler:
         for f in s.fields:
             if not has(f.versions, v):
                 continue
-            default = _json_value(f.default) if self.json else f.default
+            default = f.default
             if flex and has(f.tagged, v):
                 tagged.append((f.tag, f.name, self.field_writer(f, True), default))
             else:
@@ -435,7 +441,7 @@ class Message:
         self.api_key = api_key
         self.valid = parse_versions(valid)
         self.flexible = parse_versions(flexible)
-        self.struct = fields
+        self.struct = _json_struct(fields) if json else fields
         self.json = json
         self.max_items = max_items
         self.max_items_name = max_items_name

@@ -2,7 +2,7 @@
 
 A metadata record has no key; its value is an ApiMessageAndVersion frame (AbstractApiMessageSerde):
 an unsigned varint frame version (1), an unsigned varint api key (the record type) and an unsigned
-varint version, then the message, with nothing after it. The tables are Kafka 4.0's
+varint version, then the message, with nothing after it. The tables are the 4.x line's newest
 metadata/src/main/resources/common/metadata/*.json. The raft leader's control batches hold
 LeaderChange, SnapshotHeader/Footer, KRaftVersion and Voters records, each read at version 0 as
 ControlRecordUtils reads them (their first field is the version they were written at).
@@ -34,7 +34,7 @@ _ENDPOINT_FEATURES = """
 """
 
 METADATA_RECORDS: dict[int, Message] = {m_key: m for m_key, m in (
-    (0, record("RegisterBrokerRecord", "0-3", "0+", """
+    (0, record("RegisterBrokerRecord", "0-4", "0+", """
         brokerId              int32  0+
         isMigratingZkBroker   bool   2+  default=false
         incarnationId         uuid   0+
@@ -44,6 +44,7 @@ METADATA_RECORDS: dict[int, Message] = {m_key: m for m_key, m in (
         fenced                bool   0+  default=true
         inControlledShutdown  bool   1+  default=false
         logDirs               []uuid 3+  tag=0@3+
+        cordonedLogDirs       []uuid 4+  null=4+ tag=1@4+ default=null
     """)),
     (1, record("UnregisterBrokerRecord", "0", "0+", """
         brokerId     int32  0+
@@ -132,12 +133,13 @@ METADATA_RECORDS: dict[int, Message] = {m_key: m for m_key, m in (
         brokerEpoch     int64  0+  default=-1
         nextProducerId  int64  0+
     """)),
-    (17, record("BrokerRegistrationChangeRecord", "0-2", "0+", """
+    (17, record("BrokerRegistrationChangeRecord", "0-3", "0+", """
         brokerId              int32   0+
         brokerEpoch           int64   0+
         fenced                int8    0+  tag=0@0+
         inControlledShutdown  int8    1+  tag=1@1+
         logDirs               []uuid  2+  tag=2@2+
+        cordonedLogDirs       []uuid  3+  null=3+ tag=3@3+ default=null
     """)),
     (18, record("AccessControlEntryRecord", "0", "0+", """
         id              uuid    0+
@@ -177,6 +179,9 @@ METADATA_RECORDS: dict[int, Message] = {m_key: m for m_key, m in (
     """ + _ENDPOINT_FEATURES.format(kind="Controller"))),
     (28, record("ClearElrRecord", "0", "0+", """
         topicName  string  0+
+    """)),
+    (29, record("UnregisterControllerRecord", "0", "0+", """
+        controllerId  int32  0+
     """)),
 )}
 

@@ -1,7 +1,7 @@
 """`__remote_log_metadata`: the tiered-storage metadata records (RemoteLogMetadataSerde). No I/O.
 
 Key-less records whose values are ApiMessageAndVersion frames, as in `__cluster_metadata` (see
-`metadata.decode_frame`); the tables are storage/src/main/resources/message/*.json of Kafka 4.0.
+`metadata.decode_frame`); the tables are storage/src/main/resources/message/*.json of the 4.x line's newest.
 States are RemoteLogSegmentState and RemotePartitionDeleteState by id.
 """
 
@@ -39,6 +39,7 @@ REMOTE_LOG_METADATA_RECORDS: dict[int, Message] = {
     segmentSizeInBytes     int32  0+
     customMetadata         bytes  0+  null=0+ default=null
     remoteLogSegmentState  int8   0+
+    txnIndexEmpty          bool   0+  tag=0
 """, _COMMON),
     1: record("RemoteLogSegmentMetadataUpdateRecord", "0", "0+", """
     remoteLogSegmentId     RemoteLogSegmentIdEntry 0+
@@ -64,6 +65,7 @@ REMOTE_LOG_METADATA_RECORDS: dict[int, Message] = {
     segmentSizeInBytes     int32  0+
     customMetadata         bytes  0+  null=0+ default=null
     remoteLogSegmentState  int8   0+
+    txnIndexEmpty          bool   0+  tag=0
 """),
 }
 

@@ -25,6 +25,7 @@ TRANSACTION_LOG_VALUE = record("TransactionLogValue", "0-1", "1+", """
     previousProducerId                int64  1+  tag=0@1+ default=-1
     nextProducerId                    int64  1+  tag=1@1+ default=-1
     producerEpoch                     int16  0+
+    nextProducerEpoch                 int16  1+  tag=3@1+ default=-1
     transactionTimeoutMs              int32  0+
     transactionStatus                 int8   0+
     transactionPartitions             []PartitionsSchema 0+ null=0+
