@@ -352,18 +352,23 @@ def decode_key(key: bytes | None) -> tuple[int, dict]:
 
 def decode_value(t: int, value: bytes | None) -> tuple[int | None, dict | None]:
     """(value version, value fields) of a record of type `t`; (None, None) for a tombstone. Where an earlier
-    4.x wrote another layout at the same version, the first layout that reads is the one that wrote it."""
+    4.x wrote another layout at the same version, a value the newest layout does not read is read in the
+    earlier one, which must take every byte of it (as that Kafka wrote it: a damaged newer value is an
+    error, not an older one)."""
     if value is None:
         return None, None
     rt = RECORD_TYPES[t]
     try:
         return read_prefixed(rt.value, value, "value")
     except MessageError as newest:
+        version = _I16.unpack_from(value)[0] if len(value) >= 2 else None
         for layout in rt.earlier:
             try:
-                return read_prefixed(layout, value, "value")
+                fields, end = layout.read(value, version, 2)
             except MessageError:
-                pass
+                continue
+            if end == len(value):
+                return version, fields
         raise newest
 
 
