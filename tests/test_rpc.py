@@ -225,3 +225,12 @@ def test_any_chunking_frames_as_the_incremental_unpacker_does(values, tail, cuts
     chunks = [data[a:b] for a, b in zip(bounds, bounds[1:])]
     want = _events(_IncrementalOnly(max_frame_bytes=frame), [data[i:i + 1] for i in range(len(data))], eof)
     assert _events(rpc.Connection(max_frame_bytes=frame), chunks, eof) == want
+
+
+def test_a_packed_result_is_sent_as_the_same_bytes():
+    """A result packed once (`rpc.pack`) makes the response bytes packing it with the response would."""
+    conn = rpc.Connection("server")
+    for result in ({"offsets": {"lag": [1, None, 3]}, "group": "g"}, [b"\x00" * 300], None, "x" * 70000):
+        for msgid in (0, 7, rpc.MAX_MSGID):
+            assert conn.send_response(msgid, None, rpc.pack(result)) == conn.send_response(msgid, None, result)
+            assert msgpack.unpackb(conn.send_response(msgid, None, rpc.pack(result))) == [1, msgid, None, result]

@@ -77,6 +77,16 @@ class Notification(NamedTuple):
     params: list
 
 
+class Packed(bytes):
+    """A result already packed (`pack`): `send_response` sends its bytes as they are, so a server that
+    answers the same result again packs it once."""
+
+
+def pack(value: Any) -> Packed:
+    """`value` in msgpack, as a response carries it (raises TypeError/ValueError/OverflowError as packing does)."""
+    return Packed(_pack(value))
+
+
 class ProtocolError(NamedTuple):
     """A message that could not be accepted; `msgid` is set when an error response can be sent."""
 
@@ -299,6 +309,9 @@ class Connection:
 
     def send_response(self, msgid: int, error: Any, result: Any) -> bytes:
         """Bytes of a response; raises TypeError/ValueError/OverflowError if `result` cannot be packed."""
+        if type(result) is Packed:  # the array's first three elements, then the result's bytes
+            head = _pack([RESPONSE, msgid, error])
+            return b"\x94" + head[1:] + result  # (a 3-array's one-byte header, 0x93, made a 4-array's)
         return _pack([RESPONSE, msgid, error, result])
 
     def send_notification(self, method: str, params: list | tuple) -> bytes:

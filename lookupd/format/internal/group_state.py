@@ -27,7 +27,8 @@ pending offsets, which nothing adds there.
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
+from collections.abc import Mapping
+from typing import Iterator, NamedTuple
 
 from ...message import MessageError
 from .. import _accel
@@ -136,12 +137,45 @@ def commit_table():
     return DictCommits()
 
 
+class Groups(Mapping):
+    """The partition's groups by id: those its group records made, and the simple groups its commits made
+    (kept as names alone, the UTF-8 bytes the C scan notes: a compacted log makes one a batch, and an
+    object each would cost more than the replay of their commits). A name with a group record is that
+    group, whatever the commits say."""
+
+    def __init__(self) -> None:
+        self.recorded: dict[str, Group] = {}
+        self.simple: set[bytes] = set()
+
+    def __getitem__(self, group_id: str) -> Group:
+        g = self.recorded.get(group_id)
+        if g is not None:
+            return g
+        if group_id.encode() in self.simple:
+            return ClassicGroup(group_id)
+        raise KeyError(group_id)
+
+    def __contains__(self, group_id: object) -> bool:
+        return group_id in self.recorded or (isinstance(group_id, str) and group_id.encode() in self.simple)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self.recorded.keys() | {name.decode() for name in self.simple}))
+
+    def __len__(self) -> int:
+        return len(self.recorded.keys() | {name.decode() for name in self.simple})
+
+    def remove(self, group_id: str) -> None:
+        """GroupMetadataManager.removeGroup."""
+        self.recorded.pop(group_id, None)
+        self.simple.discard(group_id.encode())
+
+
 class GroupCoordinatorState:
     """The groups, committed offsets and pending transactional offsets of one `__consumer_offsets`
     partition (a GroupCoordinatorShard after its load)."""
 
     def __init__(self) -> None:
-        self.groups: dict[str, Group] = {}
+        self.groups = Groups()
         self.commits = commit_table()  # key fields -> (record offset, value bytes); a group's keys
         self._decoded: dict[bytes, OffsetAndMetadata] = {}  # values read so far (checked by record offset)
         # producer id -> group -> key fields -> (record offset, value bytes) its COMMIT marker would commit
@@ -191,10 +225,7 @@ class GroupCoordinatorState:
         """What the C scan noted of a run of plain (no producer id) OffsetCommit records it applied to
         `commits`: the keys with a tombstone, and the groups with a value (their names' bytes)."""
         self.generation += 1
-        for g in groups:
-            name = g.decode()
-            if name not in self.groups:
-                self.groups[name] = ClassicGroup(name)
+        self.groups.simple.update(groups)
         if self.open_transactions:
             for fields in tombstoned:
                 self._drop_pending(_group_of(fields), fields)
@@ -213,7 +244,7 @@ class GroupCoordinatorState:
             self._drop_pending(group, fields)
             return
         if group not in self.groups:
-            self.groups[group] = ClassicGroup(group)
+            self.groups.simple.add(group.encode())
         if producer_id == NO_PRODUCER_ID:
             self._put(group, fields, offset, value)
         else:  # (v: the decoded value, or its bytes from the C scan: only the record offset is used)
@@ -235,9 +266,9 @@ class GroupCoordinatorState:
 
     def _group_metadata(self, group: str, v: dict | None) -> None:
         if v is None:
-            self.groups.pop(group, None)
+            self.groups.remove(group)
         else:
-            self.groups[group] = ClassicGroup(group, v)
+            self.groups.recorded[group] = ClassicGroup(group, v)
 
     def _persisted(self, cls: type, group_id: str, create: bool):
         """getOrMaybeCreatePersisted{Consumer,Share,Streams}Group: the group, made where `create` (a value)
@@ -253,14 +284,14 @@ class GroupCoordinatorState:
         else:
             raise ReplayError(group_id, f"Group {group_id} is not a {cls.type} group" +
                               ("." if cls is not ConsumerGroup else ""))
-        g = self.groups[group_id] = cls(group_id)
+        g = self.groups.recorded[group_id] = cls(group_id)
         return g
 
     def _modern(self, t: int, key: dict, v: dict | None) -> None:
         """A record of a consumer, share or streams group, replayed by its group (group_kinds)."""
         g = self._persisted(KINDS[t], key["groupId"], v is not None)
         if g is not None and g.replay(t, key, v):
-            del self.groups[g.group_id]
+            self.groups.remove(g.group_id)
 
     def _share_state_partitions(self, group_id: str, v: dict | None) -> None:
         """ShareGroupStatePartitionMetadata: which share partitions are initialized, kept by group (a value
@@ -275,7 +306,7 @@ class GroupCoordinatorState:
 
     def group_ids(self) -> list[str]:
         """Every group, sorted."""
-        return sorted(self.groups)
+        return list(self.groups)
 
     def committed(self, group: str) -> dict[tuple[str, int], OffsetAndMetadata]:
         """The group's committed offsets by (topic, partition)."""
