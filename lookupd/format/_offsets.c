@@ -220,14 +220,18 @@ table_prefetch(const Table *t, uint64_t h)
         __builtin_prefetch(&t->slots[h & (uint64_t)(t->n_slots - 1)]);
 }
 
-/* Then (the slot at hand) the entry it names, when its tag is the key's: a key seen before. */
+/* Then (the slot at hand) the entry of the probe's first slot with the key's tag: a key seen before. */
 static inline const Entry *
 table_prefetch_entry(const Table *t, uint64_t h)
 {
     if (t->n_slots == 0)
         return NULL;
-    uint64_t slot = t->slots[h & (uint64_t)(t->n_slots - 1)];
-    if (slot == 0 || SLOT_TAG(slot) != SLOT_TAG(h))
+    Py_ssize_t s = (Py_ssize_t)(h & (uint64_t)(t->n_slots - 1));
+    uint64_t slot;
+    while ((slot = t->slots[s]) != 0 && SLOT_TAG(slot) != SLOT_TAG(h))  /* (the probe's next slots: mostly in
+                                                                          * the same cache line) */
+        s = (s + 1) & (t->n_slots - 1);
+    if (slot == 0)
         return NULL;
     const Entry *e = &t->entries[SLOT_INDEX(slot) - 1];
     __builtin_prefetch(e);
@@ -466,7 +470,8 @@ typedef struct {                    /* one record of the batch being checked */
     const uint8_t *key, *value;     /* key: its fields (after the record type); value NULL: a tombstone */
     Py_ssize_t key_len, value_len;
     int64_t offset;
-    uint64_t hash;                  /* hash_bytes of the key's fields (set when the batch is applied) */
+    uint64_t hash;                  /* hash_bytes of the key's fields (set when it is applied) */
+    const Entry *seen;              /* (apply_all: the entry the key may have, fetched ahead) */
 } Commit;
 
 static int
@@ -722,6 +727,34 @@ transactional(int64_t producer_id, const Commit *recs, int64_t count)
     return list == NULL ? NULL : Py_BuildValue("(LN)", (long long)producer_id, list);
 }
 
+/* Records gathered before they are applied: enough for their cache misses to overlap, few enough for
+ * what was fetched to stay in the cache until it is used. */
+#define GATHER 256
+
+/* Apply recs[0:n] (checked commits, in offset order) to the table and note them. Their slots, then the
+ * entries of keys seen before, then those keys' and values' bytes are fetched first, all together,
+ * rather than one miss after another as each record is applied. */
+static int
+apply_all(CommitTable *ct, Notes *notes, Commit *recs, Py_ssize_t n)
+{
+    Table *t = &ct->t;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        recs[i].hash = hash_bytes(recs[i].key, recs[i].key_len);
+        table_prefetch(t, recs[i].hash);
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        recs[i].seen = table_prefetch_entry(t, recs[i].hash);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (recs[i].seen != NULL) {
+            __builtin_prefetch(t->arena + recs[i].seen->key_at);
+            __builtin_prefetch(t->arena + recs[i].seen->value_at, 1);
+        }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (apply(ct, notes, &recs[i]) < 0)
+            return -1;
+    return 0;
+}
+
 PyObject *
 commit_runs(PyObject *self, PyObject *args)
 {
@@ -738,8 +771,8 @@ commit_runs(PyObject *self, PyObject *args)
     const uint8_t *buf = (const uint8_t *)view.buf;
     Notes notes = {PyList_New(0), PyList_New(0), {0}, NULL, 0};
     PyObject *txn = NULL;
-    Commit *recs = NULL;
-    Py_ssize_t recs_cap = 0;
+    Commit *recs = NULL;               /* recs[0:n]: taken, not applied yet; a batch being checked after them */
+    Py_ssize_t recs_cap = 0, n = 0;
     Py_ssize_t pos = start;
     int64_t next_offset = -1;
     int err = notes.tombstoned == NULL || notes.groups == NULL;
@@ -760,6 +793,14 @@ commit_runs(PyObject *self, PyObject *args)
             const uint8_t *records = b + V2_HEADER;
             Py_ssize_t records_len = size - V2_HEADER;
             if (attrs & ATTR_CODEC) {
+                /* (the decompressed bytes are a buffer the next batch's decompression reuses: what was
+                 * gathered is applied first, while the bytes it points into are still its own) */
+                if (n > 0) {
+                    err = apply_all(ct, &notes, recs, n) < 0;
+                    n = 0;
+                    if (err)
+                        break;
+                }
                 uint8_t *out;
                 records_len = codecs_decompress(attrs & ATTR_CODEC, records, (size_t)records_len, MAX_DECOMPRESSED, &out);
                 if (records_len < 0)
@@ -768,49 +809,42 @@ commit_runs(PyObject *self, PyObject *args)
             }
             if (count > records_len)   /* every record takes at least a byte */
                 break;
-            if (count > recs_cap) {
-                Commit *c = realloc(recs, (size_t)count * sizeof *c);
+            if (n + count > recs_cap) {
+                Py_ssize_t cap = n + count > 2 * recs_cap ? n + count : 2 * recs_cap;
+                Commit *c = realloc(recs, (size_t)cap * sizeof *c);
                 if (c == NULL) {
                     PyErr_NoMemory();
                     err = 1;
                     break;
                 }
                 recs = c;
-                recs_cap = count;
+                recs_cap = cap;
             }
-            if (!batch_commits(records, records_len, count, base_offset, recs))
+            if (!batch_commits(records, records_len, count, base_offset, recs + n))
                 break;
             if (producer_id != -1) {
-                txn = transactional(producer_id, recs, count);
-                err = txn == NULL;
+                err = n > 0 && apply_all(ct, &notes, recs, n) < 0;
+                txn = err ? NULL : transactional(producer_id, recs + n, count);
+                n = 0;
+                err = err || txn == NULL;
                 if (!err) {
                     next_offset = last_offset + 1;
                     pos += size;
                 }
                 break;
             }
-            /* The batch's slots, then the entries of the keys seen before, then their bytes, are fetched
-             * together rather than one miss after another as each record is applied. */
-            for (int64_t i = 0; i < count; i++) {
-                recs[i].hash = hash_bytes(recs[i].key, recs[i].key_len);
-                table_prefetch(&ct->t, recs[i].hash);
+            n += count;
+            if (n >= GATHER || (attrs & ATTR_CODEC)) {
+                err = apply_all(ct, &notes, recs, n) < 0;
+                n = 0;
+                if (err)
+                    break;
             }
-            const Entry *seen[16];
-            int64_t ahead = count < 16 ? count : 16;
-            for (int64_t i = 0; i < ahead; i++)
-                seen[i] = table_prefetch_entry(&ct->t, recs[i].hash);
-            for (int64_t i = 0; i < ahead; i++)
-                if (seen[i] != NULL) {
-                    __builtin_prefetch(ct->t.arena + seen[i]->key_at);
-                    __builtin_prefetch(ct->t.arena + seen[i]->value_at, 1);
-                }
-            for (int64_t i = 0; i < count && !err; i++)
-                err = apply(ct, &notes, &recs[i]) < 0;
-            if (err)
-                break;
         } else if (producer_id != -1) {
-            txn = transactional(producer_id, recs, 0);
-            err = txn == NULL;
+            err = n > 0 && apply_all(ct, &notes, recs, n) < 0;
+            txn = err ? NULL : transactional(producer_id, recs, 0);
+            n = 0;
+            err = err || txn == NULL;
             if (!err) {
                 next_offset = last_offset + 1;
                 pos += size;
@@ -820,6 +854,8 @@ commit_runs(PyObject *self, PyObject *args)
         next_offset = last_offset + 1;
         pos += size;
     }
+    if (!err && n > 0)
+        err = apply_all(ct, &notes, recs, n) < 0;
     PyBuffer_Release(&view);
     free(recs);
     table_free(&notes.seen);
