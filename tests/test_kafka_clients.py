@@ -251,6 +251,17 @@ def test_a_tiered_partition_is_consumed_end_to_end(s3_server, tmp_path):  # noqa
     assert code == 0, err
 
 
+def write_multi(d: str) -> str:
+    """A log dir under `d` holding topic "multi": 4 partitions of 200 records each; returns its path."""
+    logs = os.path.join(d, "logs")
+    for p in range(4):
+        w = LogWriter(os.path.join(logs, f"multi-{p}"))
+        w.append(build_batch([(1_700_000_000_000 + i, None, b"p%d-%d" % (p, i), ()) for i in range(200)],
+                             base_offset=0))
+        w.close(trim_active=True)
+    return logs
+
+
 def _group_daemon(d: str, log_dir: str, port: int):
     sock, conf = os.path.join(d, "s"), os.path.join(d, "c.toml")
     with open(conf, "w") as f:
@@ -263,12 +274,7 @@ def test_a_group_of_two_splits_the_partitions_and_resumes_from_its_commits_after
     """Two confluent-kafka consumers in one group share a 4-partition topic (range: two each); each commits
     what it consumed; after the daemon restarts, a third member of the group starts at those commits."""
     d = tempfile.mkdtemp(prefix="lkg", dir="/tmp")
-    logs = os.path.join(d, "logs")
-    for p in range(4):
-        w = LogWriter(os.path.join(logs, f"multi-{p}"))
-        w.append(build_batch([(1_700_000_000_000 + i, None, b"p%d-%d" % (p, i), ()) for i in range(200)],
-                             base_offset=0))
-        w.close(trim_active=True)
+    logs = write_multi(d)
     port = free_port()
     bootstrap = f"127.0.0.1:{port}"
     proc = _group_daemon(d, logs, port)
@@ -307,12 +313,7 @@ def test_a_group_resumes_from_its_commits_in_consumer_offsets():
     partitions of four, one of them committed twice). A confluent-kafka member of "lost" starts at those
     offsets (the others at the earliest), and once it has committed here its own commits win."""
     d = tempfile.mkdtemp(prefix="lkr", dir="/tmp")
-    logs = os.path.join(d, "logs")
-    for p in range(4):
-        w = LogWriter(os.path.join(logs, f"multi-{p}"))
-        w.append(build_batch([(1_700_000_000_000 + i, None, b"p%d-%d" % (p, i), ()) for i in range(200)],
-                             base_offset=0))
-        w.close(trim_active=True)
+    logs = write_multi(d)
     offsets = CoordinatorLog(os.path.join(logs, f"__consumer_offsets-{partition_for('lost')}"))
     offsets.write([Record(commit_key("lost", "multi", 0), commit_value(50)),
                    Record(commit_key("lost", "multi", 1), commit_value(30, metadata="m", leader_epoch=2))])
