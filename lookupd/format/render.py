@@ -14,6 +14,7 @@ from typing import NamedTuple, Sequence
 
 from .batch import CONTROL_MASK, BatchHeader, TimestampType
 from .records import Record, _v2_records, control_record, decode_batch, native_v2
+from .wire import ValueDecoder, WireError
 from ..errors import CorruptRecordError
 
 from . import _accel
@@ -50,18 +51,39 @@ def _batch_facts(h: BatchHeader) -> dict:
             "transactional": h.is_transactional, "control": h.is_control}
 
 
-def record_json(r: Record, h: BatchHeader) -> dict:
-    """One record for `.records.jsonl` / `dump --json`, with the batch facts a reader needs."""
-    out = {
-        "offset": r.offset, "timestamp": r.timestamp, "timestamp_type": h.timestamp_type.label,
-        "key": payload(r.key), "value": payload(r.value),
-        "headers": [{"key": k, "value": payload(v)} for k, v in r.headers],
-        "batch": _batch_facts(h),
-    }
+def record_json(r: Record, h: BatchHeader, decoder: ValueDecoder | None = None) -> dict:
+    """One record for `.records.jsonl` / `dump --json`, with the batch facts a reader needs. With a
+    `decoder`, a key or value in the wire format is shown decoded (see `decoded_field`)."""
+    out = {"offset": r.offset, "timestamp": r.timestamp, "timestamp_type": h.timestamp_type.label}
+    if decoder is None:
+        out["key"], out["value"] = payload(r.key), payload(r.value)
+    else:
+        decoded_field(out, "key", r.key, decoder)
+        decoded_field(out, "value", r.value, decoder)
+    out["headers"] = [{"key": k, "value": payload(v)} for k, v in r.headers]
+    out["batch"] = _batch_facts(h)
     if h.is_control:
         marker = control_record(r)
         out["control"] = {"type": marker.type, "coordinator_epoch": marker.coordinator_epoch}
     return out
+
+
+def decoded_field(out: dict, name: str, data: bytes | None, decoder: ValueDecoder) -> None:
+    """`out[name]` for a key or value: decoded, with `<name>_schema_id`, when it is in the wire format and
+    decodes; as `payload` shows it, with `<name>_schema_id` and `<name>_error` (the reason), when it is in
+    the wire format and does not; as `payload` shows it, alone, otherwise."""
+    try:
+        got = decoder.decode(data)
+    except WireError as err:
+        out[name] = payload(data)
+        out[f"{name}_schema_id"] = err.schema_id
+        out[f"{name}_error"] = str(err)
+        return
+    if got is None:
+        out[name] = payload(data)
+    else:
+        out[name] = got.value
+        out[f"{name}_schema_id"] = got.schema_id
 
 
 class JsonLines(NamedTuple):
@@ -72,12 +94,16 @@ class JsonLines(NamedTuple):
     data: bytes
 
 
-def record_lines(header: BatchHeader, batch, path=None, head: bytes = b"{", *, key: bytes | None = None) -> JsonLines:
+def record_lines(header: BatchHeader, batch, path=None, head: bytes = b"{", *, key: bytes | None = None,
+                 decoder: ValueDecoder | None = None) -> JsonLines:
     """`record_json` of each record of a batch whose CRC was checked (only those whose key is `key`, when
     given), a line each, every line starting with `head` (the opening brace and any fields put before the
     record's). v2 data batches are decoded to columns and rendered from them in C (`_accel.render_batch`);
     the reference path, `reference_lines`, does control batches, legacy messages, machines without the
-    extension and any batch the C decoder hands back, so it also raises the errors. Both give the same bytes."""
+    extension and any batch the C decoder hands back, so it also raises the errors. Both give the same bytes.
+
+    With a `decoder`, a batch whose lines may hold a key or value in the wire format (`may_hold_wire`) is
+    rendered again by the reference path, decoding them; the others are as without one."""
     if not _accel.mode.python and header.magic >= 2 and not header.attributes & CONTROL_MASK and header.record_count > 0:
         try:
             records = _v2_records(header, batch, path)
@@ -88,8 +114,20 @@ def record_lines(header: BatchHeader, batch, path=None, head: bytes = b"{", *, k
                                        _tail(header), key)
             if done is not None:
                 data, offsets, starts = done
-                return JsonLines(memoryview(offsets).cast("q"), memoryview(starts).cast("q"), data)
-    return reference_lines(header, batch, path, head, key=key)
+                if decoder is None or not may_hold_wire(data):
+                    return JsonLines(memoryview(offsets).cast("q"), memoryview(starts).cast("q"), data)
+    return reference_lines(header, batch, path, head, key=key, decoder=decoder)
+
+
+# How a key or value starting with byte 0 (the wire format's magic) is rendered: as text, or in base64
+# (whose first character, six zero bits, is "A"). Header values match too: a false alarm costs a slower
+# rendering of the same batch, never a different line.
+_WIRE_MARKS = (b'"value":"\\u0000', b'"value":{"base64":"A', b'"key":"\\u0000', b'"key":{"base64":"A')
+
+
+def may_hold_wire(lines: bytes) -> bool:
+    """Whether rendered lines may hold a key or value in Confluent's wire format."""
+    return any(mark in lines for mark in _WIRE_MARKS)
 
 
 # What each line holds between the record's timestamp and its key, by timestamp type.
@@ -103,13 +141,14 @@ def _tail(h: BatchHeader) -> bytes:
             f'"transactional":{"true" if h.is_transactional else "false"},"control":false}}}}\n').encode("ascii")
 
 
-def reference_lines(header: BatchHeader, batch, path=None, head: bytes = b"{", *, key: bytes | None = None) -> JsonLines:
+def reference_lines(header: BatchHeader, batch, path=None, head: bytes = b"{", *, key: bytes | None = None,
+                    decoder: ValueDecoder | None = None) -> JsonLines:
     """`record_lines` through `record_json` and the json module, one record at a time."""
     records = decode_batch(header, batch, path=path)
     if key is not None:
         records = [r for r in records if r.key == key]
     prefix = head.decode("ascii")
-    lines = [prefix + _dumps(record_json(r, header))[1:] + "\n" for r in records]  # ASCII: a byte a character
+    lines = [prefix + _dumps(record_json(r, header, decoder))[1:] + "\n" for r in records]  # ASCII: a byte a character
     return JsonLines([r.offset for r in records], list(itertools.accumulate(map(len, lines), initial=0)),
                      "".join(lines).encode("ascii"))
 
@@ -133,8 +172,23 @@ def _text(data: bytes | None) -> str:
     return data.decode("utf-8", "backslashreplace")
 
 
-def record_line(r: Record, h: BatchHeader, *, print_data: bool) -> str:
-    """A record as kafka-dump-log's deep iteration prints it (`| offset: ...`)."""
+def _decoded_text(data: bytes | None, decoder: ValueDecoder | None) -> str:
+    """A key or payload for `record_line`: with a decoder, one in the wire format as compact JSON and its
+    schema id, or its text and why it did not decode."""
+    if decoder is not None:
+        try:
+            got = decoder.decode(data)
+        except WireError as err:
+            return f"{_text(data)} (not decoded: {err})"
+        if got is not None:
+            return f"{_dumps(got.value)} (schema id {got.schema_id})"
+    return _text(data)
+
+
+def record_line(r: Record, h: BatchHeader, *, print_data: bool, decoder: ValueDecoder | None = None) -> str:
+    """A record as kafka-dump-log's deep iteration prints it (`| offset: ...`); with a `decoder`, keys and
+    payloads in the wire format decoded, as kafka-dump-log's --key-decoder-class and --value-decoder-class
+    would."""
     line = (f"| offset: {r.offset} {h.timestamp_type.label}: {r.timestamp} "
             f"keySize: {-1 if r.key is None else len(r.key)} valueSize: {-1 if r.value is None else len(r.value)}")
     if h.magic >= 2:
@@ -146,5 +200,5 @@ def record_line(r: Record, h: BatchHeader, *, print_data: bool) -> str:
         else:
             line += f" controlType: {marker.type}"
     elif print_data:
-        line += f" key: {_text(r.key)} payload: {_text(r.value)}"
+        line += f" key: {_decoded_text(r.key, decoder)} payload: {_decoded_text(r.value, decoder)}"
     return line

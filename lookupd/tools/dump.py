@@ -20,6 +20,7 @@ from ..format.names import INDEX_SUFFIX, LOG_SUFFIX, SEGMENT_SUFFIXES, TIME_INDE
 from .progress import Progress
 from ..format.records import decode_batch
 from ..format.render import batch_json, batch_line, record_line, record_lines
+from ..format.wire import ValueDecoder
 from ..log.segment import LogSegment
 from .remotedump import RemoteSegments, is_remote, remote_segments, split_url
 from .verify import SegmentScan, index_problems, scan_segment
@@ -58,8 +59,10 @@ def expand(paths: list[str]) -> list[str]:
 class Dumper:
     """Writes one file's dump as text or JSON lines; remembers whether anything was wrong."""
 
-    def __init__(self, args, out=None, progress: Progress | None = None, remote: RemoteSegments | None = None):
+    def __init__(self, args, out=None, progress: Progress | None = None, remote: RemoteSegments | None = None,
+                 decoder: ValueDecoder | None = None):
         self.args = args
+        self.decoder = decoder  # --decode-values: keys and values in the wire format decoded
         self.remote = remote  # opens s3:// segments
         self.out = out if out is not None else sys.stdout
         self.progress = progress
@@ -142,7 +145,7 @@ class Dumper:
                                  f"computed crc = {compute_crc(data, h.magic)})")
             elif self.args.print_data and self.args.json:
                 try:
-                    lines = record_lines(h, data, path, head)
+                    lines = record_lines(h, data, path, head, decoder=self.decoder)
                 except CorruptDataError as err:
                     self.error(path, str(err))
                 else:
@@ -154,7 +157,7 @@ class Dumper:
                     self.error(path, str(err))
                     records = []
                 for r in records:
-                    self.emit(record_line(r, h, print_data=True), None)
+                    self.emit(record_line(r, h, print_data=True, decoder=self.decoder), None)
             done = pos + batch_size
             if self.progress is not None:
                 self.progress.advance(batch_size)
@@ -231,10 +234,16 @@ def _log_bytes(files: list[str]) -> Iterator[int]:
 
 def run(args) -> int:
     files = expand(args.paths)
+    decoder = None
+    if getattr(args, "decode_values", False):
+        from .schemas import decoder_for
+
+        args.print_data = True
+        decoder = decoder_for(args.paths[0], args.schemas)
     show = sys.stderr.isatty() and not sys.stdout.isatty()
     with Progress(sum(_log_bytes(files)), "dump", enabled=show) as progress, \
             remote_segments(getattr(args, "config", None)) as remote:
-        dumper = Dumper(args, progress=progress, remote=remote)
+        dumper = Dumper(args, progress=progress, remote=remote, decoder=decoder)
         for f in files:
             dumper.dump(f)
     return 1 if dumper.failed else 0
