@@ -37,6 +37,7 @@ METHOD_OPERATIONS: dict[str, str] = {
     "lookup_offsets": READ,
     "resolve_offsets": READ,
     "offsets_for_timestamps": READ,
+    "read_decoded": READ,  # and READ on the schemas topic, as `schemas` (lookupd.daemon.service)
 }
 
 

@@ -90,7 +90,8 @@ class Daemon:
         self.acl = Acl.from_config(cfg.acl)
         self.service = Service(manager, limits=cfg.limits, counters=self.counters, token=token,
                                tokens=read_tokens(cfg.auth_tokens_file) if cfg.auth_tokens_file else None,
-                               acl=self.acl, inline_hot_lookups=cfg.inline_hot_lookups, worker=worker)
+                               acl=self.acl, inline_hot_lookups=cfg.inline_hot_lookups, worker=worker,
+                               schemas_topic=cfg.schemas_topic)
         # The TCP listener's TLS context (reloaded on SIGHUP), or None for plaintext.
         self.tls = TlsServer(cfg.tls_cert_file, cfg.tls_key_file, cfg.tls_client_ca_file) if cfg.tls else None
         self.worker = worker
