@@ -22,6 +22,9 @@
         by-key/
             <key>.jsonl                 every record whose key is <key>, in offset order
     /<topic>/by-key/<key>.jsonl         the same over all the topic's partitions, partition by partition
+    /__schemas/                         the Schema Registry's subjects (from its `_schemas` topic)
+        <subject>/<version>.avsc        each version's schema text: .avsc (Avro), .proto, .json (JSON
+                                        Schema); a soft-deleted version is <version>.deleted.<ext>
 
 `<base>` is the segment's base offset as 20 digits, as in the log dir. Navigation files
 start exactly at their offset: records before it in the batch that holds it are skipped
@@ -35,7 +38,7 @@ record). Times are those of lookupd.format.times: epoch milliseconds, ISO-8601
 (`2026-01-01T10:00:00Z`, `2026-01-01T10:00:00.250+00:00`, `2026-01-01`; no zone means UTC), a
 time before now (`-1h`) or `now`, and ListOffsets' `earliest`, `latest`, `max`.
 
-A key is named by its text when it is valid UTF-8 and a legal file name (not "." or "..", no
+A key (and a subject) is named by its text when it is valid UTF-8 and a legal file name (not "." or "..", no
 "/" or NUL, at most 255 bytes with ".jsonl", not starting with "base64:"); any other key is
 `base64:` and the key in URL-safe base64 (RFC 4648 section 5; padding optional). Records
 without a key have no file. `by-key/` is never listed: names are resolved on lookup.
@@ -154,27 +157,58 @@ class ByKey(NamedTuple):
     key: bytes
 
 
-Node = Root | Topic | Partition | SegmentFile | PartitionJson | NavDir | AtOffset | AtTime | ByKeyDir | ByKey
-DIRECTORIES = (Root, Topic, Partition, NavDir, ByKeyDir)
+class SchemasDir(NamedTuple):
+    """`__schemas/`: one directory per subject."""
 
 
-def key_file_name(key: bytes) -> str:
-    """The file name of a key's by-key file (see the module docstring)."""
+class SubjectDir(NamedTuple):
+    subject: str
+
+
+class SchemaFile(NamedTuple):
+    """One version of a subject's schema; `deleted`: named as a soft-deleted version."""
+
+    subject: str
+    version: int
+    ext: str
+    deleted: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.version}{'.deleted' if self.deleted else ''}.{self.ext}"
+
+
+SCHEMAS = "__schemas"
+SCHEMA_EXTENSIONS = {"AVRO": "avsc", "PROTOBUF": "proto", "JSON": "json"}  # by schemaType
+_SCHEMA_FILE = re.compile(r"([1-9][0-9]{0,9})(\.deleted)?\.(avsc|proto|json)")
+
+Node = Root | Topic | Partition | SegmentFile | PartitionJson | NavDir | AtOffset | AtTime | ByKeyDir | ByKey | \
+    SchemasDir | SubjectDir | SchemaFile
+DIRECTORIES = (Root, Topic, Partition, NavDir, ByKeyDir, SchemasDir, SubjectDir)
+
+
+def key_file_name(key: bytes, suffix: str = JSONL) -> str:
+    """The file name of a key's by-key file, or of a subject's directory (`suffix` ""): see the module docstring."""
     try:
         text = key.decode("utf-8")
     except UnicodeDecodeError:
         text = None
     if text and text not in (".", "..") and "/" not in text and "\0" not in text \
-            and not text.startswith(KEY_BASE64) and len((text + JSONL).encode()) <= NAME_MAX:
-        return text + JSONL
-    return KEY_BASE64 + base64.urlsafe_b64encode(key).decode("ascii") + JSONL
+            and not text.startswith(KEY_BASE64) and len((text + suffix).encode()) <= NAME_MAX:
+        return text + suffix
+    return KEY_BASE64 + base64.urlsafe_b64encode(key).decode("ascii") + suffix
 
 
-def parse_key_name(name: str) -> bytes:
-    """The key a by-key file name names; ENOENT for a name that names none."""
-    if not name.endswith(JSONL) or name == JSONL:
+def schema_file_name(version: int, schema_type: str, deleted: bool) -> str:
+    return f"{version}{'.deleted' if deleted else ''}.{SCHEMA_EXTENSIONS[schema_type]}"
+
+
+def parse_key_name(name: str, suffix: str = JSONL) -> bytes:
+    """The key a by-key file name names (or the subject a directory names, `suffix` ""); ENOENT for a name
+    that names none."""
+    if not name.endswith(suffix) or name == suffix:
         raise _missing()
-    stem = name[:-len(JSONL)]
+    stem = name[:-len(suffix)] if suffix else name
     if not stem.startswith(KEY_BASE64):
         return stem.encode("utf-8", "surrogateescape")
     text = stem[len(KEY_BASE64):]
@@ -234,6 +268,8 @@ def parse(path: str) -> Node:
     parts = [p for p in path.split("/") if p]
     if not parts:
         return Root()
+    if parts[0] == SCHEMAS:
+        return _schemas(parts)
     try:
         topic = validate_topic(parts[0])
     except InvalidArgument:
@@ -268,6 +304,21 @@ def parse(path: str) -> Node:
     if len(parts) == 4 and name in NAV_DIRS:
         return _nav(topic, partition, name, parts[3])
     raise _missing()
+
+
+def _schemas(parts: list[str]) -> SchemasDir | SubjectDir | SchemaFile:
+    if len(parts) == 1:
+        return SchemasDir()
+    try:
+        subject = parse_key_name(parts[1], "").decode("utf-8")
+    except UnicodeDecodeError:
+        raise _missing() from None
+    if len(parts) == 2:
+        return SubjectDir(subject)
+    m = _SCHEMA_FILE.fullmatch(parts[2])
+    if len(parts) > 3 or m is None:
+        raise _missing()
+    return SchemaFile(subject, int(m[1]), m[3], m[2] is not None)
 
 
 PARTITION_EXTRAS = [PARTITION_JSON, *NAV_DIRS]

@@ -75,12 +75,7 @@ class SchemaVersion:
     def to_json(self) -> dict:
         return {"subject": self.subject, "version": self.version, "id": self.id, "schemaType": self.schema_type,
                 "references": [r._asdict() for r in self.references], "deleted": self.deleted,
-                "schema": self.schema}
-
-    @classmethod
-    def from_json(cls, d: dict) -> "SchemaVersion":
-        return cls(d["subject"], d["version"], d["id"], d["schemaType"], d["schema"],
-                   tuple(Reference(**r) for r in d["references"]), d["deleted"])
+                "offset": self.offset, "schema": self.schema}
 
 
 class Skipped(ValueError):
@@ -286,7 +281,9 @@ class Registry:
         try:
             if not isinstance(v, dict):
                 raise Skipped("not a map")
-            self._register(_subject(v), _version(v.get("version"), "version"), v, -1)
+            offset = v.get("offset", -1)
+            self._register(_subject(v), _version(v.get("version"), "version"), v,
+                           offset if type(offset) is int else -1)
         except Skipped as why:
             self.skipped_count += 1
             if len(self.skipped) < MAX_SKIPPED:
