@@ -330,7 +330,7 @@ class KafkaFS(Operations):
         decoding is off, there are no schemas, or the packages that decode are missing (said once)."""
         if not self.decode_values:
             return None
-        reg = self.catalog.schemas()
+        reg = self._schemas_or_none("decode")
         if reg is None:
             return None
         dec = self._decoder
@@ -343,6 +343,15 @@ class KafkaFS(Operations):
                 return None
             dec = self._decoder = ValueDecoder(reg)
         return dec
+
+    def _schemas_or_none(self, op: str):
+        """The catalog's registry; None when there is none, or it cannot be had now (said in the log): the
+        records are then shown undecoded, and the root lists no __schemas."""
+        try:
+            return self.catalog.schemas()
+        except (LookupdError, RemoteError, OSError) as err:
+            self._warn(op, (tree.SCHEMAS,), err)
+            return None
 
     def _registry(self):
         reg = self.catalog.schemas()
@@ -394,7 +403,7 @@ class KafkaFS(Operations):
     def _listing(self, path: str, node: tree.Node) -> list[tuple[str, dict | None]]:
         if isinstance(node, tree.Root):
             names = list(self.catalog.topics())
-            if self.catalog.schemas() is not None:
+            if self._schemas_or_none("readdir") is not None:
                 names.append(tree.SCHEMAS)
         elif isinstance(node, tree.SchemasDir):
             names = [tree.key_file_name(s.encode(), "") for s in self._registry().subjects(include_deleted=True)]

@@ -35,7 +35,6 @@ from .routing import Daemons, addresses
 
 OPTION = "lookupd.decodeValues"
 MODES = ("json", "struct")
-_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 def columns(mode: str | None, value_type: DataType | None = None) -> list[StructField]:
@@ -117,7 +116,7 @@ class Decoding:
                     reader = (sv.id, codec.schema)
                     to_row = _avro_row(codec.schema, codec.named)
                 else:
-                    to_row = _proto_row
+                    to_row = _proto_rows(codec.message_class((0,)).DESCRIPTOR.full_name)
             self._state = (decoder, reader, to_row)
         return self._state
 
@@ -142,14 +141,11 @@ class Decoding:
 
 def _json_of(decoder: ValueDecoder, data, what: str, why: list) -> tuple[str | None, int | None]:
     try:
-        got = decoder.decode_object(data)
+        got = decoder.decode_text(data)
     except WireError as err:
         why.append(f"{what}: {err}")
         return None, err.schema_id
-    if got is None:
-        return None, None
-    sid, obj, to_json = got
-    return _dumps(to_json(obj)), sid
+    return (None, None) if got is None else (got.value, got.schema_id)
 
 
 def _row_of(decoder: ValueDecoder, data, reader, to_row, why: list) -> tuple[Any, int | None]:
@@ -299,6 +295,15 @@ class _LazyScalars(dict):
 
 
 _PROTO_SCALARS = _LazyScalars()
+
+
+def _proto_rows(full_name: str) -> Callable[[Any], dict]:
+    """Messages of the struct's type (by name: any version of it) as rows; another message is refused."""
+    def to_row(msg) -> dict:
+        if msg.DESCRIPTOR.full_name != full_name:
+            raise ValueError(f"the value is a {msg.DESCRIPTOR.full_name}, not the struct's {full_name}")
+        return _proto_row(msg)
+    return to_row
 
 
 def _proto_row(msg) -> dict:

@@ -278,3 +278,32 @@ def test_batches_without_the_wire_format_render_as_without_schemas():
     h = parse_header(mixed, 0, 0)
     with_, without = (render.record_lines(h, mixed, decoder=d).data.splitlines() for d in (dec, None))
     assert json.loads(with_[0])["value"] == "abc" and with_[1] == without[1]
+
+
+# ------------------------------------------------------------------------------------------- generated objects
+
+
+def test_any_user_fastavro_writes_decodes_to_itself():
+    """Property over generated objects: fastavro's serialization of any USER_V2 value decodes to that value."""
+    import io
+
+    import fastavro
+    from hypothesis import given, settings, strategies as st
+
+    parsed = fastavro.parse_schema(fx.USER_V2)
+    dec = ValueDecoder(Registry.from_records([(0, _key("u", 1), _value("u", 1, 7, json.dumps(fx.USER_V2)))]))
+    text = st.text(max_size=20)
+    users = st.fixed_dictionaries({
+        "name": text, "age": st.integers(-2**31, 2**31 - 1), "tags": st.lists(text, max_size=4),
+        "email": st.none() | text, "score": st.floats(allow_nan=False), "kind": st.sampled_from(["FREE", "PAID"]),
+        "attrs": st.dictionaries(text, st.integers(-2**63, 2**63 - 1), max_size=3), "blob": st.binary(max_size=16)})
+
+    @settings(max_examples=200, deadline=None)
+    @given(users)
+    def check(obj):
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, parsed, obj)
+        got = dec.decode(b"\0\0\0\0\x07" + buf.getvalue())
+        assert got.schema_id == 7 and got.value == avro_json(obj)
+        assert json.loads(dec.decode_text(b"\0\0\0\0\x07" + buf.getvalue()).value) == avro_json(obj)
+    check()

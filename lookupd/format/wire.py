@@ -24,7 +24,7 @@ import json
 import math
 import struct
 import uuid
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 from .schemas import Registry, SchemaVersion
 from ..errors import LookupdError
@@ -77,25 +77,34 @@ class ValueDecoder:
 
     def __init__(self, registry: Registry):
         self.registry = registry
-        self._codecs: dict[int, Callable | WireError] = {}
+        self._codecs: dict[int, _Codec | WireError] = {}
 
     def decode(self, data) -> Decoded | None:
         """The decoded value ready for JSON; None when `data` is not in the wire format."""
         got = self.decode_object(data)
         if got is None:
             return None
-        sid, obj, to_json = got
-        return Decoded(sid, to_json(obj))
+        sid, obj, codec = got
+        return Decoded(sid, codec.to_json(obj))
 
-    def decode_object(self, data) -> tuple[int, Any, Callable[[Any], Any]] | None:
-        """(schema id, the object as the library reads it, its conversion to JSON-ready values)."""
+    def decode_text(self, data) -> Decoded | None:
+        """`decode`, the value as compact JSON text."""
+        got = self.decode_object(data)
+        if got is None:
+            return None
+        sid, obj, codec = got
+        return Decoded(sid, codec.json_text(obj))
+
+    def decode_object(self, data) -> tuple[int, Any, "_Codec"] | None:
+        """(schema id, the object as the library reads it, the codec that read it: its `to_json` and
+        `json_text` show it)."""
         wire = split(data)
         if wire is None:
             return None
         sid, payload = wire
         codec = self.codec(sid)
         try:
-            return sid, codec.read(payload), codec.to_json
+            return sid, codec.read(payload), codec
         except WireError:
             raise
         except RecursionError:
@@ -146,6 +155,13 @@ class _Codec:
     def to_json(self, obj: Any) -> Any:
         raise NotImplementedError
 
+    def json_text(self, obj: Any) -> str:
+        """`to_json(obj)` as compact JSON text (non-ASCII as it is)."""
+        return _text(self.to_json(obj))
+
+
+_text = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
 
 # ---------------------------------------------------------------------------------------------- Avro
 
@@ -175,6 +191,12 @@ class _AvroCodec(_Codec):
     def to_json(self, obj: Any) -> Any:
         return avro_json(obj)
 
+    def json_text(self, obj: Any) -> str:
+        try:  # most values: no walk over the object, the encoder asks for what JSON lacks
+            return _avro_text(obj)
+        except ValueError:  # NaN or an infinity
+            return _text(avro_json(obj))
+
 
 def avro_json(obj: Any) -> Any:
     """fastavro's objects as JSON values: bytes and fixed as Avro's JSON encoding writes them (one character
@@ -198,6 +220,17 @@ def avro_json(obj: Any) -> Any:
 
 
 _NONFINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def _avro_default(obj: Any) -> Any:
+    converted = avro_json(obj)
+    if converted is obj:
+        raise TypeError(f"{type(obj).__name__} is not an Avro value")
+    return converted
+
+
+_avro_text = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False,
+                              default=_avro_default).encode
 
 
 # ---------------------------------------------------------------------------------------------- Protobuf
