@@ -278,6 +278,11 @@ def test_batches_without_the_wire_format_render_as_without_schemas():
     h = parse_header(mixed, 0, 0)
     with_, without = (render.record_lines(h, mixed, decoder=d).data.splitlines() for d in (dec, None))
     assert json.loads(with_[0])["value"] == "abc" and with_[1] == without[1]
+    keyed = build_batch([(fx.T0, b"\0\0\0\0\x01\x02k", b"v", ()), (fx.T0, b"\0\0\0\0", b"\0abc", ())], base_offset=0)
+    h = parse_header(keyed, 0, 0)
+    with_, without = (render.record_lines(h, keyed, decoder=d).data.splitlines() for d in (dec, None))
+    assert json.loads(with_[0])["key"] == "k" and json.loads(with_[0])["key_schema_id"] == 1
+    assert with_[1] == without[1]  # four bytes, and a value not starting the wire format: as without schemas
 
 
 # ------------------------------------------------------------------------------------------- generated objects
