@@ -3,9 +3,10 @@
 The anchor is fastavro decoding the very payloads (the wire format's 5-byte header cut off) in a
 plain Python loop, `schemaless_reader` over a BytesIO, in the same run: what a consumer with the
 schema in hand does. Measured against it: records/s of `.records.jsonl` read through the mount with
-values decoded (the whole JSON line made, not only the value), and of the Spark source with
-`lookupd.decodeValues` = `json` and `struct` (the struct's fields summed, so each value is decoded),
-on local[2]. Then the cost for records with no schema: a batch of text values rendered with a decoder
+values decoded (the whole JSON line made, not only the value; each repeat a partition not read
+before, the mount keeping what it rendered), and of the Spark source with `lookupd.decodeValues` =
+`json` and `struct` (a column of each value summed, so each is decoded), on local[2] with two splits,
+beside the same read without decoding. Then the cost for records with no schema: a batch of text values rendered with a decoder
 (the schemas topic present) and without, in process. And the Protobuf parser chosen: the pure parser
 (proto-schema-parser, in process) against protoc (grpcio-tools) writing a descriptor set from the same
 .proto text, per schema.
@@ -61,8 +62,10 @@ def _payloads(n: int) -> list[bytes]:
     return out
 
 
-def write(root: str, n: int) -> list[bytes]:
-    """`_schemas` with the schema as id 1, `clicks` with n wire-format values, `plain` with n text values."""
+def write(root: str, n: int, partitions: int) -> list[bytes]:
+    """`_schemas` with the schema as id 1; `clicks` with n wire-format values in each of `partitions` partitions
+    (one per repeat: the mount keeps the batches it rendered, so a repeat must read new ones); `plain`
+    with n text values."""
     payloads = _payloads(n)
     key = json.dumps({"keytype": "SCHEMA", "subject": "clicks-value", "version": 1, "magic": 1}).encode()
     value = json.dumps({"subject": "clicks-value", "version": 1, "id": 1, "schema": json.dumps(SCHEMA),
@@ -70,9 +73,11 @@ def write(root: str, n: int) -> list[bytes]:
     w = LogWriter(os.path.join(root, "_schemas-0"))
     w.append(build_batch([(T0, key, value, ())], base_offset=0))
     w.close()
-    for name, values in (("clicks", [b"\0" + struct.pack(">I", 1) + p for p in payloads]),
-                         ("plain", [f"plain value {i} of some text".encode() for i in range(n)])):
-        w = LogWriter(os.path.join(root, f"{name}-0"))
+    wire = [b"\0" + struct.pack(">I", 1) + p for p in payloads]
+    topics = [(f"clicks-{p}", wire) for p in range(partitions)] + [("plain-0", [f"plain value {i} of some text".encode()
+                                                                              for i in range(n)])]
+    for name, values in topics:
+        w = LogWriter(os.path.join(root, name))
         for b in range(0, n, PER_BATCH):
             chunk = values[b:b + PER_BATCH]
             w.append(build_batch([(T0 + b + i, f"k{b + i}".encode(), v, ()) for i, v in enumerate(chunk)],
@@ -127,12 +132,18 @@ def plain_rendering(root: str, n: int, times: int) -> tuple[list[float], list[fl
     return without, with_
 
 
-def spark_rate(spark, sock: str, mode: str, n: int) -> float:
-    expr = "sum(length(decodedValue))" if mode == "json" else "sum(decodedValue.n)"
+def spark_rate(spark, sock: str, mode: str | None, n: int) -> float:
+    """Records/s of a read of clicks-0 (two splits, so both cores decode) that decodes every value."""
+    reader = (spark.read.format("kafka-segments").option("lookupd.address", sock).option("assign", '{"clicks":[0]}')
+              .option("minPartitions", "2"))
+    if mode is None:
+        exprs = ["sum(length(value))", "count(*)", "0"]
+    else:
+        reader = reader.option("lookupd.decodeValues", mode)
+        exprs = ["sum(length(decodedValue))" if mode == "json" else "sum(decodedValue.n)", "count(*)",
+                 "count(decodeError)"]
     t0 = time.perf_counter()
-    df = (spark.read.format("kafka-segments").option("lookupd.address", sock).option("subscribe", "clicks")
-          .option("lookupd.decodeValues", mode).option("minPartitions", "2").load())
-    got = df.selectExpr(expr, "count(*)", "count(decodeError)").collect()[0]
+    got = reader.load().selectExpr(*exprs).collect()[0]
     took = time.perf_counter() - t0
     assert got[1] == n and got[2] == 0, got
     return n / took
@@ -164,31 +175,31 @@ def parser_ms(times: int) -> tuple[list[float], list[float]]:
 def run(quick: bool = False) -> list[Figure]:
     from bench_spark import spark_session
 
-    n = 50_000 if quick else 200_000
+    n = 100_000 if quick else 200_000
     times = 3 if quick else 5
     figures = []
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR", "/var/tmp")) as d:
         logs = os.path.join(d, "logs")
-        payloads = write(logs, n)
+        payloads = write(logs, n, times + 1)
         params = {"records": n, "value_bytes": sum(map(len, payloads)) // n}
         anchor = [fastavro_loop(payloads) for _ in range(times)]
         figures.append(Figure("fastavro loop over the payloads", "records/s", anchor, group="schemas",
                               params=params, higher_is_better=True))
         with Mounted(logs, d) as m:
-            path = os.path.join(m.root, "clicks", "0", f"{0:020d}.records.jsonl")
-            read_jsonl(path, n)  # warm-up: the segment in the page cache, the schema parsed
-            through = [read_jsonl(path, n) for _ in range(times)]
+            paths = [os.path.join(m.root, "clicks", str(p), f"{0:020d}.records.jsonl") for p in range(times + 1)]
+            through = [read_jsonl(path, n) for path in paths][1:]  # the first: warm-up (the schema parsed)
             spark = spark_session()
             try:
                 rates = {mode: [spark_rate(spark, m.sock, mode, n) for _ in range(times + 1)][1:]
-                         for mode in ("json", "struct")}
+                         for mode in (None, "json", "struct")}
             finally:
                 spark.stop()
         figures.append(Figure(".records.jsonl with values decoded, through the mount", "records/s", through,
                               group="schemas", params=params, higher_is_better=True))
         for mode, values in rates.items():
-            figures.append(Figure(f"Spark source, lookupd.decodeValues={mode}", "records/s", values,
-                                  group="schemas", params={**params, "master": "local[2]"}, higher_is_better=True))
+            name = "Spark source, no decoding" if mode is None else f"Spark source, lookupd.decodeValues={mode}"
+            figures.append(Figure(name, "records/s", values, group="schemas",
+                                  params={**params, "master": "local[2]", "splits": 2}, higher_is_better=True))
         without, with_ = plain_rendering(logs, n, times)
         figures.append(Figure("records with no schema rendered, no decoder", "records/s", without,
                               group="schemas-plain", params={"records": n}, higher_is_better=True))

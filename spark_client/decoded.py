@@ -27,7 +27,7 @@ from pyspark.sql.types import (ArrayType, BinaryType, BooleanType, DataType, Dat
 
 from lookupd.errors import LookupdError
 from lookupd.format.schemas import Registry, SchemaVersion
-from lookupd.format.wire import MissingExtra, ValueDecoder, WireError, require
+from lookupd.format.wire import MissingExtra, ValueDecoder, require
 
 from .errors import OptionError
 from .options import ReadOptions
@@ -123,59 +123,67 @@ class Decoding:
     def arrays(self, keys: pa.Array, values: pa.Array, value_type: pa.DataType) -> list[pa.Array]:
         """The five columns for a batch's keys and values."""
         decoder, reader, to_row = self._decoder()
-        n = len(values)
-        k_json, k_ids, v_out, v_ids, errors = [None] * n, [None] * n, [None] * n, [None] * n, [None] * n
-        for i, (k, v) in enumerate(zip(keys.to_pylist(), values.to_pylist())):
-            why = []
-            k_json[i], k_ids[i] = _json_of(decoder, k, "key", why)
-            if to_row is None:
-                v_out[i], v_ids[i] = _json_of(decoder, v, "value", why)
-            else:
-                v_out[i], v_ids[i] = _row_of(decoder, v, reader, to_row, why)
-            if why:
-                errors[i] = "; ".join(why)
-        value_col = pa.array(v_out, type=value_type) if to_row is not None else pa.array(v_out, pa.string())
+        k_ids, k_objs, k_why = decoder.decode_many(keys.to_pylist())
+        value_list = values.to_pylist()
+        resolve = None
+        if reader is not None:  # the subject's other Avro versions resolved to the latest one's schema
+            resolve = {sid: reader[1] for sid in _ids(value_list) if sid != reader[0]}
+        v_ids, v_objs, v_why = decoder.decode_many(value_list, resolve)
+        k_json = _texts(decoder, k_ids, k_objs)
+        if to_row is None:
+            v_out = _texts(decoder, v_ids, v_objs)
+        else:
+            v_out = [None] * len(v_objs)
+            for i, obj in enumerate(v_objs):
+                if obj is not None:
+                    try:
+                        v_out[i] = to_row(obj)
+                    except ValueError as err:
+                        v_why[i] = str(err)
+        errors = [None if k is None and v is None else "; ".join(
+            f"{what}: {why}" for what, why in (("key", k), ("value", v)) if why is not None)
+            for k, v in zip(k_why, v_why)]
+        if to_row is None:
+            value_col = pa.array(v_out, pa.string())
+        else:
+            try:
+                value_col = pa.array(v_out, type=value_type)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # a value that does not fit: find it
+                value_col = _one_by_one(v_out, value_type, errors)
         return [pa.array(k_json, pa.string()), pa.array(k_ids, pa.int32()), value_col, pa.array(v_ids, pa.int32()),
                 pa.array(errors, pa.string())]
 
 
-def _json_of(decoder: ValueDecoder, data, what: str, why: list) -> tuple[str | None, int | None]:
-    try:
-        got = decoder.decode_text(data)
-    except WireError as err:
-        why.append(f"{what}: {err}")
-        return None, err.schema_id
-    return (None, None) if got is None else (got.value, got.schema_id)
+def _ids(values: list) -> set[int]:
+    """The schema ids of the wire-format values among `values`."""
+    return {int.from_bytes(v[1:5], "big") for v in values if v is not None and len(v) >= 5 and v[0] == 0}
 
 
-def _row_of(decoder: ValueDecoder, data, reader, to_row, why: list) -> tuple[Any, int | None]:
-    try:
-        if reader is not None:  # Avro: read with the writer's schema, resolved to the struct's (the latest)
-            from lookupd.format.wire import split
+def _texts(decoder: ValueDecoder, ids: list, objs: list) -> list:
+    """Decoded objects as JSON text (None stays None)."""
+    out = [None] * len(objs)
+    codecs: dict = {}
+    for i, obj in enumerate(objs):
+        if obj is not None:
+            sid = ids[i]
+            codec = codecs.get(sid)
+            if codec is None:
+                codec = codecs[sid] = decoder.codec(sid)
+            out[i] = codec.json_text(obj)
+    return out
 
-            wire = split(data)
-            if wire is None:
-                return None, None
-            sid, payload = wire
-            codec = decoder.codec(sid)
-            if sid == reader[0]:
-                obj = codec.read(payload)
-            else:
-                import io
 
-                import fastavro
-                obj = fastavro.schemaless_reader(io.BytesIO(payload), codec.schema, reader[1])
-            return to_row(obj), sid
-        got = decoder.decode_object(data)
-        if got is None:
-            return None, None
-        return to_row(got[1]), got[0]
-    except WireError as err:
-        why.append(f"value: {err}")
-        return None, err.schema_id
-    except Exception as err:  # noqa: BLE001 - fastavro's resolution errors, a value outside the struct
-        why.append(f"value: does not fit the struct of the latest version: {type(err).__name__}: {err}")
-        return None, int.from_bytes(bytes(data[1:5]), "big")
+def _one_by_one(rows: list, value_type: pa.DataType, errors: list) -> pa.Array:
+    """The struct column when some value does not fit its type: each such value null, with the reason."""
+    fitted = []
+    for i, row in enumerate(rows):
+        try:
+            pa.array([row], type=value_type)
+            fitted.append(row)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as err:
+            fitted.append(None)
+            errors[i] = "; ".join(filter(None, [errors[i], f"value: does not fit the struct: {err}"]))
+    return pa.array(fitted, type=value_type)
 
 
 # ------------------------------------------------------------------------------------------- Avro -> Spark

@@ -24,7 +24,7 @@ import json
 import math
 import struct
 import uuid
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from .schemas import Registry, SchemaVersion
 from ..errors import LookupdError
@@ -113,6 +113,38 @@ class ValueDecoder:
             raise WireError(sid, f"the payload does not match schema id {sid} ({codec.label}): "
                                  f"{type(err).__name__}: {err}") from None
 
+    def decode_many(self, datas: list, reader_schemas: dict | None = None) -> tuple[list, list, list]:
+        """`decode_object` over many keys or values in one loop: (ids, objects, reasons), each a list as long
+        as `datas`; None where a value is not in the wire format (its id None too) or did not decode (its
+        id set, the reason given). Avro values whose id has an entry in `reader_schemas` are resolved to
+        that schema (Avro's schema resolution). The loop Spark's columns are made by."""
+        n = len(datas)
+        ids, objs, reasons = [None] * n, [None] * n, [None] * n
+        codecs: dict[int, tuple] = {}
+        for i, data in enumerate(datas):
+            if data is None or len(data) < HEADER.size or data[0] != MAGIC:
+                continue
+            sid = ids[i] = int.from_bytes(data[1:5], "big")
+            got = codecs.get(sid)
+            if got is None:
+                try:
+                    codec = self.codec(sid)
+                except WireError as err:
+                    got = codecs[sid] = (None, str(err))
+                else:
+                    got = codecs[sid] = (codec, codec.reader((reader_schemas or {}).get(sid, _NO_READER)))
+            codec, read = got
+            if codec is None:
+                reasons[i] = read
+                continue
+            try:
+                objs[i] = read(data)
+            except RecursionError:
+                reasons[i] = f"the payload nests too deeply for schema id {sid}"
+            except Exception as err:  # noqa: BLE001 - as decode_object
+                reasons[i] = f"the payload does not match schema id {sid} ({codec.label}): {type(err).__name__}: {err}"
+        return ids, objs, reasons
+
     def codec(self, sid: int) -> "_Codec":
         """The parsed schema with id `sid` (cached, failures too); WireError when there is none."""
         got = self._codecs.get(sid)
@@ -146,11 +178,18 @@ class ValueDecoder:
             raise WireError(sid, f"schema id {sid} ({label}) does not parse: {type(err).__name__}: {err}") from None
 
 
+_NO_READER = object()
+
+
 class _Codec:
     label: str
 
     def read(self, payload: memoryview) -> Any:
         raise NotImplementedError
+
+    def reader(self, reader_schema: Any = _NO_READER) -> Callable[[bytes], Any]:
+        """A function reading a whole wire-format value (header included) as `read` reads its payload."""
+        return lambda data: self.read(memoryview(data)[HEADER.size:])
 
     def to_json(self, obj: Any) -> Any:
         raise NotImplementedError
@@ -187,6 +226,19 @@ class _AvroCodec(_Codec):
         if left:
             raise ValueError(f"{left} bytes are left after the Avro value")
         return obj
+
+    def reader(self, reader_schema: Any = _NO_READER) -> Callable[[bytes], Any]:
+        read, schema, into = self._reader, self.schema, None if reader_schema is _NO_READER else reader_schema
+        bytes_io = io.BytesIO
+
+        def read_value(data: bytes) -> Any:
+            buf = bytes_io(data)
+            buf.seek(HEADER.size)
+            obj = read(buf, schema, into)
+            if buf.tell() != len(data):
+                raise ValueError(f"{len(data) - buf.tell()} bytes are left after the Avro value")
+            return obj
+        return read_value
 
     def to_json(self, obj: Any) -> Any:
         return avro_json(obj)
