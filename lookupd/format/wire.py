@@ -79,21 +79,14 @@ class ValueDecoder:
         self.registry = registry
         self._codecs: dict[int, _Codec | WireError] = {}
 
-    def decode(self, data) -> Decoded | None:
-        """The decoded value ready for JSON; None when `data` is not in the wire format."""
+    def decode(self, data, *, text: bool = False) -> Decoded | None:
+        """The decoded value ready for JSON (`text`: as compact JSON text); None when `data` is not in the
+        wire format."""
         got = self.decode_object(data)
         if got is None:
             return None
         sid, obj, codec = got
-        return Decoded(sid, codec.to_json(obj))
-
-    def decode_text(self, data) -> Decoded | None:
-        """`decode`, the value as compact JSON text."""
-        got = self.decode_object(data)
-        if got is None:
-            return None
-        sid, obj, codec = got
-        return Decoded(sid, codec.json_text(obj))
+        return Decoded(sid, codec.json_text(obj) if text else codec.to_json(obj))
 
     def decode_object(self, data) -> tuple[int, Any, "_Codec"] | None:
         """(schema id, the object as the library reads it, the codec that read it: its `to_json` and
