@@ -312,3 +312,27 @@ def test_any_user_fastavro_writes_decodes_to_itself():
         assert got.schema_id == 7 and got.value == avro_json(obj)
         assert json.loads(dec.decode(b"\0\0\0\0\x07" + buf.getvalue(), text=True).value) == avro_json(obj)
     check()
+
+
+def test_the_decoded_fast_path_gives_the_reference_paths_bytes(built):
+    """Lines decoded in place of the C renderer's (`decoded_lines`) are `reference_lines`' bytes, batch by
+    batch, for every topic of the fixture: text and base64 forms, keys, errors, nulls."""
+    from lookupd.log.locallog import LocalLog
+    from lookupd.tools.schemas import load
+
+    dec = ValueDecoder(load(os.path.join(built.root, "_schemas-0")))
+    head = b'{"type":"record","file":"a \\"key\\": path",'
+    seen = 0
+    for topic in [*built.topics, "_schemas"]:
+        llog = LocalLog(os.path.join(built.root, f"{topic}-0"), topic, 0)
+        r = llog.read(0, 1 << 20)
+        llog.close()
+        from lookupd.format.batch import whole_frames
+        for off, size in whole_frames(r.records, r.position, topic):
+            batch = r.records[off:off + size]
+            h = parse_header(batch, 0, r.position + off)
+            fast = render.record_lines(h, batch, head=head, decoder=dec)
+            ref = render.reference_lines(h, batch, head=head, decoder=dec)
+            assert fast.data == ref.data and list(fast.starts) == list(ref.starts)
+            seen += 1
+    assert seen > 10

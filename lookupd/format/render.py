@@ -10,6 +10,8 @@ from __future__ import annotations
 import base64
 import itertools
 import json
+import re
+from json.decoder import scanstring
 from typing import NamedTuple, Sequence
 
 from .batch import CONTROL_MASK, BatchHeader, TimestampType
@@ -115,9 +117,59 @@ def record_lines(header: BatchHeader, batch, path=None, head: bytes = b"{", *, k
                                        _tail(header), key)
             if done is not None:
                 data, offsets, starts, holds_wire = done
+                offsets, starts = memoryview(offsets).cast("q"), memoryview(starts).cast("q")
                 if decoder is None or not holds_wire:
-                    return JsonLines(memoryview(offsets).cast("q"), memoryview(starts).cast("q"), data)
+                    return JsonLines(offsets, starts, data)
+                return decoded_lines(JsonLines(offsets, starts, data), _MID[header.timestamp_type], decoder)
     return reference_lines(header, batch, path, head, key=key, decoder=decoder)
+
+
+def decoded_lines(lines: JsonLines, mid: bytes, decoder: ValueDecoder) -> JsonLines:
+    """Rendered lines with their wire-format keys and values decoded in place: the bytes `reference_lines`
+    gives with the decoder, without decoding the batch again in Python. Each line is head, offset and
+    timestamp, `mid` (ending `"key":`), the key, `,"value":`, the value, `,"headers":`...; neither marker
+    can occur inside a JSON string (its quotes are escaped) or a base64 object, so the first of each after
+    `mid` is the field's. A key or value is taken back from its JSON form (text, or base64) and decoded when
+    it may be in the wire format."""
+    data, starts = lines.data, lines.starts
+    out: list[bytes] = []
+    new_starts = [0]
+    for i in range(len(lines.offsets)):
+        line = data[starts[i]:starts[i + 1]]
+        k = line.find(mid) + len(mid)
+        v = line.find(b',"value":', k)
+        end = line.find(b',"headers":', v)
+        key, value = line[k:v], line[v + 9:end]
+        if _WIRE_FORM.match(key) or _WIRE_FORM.match(value):
+            line = b"".join((line[:k - 6], _decoded_json("key", key, decoder), b',',  # 6: len('"key":')
+                             _decoded_json("value", value, decoder), line[end:]))
+        out.append(line)
+        new_starts.append(new_starts[-1] + len(line))
+    return JsonLines(lines.offsets, new_starts, b"".join(out))
+
+
+# A key or value as render writes one starting with byte 0 and five bytes or more: text whose first
+# character is NUL, or base64 whose first character is "A" (six zero bits).
+_WIRE_FORM = re.compile(rb'"\\u0000|\{"base64":"A')
+
+
+def _decoded_json(name: str, rendered: bytes, decoder: ValueDecoder) -> bytes:
+    """`"name":...` as `decoded_field` shows the key or value whose JSON form is `rendered`."""
+    if rendered == b"null":
+        return b'"%s":null' % name.encode()
+    if rendered.startswith(b'{"base64":"'):
+        raw = base64.b64decode(rendered[11:-2])
+    else:
+        raw = scanstring(rendered.decode("ascii"), 1)[0].encode("utf-8")
+    try:
+        got = decoder.decode_object(raw)
+    except WireError as err:
+        return ('"%s":%s,"%s_schema_id":%d,"%s_error":%s' % (
+            name, rendered.decode("ascii"), name, err.schema_id, name, _dumps(str(err)))).encode("ascii")
+    if got is None:
+        return b'"%s":%s' % (name.encode(), rendered)
+    sid, obj, codec = got
+    return ('"%s":%s,"%s_schema_id":%d' % (name, codec.json_text(obj, ascii=True), name, sid)).encode("ascii")
 
 
 # What each line holds between the record's timestamp and its key, by timestamp type.

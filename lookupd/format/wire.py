@@ -187,12 +187,13 @@ class _Codec:
     def to_json(self, obj: Any) -> Any:
         raise NotImplementedError
 
-    def json_text(self, obj: Any) -> str:
-        """`to_json(obj)` as compact JSON text (non-ASCII as it is)."""
-        return _text(self.to_json(obj))
+    def json_text(self, obj: Any, ascii: bool = False) -> str:
+        """`to_json(obj)` as compact JSON text: non-ASCII as it is, or (`ascii`) escaped as `json.dumps` does."""
+        return (_ascii if ascii else _text)(self.to_json(obj))
 
 
 _text = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_ascii = json.JSONEncoder(separators=(",", ":")).encode
 
 
 # ---------------------------------------------------------------------------------------------- Avro
@@ -236,11 +237,11 @@ class _AvroCodec(_Codec):
     def to_json(self, obj: Any) -> Any:
         return avro_json(obj)
 
-    def json_text(self, obj: Any) -> str:
+    def json_text(self, obj: Any, ascii: bool = False) -> str:
         try:  # most values: no walk over the object, the encoder asks for what JSON lacks
-            return _avro_text(obj)
+            return (_avro_ascii if ascii else _avro_text)(obj)
         except ValueError:  # NaN or an infinity
-            return _text(avro_json(obj))
+            return (_ascii if ascii else _text)(avro_json(obj))
 
 
 def avro_json(obj: Any) -> Any:
@@ -276,6 +277,7 @@ def _avro_default(obj: Any) -> Any:
 
 _avro_text = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False,
                               default=_avro_default).encode
+_avro_ascii = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=_avro_default).encode
 
 
 # ---------------------------------------------------------------------------------------------- Protobuf
