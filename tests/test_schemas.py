@@ -336,3 +336,44 @@ def test_the_decoded_fast_path_gives_the_reference_paths_bytes(built):
             assert fast.data == ref.data and list(fast.starts) == list(ref.starts)
             seen += 1
     assert seen > 10
+
+
+def test_the_daemons_schemas_follow_the_topic_and_its_acl(built, tmp_path):
+    """`schemas` reads the topic named by schemas_topic, applies only what was appended since (a copy of the
+    topic grows by a record: the new version shows), and asks `read` on that topic of the ACLs."""
+    import shutil
+
+    from lookupd.daemon.acl import Acl
+    from lookupd.daemon.service import Service, Session
+    from lookupd.errors import Unauthorized
+    from lookupd.log.logmanager import LogManager
+
+    root = tmp_path / "logs"
+    shutil.copytree(os.path.join(built.root, "_schemas-0"), root / "registry-0")
+    shutil.copytree(os.path.join(built.root, "users-0"), root / "users-0")
+    lm = LogManager([str(root)])
+    try:
+        svc = Service(lm, schemas_topic="registry")
+        trusted = Session(trusted=True)
+        first = svc.call("schemas", [], trusted)
+        assert {(v["subject"], v["version"]) for v in first["versions"]} == set(built.ids) - {("purged-value", 1)}
+        log = fx.SchemasLog()
+        log.schema("late-value", 1, 77, '"string"')
+        from lookupd.tools.writer import LogWriter
+        w = LogWriter(str(root / "registry-0"))
+        w.append(build_batch([(fx.T0, k, v, ()) for k, v in log.records], base_offset=first["end_offset"]))
+        w.close()
+        lm.refresh()
+        later = svc.call("schemas", [], trusted)
+        assert later["end_offset"] == first["end_offset"] + 1 and ("late-value", 1) in {
+            (v["subject"], v["version"]) for v in later["versions"]}
+        assert svc.call("read_decoded", ["users", 0, 0, 1 << 20], trusted)["records"][1]["value_schema_id"] == 2
+        acl = Acl.from_config([{"principal": "CN=app", "topics": ["users"], "operations": ["read", "describe"]}])
+        guarded = Service(lm, schemas_topic="registry", acl=acl)
+        app = Session(trusted=False, authenticated=True, principal="CN=app")
+        for method, params in (("schemas", []), ("read_decoded", ["users", 0, 0, 1024])):
+            with pytest.raises(Unauthorized, match="registry"):
+                guarded.call(method, params, app)
+        assert Service(lm).call("schemas", [], trusted) is None  # no _schemas here
+    finally:
+        lm.close()
