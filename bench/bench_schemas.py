@@ -78,7 +78,7 @@ def write(root: str, n: int, partitions: int, spark_n: int) -> list[bytes]:
         [("plain-0", [f"plain value {i} of some text".encode() for i in range(n)])]
     for name, values in topics:
         w = LogWriter(os.path.join(root, name))
-        for b in range(0, n, PER_BATCH):
+        for b in range(0, len(values), PER_BATCH):
             chunk = values[b:b + PER_BATCH]
             w.append(build_batch([(T0 + b + i, f"k{b + i}".encode(), v, ()) for i, v in enumerate(chunk)],
                                  base_offset=b))
