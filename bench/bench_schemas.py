@@ -6,7 +6,8 @@ schema in hand does. Measured against it: records/s of `.records.jsonl` read thr
 values decoded (the whole JSON line made, not only the value; each repeat a partition not read
 before, the mount keeping what it rendered), and of the Spark source with `lookupd.decodeValues` =
 `json` and `struct` (a column of each value summed, so each is decoded), on local[2] with two splits,
-beside the same read without decoding. Then the cost for records with no schema: a batch of text values rendered with a decoder
+beside the same read without decoding, and the source's own reading of those splits in process (what
+the executors' tasks do, without Spark, on one core). Then the cost for records with no schema: a batch of text values rendered with a decoder
 (the schemas topic present) and without, in process. And the Protobuf parser chosen: the pure parser
 (proto-schema-parser, in process) against protoc (grpcio-tools) writing a descriptor set from the same
 .proto text, per schema.
@@ -151,6 +152,22 @@ def spark_rate(spark, sock: str, mode: str | None, n: int) -> float:
     return n / took
 
 
+def executor_rate(sock: str, mode: str, n: int) -> float:
+    """Records/s of the Spark source's own reading of clicks_big's splits in this process, one after the other
+    (no Spark: what each executor task does, on one core)."""
+    from spark_client.datasource import KafkaSegmentsDataSource
+
+    ds = KafkaSegmentsDataSource({"lookupd.address": sock, "subscribe": "clicks_big", "minPartitions": "2",
+                                  "lookupd.decodeValues": mode})
+    reader = ds.reader(ds.schema())
+    splits = reader.partitions()
+    t0 = time.perf_counter()
+    rows = sum(b.num_rows for s in splits for b in reader.read(s))
+    took = time.perf_counter() - t0
+    assert rows == n, rows
+    return n / took
+
+
 def parser_ms(times: int) -> tuple[list[float], list[float]]:
     """ms per schema: the pure parser's descriptor, and protoc's (grpcio-tools) through a temporary dir."""
     from google.protobuf import descriptor_pb2
@@ -191,6 +208,7 @@ def run(quick: bool = False) -> list[Figure]:
         with Mounted(logs, d) as m:
             paths = [os.path.join(m.root, "clicks", str(p), f"{0:020d}.records.jsonl") for p in range(times + 1)]
             through = [read_jsonl(path, n) for path in paths][1:]  # the first: warm-up (the schema parsed)
+            in_process = {mode: [executor_rate(m.sock, mode, spark_n) for _ in range(times)] for mode in ("json", "struct")}
             spark = spark_session()
             try:
                 spark_times = 3  # a million records a run: three runs after the warm-up keep the suite short
@@ -204,6 +222,9 @@ def run(quick: bool = False) -> list[Figure]:
             name = "Spark source, no decoding" if mode is None else f"Spark source, lookupd.decodeValues={mode}"
             figures.append(Figure(name, "records/s", values, group="schemas",
                                   params={**params, "master": "local[2]", "splits": 2}, higher_is_better=True))
+        for mode, values in in_process.items():
+            figures.append(Figure(f"Spark source's split reading in process, lookupd.decodeValues={mode}", "records/s",
+                                  values, group="schemas", params={**params, "cores": 1}, higher_is_better=True))
         without, with_ = plain_rendering(logs, n, times)
         figures.append(Figure("records with no schema rendered, no decoder", "records/s", without,
                               group="schemas-plain", params={"records": n}, higher_is_better=True))
@@ -224,7 +245,9 @@ def ratios(figures: list[Figure]) -> list[dict | None]:
                  "decoded records/s as a fraction of fastavro decoding the same payloads in a plain loop"
                  + (" (target 0.5x)" if "Spark" in name else ""))
            for name in (".records.jsonl with values decoded, through the mount",
-                        "Spark source, lookupd.decodeValues=json", "Spark source, lookupd.decodeValues=struct")
+                        "Spark source, lookupd.decodeValues=json", "Spark source, lookupd.decodeValues=struct",
+                        "Spark source's split reading in process, lookupd.decodeValues=json",
+                        "Spark source's split reading in process, lookupd.decodeValues=struct")
            if name in names]
     out.append(ratio("records with no schema, decoder vs none", figures,
                      "records with no schema rendered, with a decoder", "records with no schema rendered, no decoder",
