@@ -91,6 +91,11 @@ topics = ["plain"]
 operations = ["describe"]
 
 [[acl]]
+principal = "CN=admin,O=ops"
+topics = ["compressed"]
+operations = ["describe", "read"]
+
+[[acl]]
 principal = "token:ops"
 topics = ["compressed"]
 operations = ["describe"]
@@ -146,6 +151,19 @@ def test_mutual_tls_principal_and_acl(mtls, certs):
     # The Unix socket: principal unix:<uid>, allowed everything by its rule; nothing else changed there.
     err, parts = blocking_call(mtls.sock, "partitions")
     assert err is None and {p["topic"] for p in parts} > {"plain", "large", "compressed"}
+
+
+def test_a_subject_is_never_taken_for_another(mtls, certs):
+    """Issue 40: the common name `admin,O=ops` joined unescaped was the principal `CN=admin,O=ops` and read what
+    that subject may. As Kafka writes it (RFC 2253, lookupd.daemon.principal) it is `CN=admin\\,O\\=ops`."""
+    with Client(mtls.address, **certs.client("admin")) as c:  # subject O=ops, CN=admin
+        assert c.read("compressed", 0, 0, 1)["records"]
+    with Client(mtls.address, **certs.client("lookalike")) as c:
+        with pytest.raises(RemoteError) as e:
+            c.read("compressed", 0, 0, 1)
+        assert e.value.code == "UNAUTHORIZED"
+        assert e.value.message.startswith("CN=admin\\,O\\=ops may not read topic 'compressed'"), e.value.message
+        assert c.partitions() == []  # it may describe nothing either
 
 
 def test_named_token_inside_tls_is_the_principal(mtls, certs):
