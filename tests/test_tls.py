@@ -10,6 +10,7 @@ import json
 import os
 import random
 import re
+import select
 import signal
 import socket
 import ssl
@@ -399,6 +400,49 @@ def test_metrics_endpoint_is_bounded(tmp_path):
     finally:
         for s in idle:
             s.close()
+        d.stop()
+
+
+def test_metrics_scrapes_are_answered_beside_dribbling_clients(tmp_path):
+    """Issue 40: four clients each sending their request a byte at a time held all four slots (a timeout per
+    read never fired): 0 of 5 scrapes answered. Each connection now gets METRICS_DEADLINE_S in all, and a
+    scrape waits for the first slot freed, so all 5 are answered although the dribblers reconnect at once."""
+    from lookupd.daemon.metrics import METRICS_DEADLINE_S, METRICS_MAX_THREADS
+
+    d = Daemon(str(tmp_path), 'metrics = "127.0.0.1:0"\n')
+    stop, cut = threading.Event(), [0]
+
+    def dribble() -> None:
+        """One byte of a request every 0.5 s; reconnects the moment the daemon closes the connection."""
+        while not stop.is_set():
+            with socket.create_connection(("127.0.0.1", d.metrics_port)) as s:
+                try:
+                    for byte in b"GET /metrics HTTP/1.1\r\nHost: x\r\n" * 100:
+                        s.sendall(bytes([byte]))
+                        if select.select([s], [], [], 0.5)[0] and not s.recv(1):
+                            raise ConnectionResetError("closed by the daemon")
+                        if stop.is_set():
+                            return
+                except OSError:
+                    cut[0] += 1  # straight back in
+
+    dribblers = [threading.Thread(target=dribble) for _ in range(METRICS_MAX_THREADS)]
+    try:
+        for t in dribblers:
+            t.start()
+        time.sleep(1.0)  # every slot held by a dribbler
+        url = f"http://127.0.0.1:{d.metrics_port}/metrics"
+        answered = []
+        for _ in range(5):
+            started = time.monotonic()
+            answered.append(b"lookupd_requests_total" in urllib.request.urlopen(url, timeout=20).read())
+            assert time.monotonic() - started < 2 * METRICS_DEADLINE_S + 5  # waited for one slot, not more
+        assert answered == [True] * 5
+        assert cut[0] >= METRICS_MAX_THREADS, cut  # the dribblers were cut, not served
+    finally:
+        stop.set()
+        for t in dribblers:
+            t.join(10)
         d.stop()
 
 
