@@ -480,6 +480,44 @@ def test_fuse_mount_over_mutual_tls(mtls, certs, tmp_path):
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
 
 
+def test_acl_denials_name_the_topic_and_the_permission_in_every_client(mtls, certs, spark, tmp_path):
+    """Issue 40: a Spark read of a topic the ACLs deny said "topic(s) compressed not found", and the mount had no
+    such directory: each client now says which topic and which operation its principal may not have."""
+    from test_fusefs_helpers import Mount, require_fuse
+
+    # Spark: CN=spark-etl may not describe `compressed`, so the daemon does not list it
+    with pytest.raises(Exception, match=r"TopicAuthorizationError: Not authorized to access topics: \[compressed\]: "
+                                        r".*UNAUTHORIZED: CN=spark-etl may not describe topic 'compressed'"):
+        (spark.read.format("kafka-segments").option("lookupd.address", mtls.address)
+         .option("lookupd.tls.ca", certs.pem("ca")).option("lookupd.tls.cert", certs.pem("etl"))
+         .option("lookupd.tls.key", certs.key("etl")).option("subscribe", "plain,compressed").load().count())
+    # the CLI: the daemon's answer, as it is
+    r = subprocess.run([sys.executable, "-m", "lookupd", "query", "--socket", mtls.address, "--tls-ca", certs.pem("ca"),
+                        "--tls-cert", certs.pem("etl"), "--tls-key", certs.key("etl"), "segments", "compressed", "0"],
+                       capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=REPO))
+    assert r.returncode == 1 and "UNAUTHORIZED: CN=spark-etl may not describe topic 'compressed'" in r.stderr, r.stderr
+    # the mount: EACCES, not ENOENT, and the daemon's reason in its log; a topic that is allowed but not to read
+    # (CN=reader on `plain`) lists, and its files refuse reads with EACCES
+    require_fuse()
+    for cert, paths, topic, operation in (("etl", (("compressed",), ("compressed", "0")), "compressed", "describe"),
+                                          ("reader", (("plain", "0", "00000000000000000000.log"),), "plain", "read")):
+        m = Mount(mtls.address, str(tmp_path / cert), "--tls-ca", certs.pem("ca"), "--tls-cert", certs.pem(cert),
+                  "--tls-key", certs.key(cert)).start()
+        try:
+            for path in paths:
+                with pytest.raises(PermissionError):
+                    if operation == "read":
+                        with open(m.path(*path), "rb") as f:
+                            f.read(100)
+                    else:
+                        os.stat(m.path(*path))
+            assert f"may not {operation} topic '{topic}'" in m.log, m.log[-2000:]
+            with pytest.raises(FileNotFoundError):  # a partition the allowed topic does not have is still ENOENT
+                os.stat(m.path("plain", "7"))
+        finally:
+            m.stop()
+
+
 # ---------------------------------------------------------------------------------- pure logic and config
 
 
