@@ -80,27 +80,29 @@ def rfc2253_name(der_name: bytes) -> str:
     tag, pos, end = _tlv(buf, 0, len(buf))
     _expect(tag, _SEQUENCE, "Name")
     rdns = []
-    while pos < end:
-        if len(rdns) == MAX_RDNS:
-            raise SubjectError(f"more than {MAX_RDNS} RDNs")
-        tag, set_pos, set_end = _tlv(buf, pos, end)
-        _expect(tag, _SET, "RDN")
-        attributes = []
-        while set_pos < set_end:
-            if len(attributes) == MAX_ATTRIBUTES_PER_RDN:
-                raise SubjectError(f"more than {MAX_ATTRIBUTES_PER_RDN} attributes in one RDN")
-            tag, ava_pos, ava_end = _tlv(buf, set_pos, set_end)
-            _expect(tag, _SEQUENCE, "AttributeTypeAndValue")
-            attributes.append(_attribute(buf, ava_pos, ava_end))
-            set_pos = ava_end
+    for set_pos, set_end in _children(buf, pos, end, _SET, "RDN", MAX_RDNS):
+        attributes = [_attribute(buf, a, b) for a, b in
+                      _children(buf, set_pos, set_end, _SEQUENCE, "AttributeTypeAndValue", MAX_ATTRIBUTES_PER_RDN)]
         if not attributes:
             raise SubjectError("an empty RDN")
         rdns.append("+".join(attributes))
-        pos = set_end
     name = ",".join(reversed(rdns))
     if len(name) > MAX_PRINCIPAL_CHARS:
         raise SubjectError(f"a subject longer than {MAX_PRINCIPAL_CHARS} characters")
     return name
+
+
+def _children(buf: memoryview, pos: int, end: int, tag: int, what: str, most: int):
+    """(content start, content end) of each DER value in [pos, end), each of `tag`, at most `most` of them."""
+    count = 0
+    while pos < end:
+        if count == most:
+            raise SubjectError(f"more than {most} of {what}")
+        found, start, stop = _tlv(buf, pos, end)
+        _expect(found, tag, what)
+        yield start, stop
+        count += 1
+        pos = stop
 
 
 def _attribute(buf: memoryview, pos: int, end: int) -> str:
