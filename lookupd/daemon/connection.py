@@ -53,6 +53,18 @@ PRE_AUTH_FRAME_BYTES = 64 << 10
 now = time.perf_counter
 
 
+def admit_unauthenticated(daemon: Daemon, conn) -> None:
+    """Count `conn` among the connections that have not authenticated, at most max_unauthenticated_connections
+    of them whatever their protocol: the oldest is closed to make room."""
+    waiting = daemon.unauthenticated
+    if len(waiting) >= daemon.cfg.max_unauthenticated_connections:
+        oldest = next(iter(waiting))
+        del waiting[oldest]
+        oldest.end_with("UNAVAILABLE", f"closing: the oldest of {len(waiting) + 1} connections that have not "
+                                       f"authenticated (max_unauthenticated_connections)")
+    waiting[conn] = None
+
+
 class Action(enum.Enum):
     """What a connection's own task must await (Connection._act). THREAD_SLOT and AUTH_WAIT carry a
     request in `Connection.deferred`, ABORT a reason in `Connection.abort_why`."""
@@ -187,13 +199,7 @@ class Connection:
         self.protocol.frame_limit = min(PRE_AUTH_FRAME_BYTES, self.protocol.max_frame_bytes)
         self.protocol.frame_limit_note = " before auth (send auth [token] first)"
         self.scope.deadline = trio.current_time() + self.cfg.auth_timeout_s
-        waiting = self.daemon.unauthenticated
-        if len(waiting) >= self.cfg.max_unauthenticated_connections:
-            oldest = next(iter(waiting))
-            del waiting[oldest]
-            oldest.end_with("UNAVAILABLE", f"closing: the oldest of {len(waiting) + 1} connections that have not "
-                                           f"authenticated (max_unauthenticated_connections)")
-        waiting[self] = None
+        admit_unauthenticated(self.daemon, self)
 
     def _lift_pre_auth_limits(self) -> None:
         """Authenticated: full-size frames, no deadline, no longer among the unauthenticated."""
