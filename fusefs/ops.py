@@ -12,7 +12,8 @@ end of the content. A rolled segment's raw files keep the kernel's page cache fr
 open to the next while they are the same file (see `_cache_kept`); the active segment's
 are read through the mount at every open, as it grows. Other files and directories carry the time of the mount.
 
-Errors: unknown paths ENOENT; offsets outside the partition ENOENT; writes of any kind
+Errors: unknown paths ENOENT; offsets outside the partition ENOENT; a topic the daemon's [[acl]] rules
+deny (to describe, or a file to read) EACCES, with the daemon's reason in the log; writes of any kind
 EROFS (the mount is read-only: the kernel refuses them before they reach here); the daemon unreachable or corrupt data: EIO, with the reason in the log (the same
 reason at most every 10 s). A segment deleted by retention is ENOENT from then on, but
 files opened before keep reading: raw files and generated views hold the descriptors of
@@ -132,6 +133,9 @@ class KafkaFS(Operations):
                 raise FuseOSError(errno.ENOENT) from None
             if err.code == "INVALID_ARGUMENT":
                 raise FuseOSError(errno.EINVAL) from None
+            if err.code == "UNAUTHORIZED":  # the daemon's [[acl]] rules: its message names the topic and operation
+                self._warn(op, args, err, answering="EACCES")
+                raise FuseOSError(errno.EACCES) from None
             self._warn(op, args, err)
         except LookupdError as err:  # the daemon unreachable, corrupt data
             self._warn(op, args, err)
@@ -144,10 +148,10 @@ class KafkaFS(Operations):
             log.exception("%s %s failed", op, args[0] if args else "")
         raise FuseOSError(errno.EIO)
 
-    def _warn(self, op: str, args: tuple, err: Exception) -> None:
+    def _warn(self, op: str, args: tuple, err: Exception, answering: str = "EIO") -> None:
         reason = f"{type(err).__name__}: {err}"
         if self._first_in_a_while(reason):
-            log.warning("%s %s: %s; answering EIO", op, args[0] if args else "", reason)
+            log.warning("%s %s: %s; answering %s", op, args[0] if args else "", reason, answering)
 
     def _first_in_a_while(self, key: str) -> bool:
         """Whether `key` was not logged in the last WARN_EVERY_S (and is now)."""
@@ -333,7 +337,7 @@ class KafkaFS(Operations):
     def _partitions_of(self, topic: str) -> list[int]:
         partitions = self.catalog.topics().get(topic)
         if partitions is None:
-            raise FuseOSError(errno.ENOENT)
+            raise self.catalog.absent(topic)  # ENOENT, or EACCES for a topic the [[acl]] rules deny
         return partitions
 
     def _subdirectories(self, node: tree.Node) -> int:
