@@ -32,6 +32,8 @@ TITLES = {
     "decode": "Record decoding throughput",
     "decode-records": "Record decoding, records per second",
     "coldstart": "Cold start",
+    "groups-replay": "__consumer_offsets replay against the columnar decoder, records per second",
+    "groups-daemon": "group_offsets (100 partitions) and resolve_offset round trips through the daemon",
     "daemon-latency": "Round-trip latency over a Unix socket, one client",
     "daemon-placement": "Round-trip p50, one client, client and server pinned to one core or two",
     "daemon-throughput": "Requests per second over a Unix socket (closed-loop clients, pipelining, columnar)",
@@ -43,6 +45,7 @@ TITLES = {
     "remote-fuse-cpu": "CPU time of one read of a remote .log through the mount, per process, against plain GETs",
     "remote-cold": "Cold index fetch plus one batch read of a tiered segment",
     "daemon-tls": "Over TLS on loopback TCP, lookupd and redis-server with the same certificate: p50/p99 and lookups/s",
+    "kafka": "The Kafka listener: Fetch MB/s against file reads, ListOffsets against msgpack, consumer CPU per MB",
 }
 
 

@@ -12,7 +12,8 @@ end of the content. A rolled segment's raw files keep the kernel's page cache fr
 open to the next while they are the same file (see `_cache_kept`); the active segment's
 are read through the mount at every open, as it grows. Other files and directories carry the time of the mount.
 
-Errors: unknown paths ENOENT; offsets outside the partition ENOENT; writes of any kind
+Errors: unknown paths ENOENT; offsets outside the partition ENOENT; a topic the daemon's [[acl]] rules
+deny (to describe, or a file to read) EACCES, with the daemon's reason in the log; writes of any kind
 EROFS (the mount is read-only: the kernel refuses them before they reach here); the daemon unreachable or corrupt data: EIO, with the reason in the log (the same
 reason at most every 10 s). A segment deleted by retention is ENOENT from then on, but
 files opened before keep reading: raw files and generated views hold the descriptors of
@@ -24,6 +25,7 @@ from __future__ import annotations
 import errno
 import functools
 import itertools
+import json
 import logging
 import os
 import stat
@@ -60,7 +62,7 @@ MAX_READ = REMOTE_IO_SIZE
 # Python. A remote `.log` reports REMOTE_IO_SIZE: each of its reads is a call into Python.
 IO_SIZE = 128 << 10
 MAX_IDENTITIES = 1 << 16  # raw files whose last open is remembered (forgotten: opened once without keep_cache)
-_NOT_THERE = {"UNKNOWN_PARTITION", "OFFSET_OUT_OF_RANGE"}
+_NOT_THERE = {"UNKNOWN_PARTITION", "OFFSET_OUT_OF_RANGE", "UNKNOWN_GROUP"}
 
 
 def _grows(node: tree.Node) -> bool:
@@ -136,6 +138,9 @@ class KafkaFS(Operations):
                 raise FuseOSError(errno.ENOENT) from None
             if err.code == "INVALID_ARGUMENT":
                 raise FuseOSError(errno.EINVAL) from None
+            if err.code == "UNAUTHORIZED":  # the daemon's [[acl]] rules: its message names the topic and operation
+                self._warn(op, args, err, answering="EACCES")
+                raise FuseOSError(errno.EACCES) from None
             self._warn(op, args, err)
         except LookupdError as err:  # the daemon unreachable, corrupt data
             self._warn(op, args, err)
@@ -148,10 +153,10 @@ class KafkaFS(Operations):
             log.exception("%s %s failed", op, args[0] if args else "")
         raise FuseOSError(errno.EIO)
 
-    def _warn(self, op: str, args: tuple, err: Exception) -> None:
+    def _warn(self, op: str, args: tuple, err: Exception, answering: str = "EIO") -> None:
         reason = f"{type(err).__name__}: {err}"
         if self._first_in_a_while(reason):
-            log.warning("%s %s: %s; answering EIO", op, args[0] if args else "", reason)
+            log.warning("%s %s: %s; answering %s", op, args[0] if args else "", reason, answering)
 
     def _first_in_a_while(self, key: str) -> bool:
         """Whether `key` was not logged in the last WARN_EVERY_S (and is now)."""
@@ -378,7 +383,7 @@ class KafkaFS(Operations):
     def _partitions_of(self, topic: str) -> list[int]:
         partitions = self.catalog.topics().get(topic)
         if partitions is None:
-            raise FuseOSError(errno.ENOENT)
+            raise self.catalog.absent(topic)  # ENOENT, or EACCES for a topic the [[acl]] rules deny
         return partitions
 
     def _subdirectories(self, node: tree.Node) -> int:
@@ -388,6 +393,10 @@ class KafkaFS(Operations):
         if isinstance(node, tree.SubjectDir):
             if node.subject not in self._registry().subjects(include_deleted=True):
                 raise FuseOSError(errno.ENOENT)
+            return 0
+        if isinstance(node, tree.GroupsDir):
+            if tree.CONSUMER_OFFSETS not in self.catalog.topics():
+                raise FuseOSError(errno.ENOENT)  # no group to show (or none this principal may see)
             return 0
         if isinstance(node, tree.Topic):
             return len(self._partitions_of(node.topic)) + 1  # and by-key/
@@ -411,9 +420,10 @@ class KafkaFS(Operations):
 
     def _listing(self, path: str, node: tree.Node) -> list[tuple[str, dict | None]]:
         if isinstance(node, tree.Root):
-            names = list(self.catalog.topics())
-            if self._schemas_or_none("readdir") is not None:
-                names.append(tree.SCHEMAS)
+            topics = self.catalog.topics()
+            names = [n for n in topics if n != tree.GROUPS] + ([tree.GROUPS] if tree.CONSUMER_OFFSETS in topics else [])
+            if self._schemas_or_none("readdir") is not None:  # (a topic named __schemas is shadowed)
+                names = [n for n in names if n != tree.SCHEMAS] + [tree.SCHEMAS]
         elif isinstance(node, tree.SchemasDir):
             names = [tree.key_file_name(s.encode(), "") for s in self._registry().subjects(include_deleted=True)]
         elif isinstance(node, tree.SubjectDir):
@@ -421,6 +431,9 @@ class KafkaFS(Operations):
             if versions is None:
                 raise FuseOSError(errno.ENOENT)
             names = [tree.schema_file_name(sv.version, sv.schema_type, sv.deleted) for sv in versions]
+        elif isinstance(node, tree.GroupsDir):
+            groups = self.daemon.call("groups")["groups"]
+            return [(tree.group_file_name(g["group"]), self._attrs(stat.S_IFREG | 0o444)) for g in groups]
         elif isinstance(node, tree.Topic):
             names = [str(p) for p in self._partitions_of(node.topic)] + [tree.BY_KEY]
         elif isinstance(node, tree.Partition):
@@ -481,9 +494,16 @@ class KafkaFS(Operations):
             return self._file_attrs(size, blocks, mtime_ns, REMOTE_IO_SIZE)
         return self._file_attrs(size, blocks, mtime_ns)
 
+    def _group_offsets(self, group: str) -> dict:
+        """The daemon's answer for a group file: UNKNOWN_GROUP (ENOENT) when there is no such group."""
+        return self.daemon.call("group_offsets", group, "read_uncommitted")
+
     def _check_exists(self, node: tree.Node) -> None:
         if isinstance(node, tree.SchemaFile):
             self._schema_version(node)
+            return
+        if isinstance(node, tree.GroupFile):
+            self._group_offsets(node.group)
             return
         if getattr(node, "partition", 0) is None:  # a topic's by-key/
             self._partitions_of(node.topic)
@@ -519,6 +539,11 @@ class KafkaFS(Operations):
             return self._key_producer(node)
         if isinstance(node, tree.SchemaFile):
             return functools.partial(_once, self._schema_version(node).schema.encode()), None
+        if isinstance(node, tree.GroupFile):
+            answer = self._group_offsets(node.group)
+            cols = answer["offsets"]  # the daemon's columns, shown a partition a row (as lookupd groups --json)
+            answer["offsets"] = [dict(zip(cols, row)) for row in zip(*cols.values())]
+            return functools.partial(_once, (json.dumps(answer, indent=2) + "\n").encode()), None
         part = self.catalog.partition(node.topic, node.partition)
         if isinstance(node, tree.PartitionJson):
             return functools.partial(_once, partition_json(part, self.catalog.segments(part))), None

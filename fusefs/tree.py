@@ -22,6 +22,9 @@
         by-key/
             <key>.jsonl                 every record whose key is <key>, in offset order
     /<topic>/by-key/<key>.jsonl         the same over all the topic's partitions, partition by partition
+    /__groups/<group>.json              a consumer group's committed offsets, log end offsets and lag (the
+                                        daemon's group_offsets), for each group in __consumer_offsets
+                                        (there when the daemon serves a partition of __consumer_offsets)
     /__schemas/                         the Schema Registry's subjects (from its `_schemas` topic)
         <subject>/<version>.avsc        each version's schema text: .avsc (Avro), .proto, .json (JSON
                                         Schema); a soft-deleted version is <version>.deleted.<ext>
@@ -42,6 +45,9 @@ A key (and a subject) is named by its text when it is valid UTF-8 and a legal fi
 "/" or NUL, at most 255 bytes with ".jsonl", not starting with "base64:"); any other key is
 `base64:` and the key in URL-safe base64 (RFC 4648 section 5; padding optional). Records
 without a key have no file. `by-key/` is never listed: names are resolved on lookup.
+
+A group is named as a key is (`<group>.json`, or `base64:` and the group's bytes in URL-safe base64
+for a group id that is no legal file name).
 
 Names are strict: a topic that is not a legal Kafka name,
 a partition with leading zeros, a base offset that is not 20 digits, an unknown suffix or
@@ -71,8 +77,11 @@ AT_OFFSET = "at-offset"
 AT_TIME = "at-time"
 BY_KEY = "by-key"
 NAV_DIRS = (AT_OFFSET, AT_TIME, BY_KEY)
+GROUPS = "__groups"  # consumer groups, beside the topics (a topic of that name is hidden by it)
+CONSUMER_OFFSETS = "__consumer_offsets"  # where they are: __groups/ is there when a partition of it is
 KEY_BASE64 = "base64:"
 JSONL = ".jsonl"
+JSON = ".json"
 NAME_MAX = 255
 
 _PARTITION = re.compile(r"0|[1-9][0-9]{0,9}")
@@ -157,6 +166,14 @@ class ByKey(NamedTuple):
     key: bytes
 
 
+class GroupsDir(NamedTuple):
+    """`/__groups/`: a file per consumer group."""
+
+
+class GroupFile(NamedTuple):
+    group: str
+
+
 class SchemasDir(NamedTuple):
     """`__schemas/`: one directory per subject."""
 
@@ -183,12 +200,13 @@ SCHEMA_EXTENSIONS = {"AVRO": "avsc", "PROTOBUF": "proto", "JSON": "json"}  # by 
 _SCHEMA_FILE = re.compile(r"([1-9][0-9]{0,9})(\.deleted)?\.(avsc|proto|json)")
 
 Node = Root | Topic | Partition | SegmentFile | PartitionJson | NavDir | AtOffset | AtTime | ByKeyDir | ByKey | \
-    SchemasDir | SubjectDir | SchemaFile
-DIRECTORIES = (Root, Topic, Partition, NavDir, ByKeyDir, SchemasDir, SubjectDir)
+    GroupsDir | GroupFile | SchemasDir | SubjectDir | SchemaFile
+DIRECTORIES = (Root, Topic, Partition, NavDir, ByKeyDir, GroupsDir, SchemasDir, SubjectDir)
 
 
 def key_file_name(key: bytes, suffix: str = JSONL) -> str:
-    """The file name of a key's by-key file, or of a subject's directory (`suffix` ""): see the module docstring."""
+    """The file name of a key's by-key file, with suffix `.json` of a group's, with suffix "" of a subject's
+    directory (see the module docstring)."""
     try:
         text = key.decode("utf-8")
     except UnicodeDecodeError:
@@ -199,13 +217,17 @@ def key_file_name(key: bytes, suffix: str = JSONL) -> str:
     return KEY_BASE64 + base64.urlsafe_b64encode(key).decode("ascii") + suffix
 
 
+def group_file_name(group: str) -> str:
+    return key_file_name(group.encode("utf-8", "surrogateescape"), JSON)
+
+
 def schema_file_name(version: int, schema_type: str, deleted: bool) -> str:
     return f"{version}{'.deleted' if deleted else ''}.{SCHEMA_EXTENSIONS[schema_type]}"
 
 
 def parse_key_name(name: str, suffix: str = JSONL) -> bytes:
-    """The key a by-key file name names (or the subject a directory names, `suffix` ""); ENOENT for a name
-    that names none."""
+    """The key a by-key file name names (a group file name with suffix `.json`, a subject's directory with
+    suffix ""); ENOENT for one that names none."""
     if not name.endswith(suffix) or name == suffix:
         raise _missing()
     stem = name[:-len(suffix)] if suffix else name
@@ -270,6 +292,12 @@ def parse(path: str) -> Node:
         return Root()
     if parts[0] == SCHEMAS:
         return _schemas(parts)
+    if parts[0] == GROUPS:
+        if len(parts) == 1:
+            return GroupsDir()
+        if len(parts) == 2:
+            return GroupFile(parse_key_name(parts[1], JSON).decode("utf-8", "surrogateescape"))
+        raise _missing()
     try:
         topic = validate_topic(parts[0])
     except InvalidArgument:

@@ -27,7 +27,7 @@ import trio
 
 from ..rpc import protocol as rpc
 from .buffers import REQUEST_MEMORY_FACTOR
-from .service import MAX_AUTH_FAILURES, NEEDS_THREAD, Session, error_for
+from .service import MAX_AUTH_FAILURES, NEEDS_THREAD, Session, compact_targets, error_for
 from .tls import TlsError, TlsStream
 
 if TYPE_CHECKING:
@@ -51,6 +51,18 @@ PRE_AUTH_FRAME_BYTES = 64 << 10
 # The clock of connections' idleness: read on every receive, so the cheapest (trio.current_time()
 # is three Python calls around the same clock).
 now = time.perf_counter
+
+
+def admit_unauthenticated(daemon: Daemon, conn) -> None:
+    """Count `conn` among the connections that have not authenticated, at most max_unauthenticated_connections
+    of them whatever their protocol: the oldest is closed to make room."""
+    waiting = daemon.unauthenticated
+    if len(waiting) >= daemon.cfg.max_unauthenticated_connections:
+        oldest = next(iter(waiting))
+        del waiting[oldest]
+        oldest.end_with("UNAVAILABLE", f"closing: the oldest of {len(waiting) + 1} connections that have not "
+                                       f"authenticated (max_unauthenticated_connections)")
+    waiting[conn] = None
 
 
 class Action(enum.Enum):
@@ -117,6 +129,15 @@ class Connection:
             self.ending = (code, why)
         self.scope.cancel()
 
+    def hung_up(self) -> None:
+        """The peer closed (or reset) the connection while it was not being read (the daemon's hang-up sweep):
+        nothing more can reach it, so what it still waits for is dropped now rather than run for nobody."""
+        self.gone = True
+        self.daemon.client_log.line(logging.INFO, f"{self.peer}: went away; dropping its "
+                                                  f"{self.cfg.max_in_flight_per_connection - self.slots.value} "
+                                                  f"requests in flight")
+        self.scope.cancel()
+
     def _end_unavailable(self, why: str) -> None:
         self.end_with("UNAVAILABLE", why)
 
@@ -178,13 +199,7 @@ class Connection:
         self.protocol.frame_limit = min(PRE_AUTH_FRAME_BYTES, self.protocol.max_frame_bytes)
         self.protocol.frame_limit_note = " before auth (send auth [token] first)"
         self.scope.deadline = trio.current_time() + self.cfg.auth_timeout_s
-        waiting = self.daemon.unauthenticated
-        if len(waiting) >= self.cfg.max_unauthenticated_connections:
-            oldest = next(iter(waiting))
-            del waiting[oldest]
-            oldest.end_with("UNAVAILABLE", f"closing: the oldest of {len(waiting) + 1} connections that have not "
-                                           f"authenticated (max_unauthenticated_connections)")
-        waiting[self] = None
+        admit_unauthenticated(self.daemon, self)
 
     def _lift_pre_auth_limits(self) -> None:
         """Authenticated: full-size frames, no deadline, no longer among the unauthenticated."""
@@ -302,6 +317,7 @@ class Connection:
             except Exception as err:  # noqa: BLE001 - every failure becomes an error response
                 result, error = None, error_for(err, event.method)
             if result is NEEDS_THREAD:
+                compact_targets(event.method, event.params)  # a long list of targets waits as an array
                 size = self.protocol.frame_bytes * REQUEST_MEMORY_FACTOR
                 if self.slots.value == 0:
                     self.deferred, self.deferred_size = event, size
@@ -434,7 +450,7 @@ class Connection:
     def _call_packed(self, req: rpc.Request) -> tuple[bytes, dict | None]:
         """In a worker thread: the call's answer as bytes, and its error map (None on success)."""
         try:
-            result, error = self.service.call(req.method, req.params, self.session), None
+            result, error = self.service.call(req.method, req.params, self.session, packed=True), None
         except Exception as err:  # noqa: BLE001 - every failure becomes an error response
             result, error = None, error_for(err, req.method)
         return self._pack_answer(req, error, result)

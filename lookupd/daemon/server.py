@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import select
 import signal
 import socket
 import struct
@@ -48,6 +49,7 @@ from .buffers import Buffers
 from .clientlog import ClientLog
 from .config import Config, read_tokens
 from .connection import Connection, now
+from .kafkaconn import METRIC_NAMES as KAFKA_METRIC_NAMES, KafkaConnection
 from .listeners import Bound
 from .metrics import Collector, RequestMetrics, serve_metrics
 from .reactor import Reactor
@@ -71,6 +73,12 @@ IDLE_SWEEP_MIN_S = 0.05
 # every TRIM_CHECK_S. Below that the allocator's reuse is worth more than the memory.
 TRIM_AFTER_BYTES = 32 << 20
 TRIM_CHECK_S = 1.0
+TRIM_FOLLOW_UPS = 60
+# A connection that is not being read (it holds too much, or waits for a thread slot) does not see its peer
+# close: every HANGUP_CHECK_S the daemon asks the kernel which of them hung up (one poll() for all), and
+# drops their waiting requests at once. Before, a client that sent a burst of columnar calls and left had
+# them all run for nobody, its memory held meanwhile: the issue's 1.1 GB still held 20 s after.
+HANGUP_CHECK_S = 0.25
 # Descriptors never given to connections: stdio, the listeners, a rescan's directory listings,
 # sockets to systemd, and the one a refused client holds while it reads why. The index cache's
 # room (open .log and index files, at most half the limit) is kept free for it as well.
@@ -91,7 +99,8 @@ class Daemon:
         self.service = Service(manager, limits=cfg.limits, counters=self.counters, token=token,
                                tokens=read_tokens(cfg.auth_tokens_file) if cfg.auth_tokens_file else None,
                                acl=self.acl, inline_hot_lookups=cfg.inline_hot_lookups, worker=worker,
-                               schemas_topic=cfg.schemas_topic)
+                               schemas_topic=cfg.schemas_topic,
+                               offsets_topic_partitions=cfg.offsets_topic_partitions)
         # The TCP listener's TLS context (reloaded on SIGHUP), or None for plaintext.
         self.tls = TlsServer(cfg.tls_cert_file, cfg.tls_key_file, cfg.tls_client_ca_file) if cfg.tls else None
         self.worker = worker
@@ -100,7 +109,9 @@ class Daemon:
         self.limiter = trio.CapacityLimiter(cfg.blocking_threads)
         self.reactor: Reactor | None = None  # reads every connection that waits for requests (while serving)
         # Per-method request counts and latencies for Prometheus; None (no cost per request) when off.
-        self.request_metrics = RequestMetrics(METHODS) if cfg.metrics else None
+        self.request_metrics = RequestMetrics((*METHODS, *KAFKA_METRIC_NAMES)) if cfg.metrics else None
+        # The Kafka listener's broker (lookupd.daemon.kafkabroker) and group coordinator, when it has sockets.
+        self.kafka, self.kafka_groups = _kafka_broker(cfg, manager, self.acl, listeners)
         self.metrics_server = None
         self.fd_limit = fd_limit  # the soft RLIMIT_NOFILE (lookupd.daemon.main)
         self._watchdog_s = watchdog_s  # keep-alives to systemd's watchdog this often, when it asks
@@ -147,6 +158,9 @@ class Daemon:
             root.start_soon(self._rescan_loop)
             root.start_soon(self._idle_sweep)
             root.start_soon(self._give_back_memory)
+            root.start_soon(self._hangup_sweep)
+            if self.kafka_groups is not None:
+                root.start_soon(self.kafka_groups.run)
             if self.request_metrics is not None:
                 host, port = parse_host_port(self.cfg.metrics)
                 spec = f"{host}:{port + self.worker if port else 0}"  # worker N serves port + N
@@ -219,13 +233,36 @@ class Daemon:
                 log.info("rescan: %(added)d partitions added, %(removed)d removed, %(changed)d changed", counts)
 
     async def _give_back_memory(self) -> None:
-        """After connections held much and let go of most of it, return the freed memory to the system."""
-        buffers = self.buffers
+        """After connections held much and let go of most of it, return the freed memory to the system; again
+        each TRIM_CHECK_S while worker threads still run (calls of clients that left finish, and free what they
+        made, after their connections are gone), for up to TRIM_FOLLOW_UPS checks, and once after they end."""
+        buffers, owed = self.buffers, 0
         while True:
             await trio.sleep(TRIM_CHECK_S)
             if buffers.high >= TRIM_AFTER_BYTES and buffers.total <= buffers.high // 4:
                 buffers.high = buffers.total
+                owed = TRIM_FOLLOW_UPS + 1
+            if owed:
+                busy = self.limiter.borrowed_tokens  # before the trim: what ends meanwhile is trimmed next time
                 await trio.to_thread.run_sync(memory.give_back)
+                owed = owed - 1 if busy else 0
+
+    async def _hangup_sweep(self) -> None:
+        """End the connections whose peer hung up while they were not being read (see HANGUP_CHECK_S).
+        POLLHUP and POLLERR only: a peer that closed just its sending side (a FIN) still gets its answers."""
+        while True:
+            await trio.sleep(HANGUP_CHECK_S)
+            reactor = self.reactor
+            unread = {c.fd: c for c in self.connections if not c.gone and not reactor.parked(c.fd)}
+            if not unread:
+                continue
+            poller = select.poll()
+            for fd in unread:
+                poller.register(fd, 0)  # POLLHUP and POLLERR are reported whatever is asked
+            for fd, events in poller.poll(0):
+                conn = unread.get(fd)
+                if conn is not None and events & (select.POLLHUP | select.POLLERR):
+                    conn.hung_up()
 
     async def _watchdog(self, interval: float) -> None:
         while True:
@@ -256,12 +293,12 @@ class Daemon:
                 except OSError:  # already gone again
                     peer = f"tcp#{self._next_id}"
             if self.counters.connections >= self.cfg.max_connections:
-                conns.start_soon(self._refuse, stream, peer,
+                conns.start_soon(self._refuse, stream, peer, bound,
                                  f"too many connections (max_connections={self.cfg.max_connections})")
                 continue
             if stream.socket.fileno() >= self._connection_fd_ceiling():
                 # Descriptors are handed out lowest first: this one's number is how many are open.
-                conns.start_soon(self._refuse, stream, peer,
+                conns.start_soon(self._refuse, stream, peer, bound,
                                  f"out of file descriptors ({stream.socket.fileno() + 1} of {self.fd_limit} open)")
                 continue
             self.counters.connections += 1
@@ -271,7 +308,8 @@ class Daemon:
                 session = Session(trusted=False, source=source or peer)
             if bound.tls:
                 stream = TlsStream(stream, TlsSession(stream.socket, self.tls.context))
-            conns.start_soon(self._connection, stream, session, peer)
+            serve = self._kafka_connection if bound.protocol == "kafka" else self._connection
+            conns.start_soon(serve, stream, session, peer)
 
     def _unix_principal(self, stream: trio.SocketStream) -> str:
         """`unix:<uid>` of the peer (SO_PEERCRED), when ACLs need it."""
@@ -289,9 +327,12 @@ class Daemon:
         cache = self.manager.cache
         return self.fd_limit - FD_RESERVE - max(0, cache.max_open - cache.open_count)
 
-    async def _refuse(self, stream: trio.SocketStream, peer: str, why: str) -> None:
+    async def _refuse(self, stream: trio.SocketStream, peer: str, bound: Bound, why: str) -> None:
         self.client_log.line(logging.WARNING, f"{peer}: refused: {why}")
         conn = rpc.Connection("server")
+        if bound.protocol == "kafka":  # a Kafka client has no way to hear why: the close says it
+            await trio.aclose_forcefully(stream)
+            return
         with trio.move_on_after(REFUSE_GRACE_S):
             try:
                 await stream.send_all(conn.send_error(rpc.ProtocolError("UNAVAILABLE", f"{why}; retry later",
@@ -303,6 +344,12 @@ class Daemon:
     async def _connection(self, stream: trio.SocketStream, session: Session, peer: str) -> None:
         """One connection (lookupd.daemon.connection), known to the daemon while it is served."""
         conn = Connection(self, stream, session, peer)
+        self.connections.add(conn)
+        await conn.serve()
+
+    async def _kafka_connection(self, stream: trio.SocketStream, session: Session, peer: str) -> None:
+        """One connection of the Kafka listener (lookupd.daemon.kafkaconn)."""
+        conn = KafkaConnection(self, stream, session, peer)
         self.connections.add(conn)
         await conn.serve()
 
@@ -323,3 +370,23 @@ class Daemon:
                     self.client_log.line(logging.INFO, f"{conn.peer}: idle for {idle:.0f} s; closing")
                     conn.nursery.cancel_scope.cancel()
 
+
+
+def _kafka_broker(cfg: Config, manager: LogManager, acl: Acl | None, listeners: list[Bound]):
+    """The Kafka listener's broker and group coordinator, (None, None) without a Kafka socket. Metadata names
+    `advertised`, else the first Kafka socket's address as bound."""
+    kafka = [b for b in listeners if b.protocol == "kafka"]
+    if not kafka:
+        return None, None
+    from .kafkabroker import Endpoint, KafkaBroker
+    from .kafkasettings import identity
+
+    node_id, cluster_id = identity(cfg.kafka, cfg.log_dirs)
+    if cfg.kafka.advertised:
+        host, port = parse_host_port(cfg.kafka.advertised)
+    else:
+        host, port = kafka[0].sock.getsockname()[:2]
+    from .kafkagroups import KafkaGroups
+
+    broker = KafkaBroker(manager, acl, Endpoint(node_id, host, port), cluster_id)
+    return broker, KafkaGroups(broker, cfg.kafka.state_dir)

@@ -24,10 +24,19 @@ Methods (params are positional):
     lookup_offsets [topic, partition, [offset...], mode]      -> {segment: [...], offset: [...], position: [...]}
     resolve_offsets [topic, partition, [offset...]]           -> {segment, base_offset, last_offset, position, size: [...]}
     offsets_for_timestamps [topic, partition, [timestamp...]] -> {offset, timestamp, segment, position: [...]}
+    groups []                                                 -> {groups: [{group, type, protocol_type, state,
+                                                                  coordinator_partition, members, ...}], warnings}
+    group_offsets [group, isolation]                          -> {group, type, state, coordinator_partition, isolation,
+                                                                  offsets: {topic, partition, committed_offset, leader_epoch,
+                                                                  metadata, commit_timestamp, pending_transaction,
+                                                                  log_start_offset, log_end_offset, last_stable_offset,
+                                                                  lag, out_of_range: [...]}, warnings}
     schemas []                                                -> {topic, end_offset, skipped, versions: [...]} | nil
     read_decoded [topic, partition, offset, max_bytes]        -> {segment, position, next_offset, records: [{...}]}
 
-mode is "floor" or "ceiling"; columnar answers hold -1 where nothing matches.
+mode is "floor" or "ceiling"; columnar answers hold -1 where nothing matches. isolation is
+"read_uncommitted" (lag to the log end) or "read_committed" (to the last stable offset). Groups are
+replayed from `__consumer_offsets` (lookupd.log.coordinators), kept current by replaying what was appended.
 """
 
 from __future__ import annotations
@@ -49,8 +58,11 @@ from ..format.wire import ValueDecoder, require
 from ..log.fileio import CAN_READ_NOWAIT, WouldBlock, mode as nonblocking_mode
 from ..log.bulk import int64_array
 from ..log.logmanager import LogManager
+from ..log.positions import coordinators_of, group_offset_columns, groups
 from ..log.schemastore import SchemaStore
-from .acl import ANONYMOUS, DESCRIBE, METHOD_OPERATIONS, READ, Acl
+from ..rpc.columns import pack_column
+from ..rpc.protocol import Packed
+from .acl import ANONYMOUS, DESCRIBE, GROUP_METHOD_OPERATIONS, METHOD_OPERATIONS, READ, Acl
 from .hints import unknown_partition_hint
 
 log = logging.getLogger(__name__)
@@ -128,8 +140,11 @@ class Service:
 
     def __init__(self, manager: LogManager, *, limits: Limits | None = None, counters: Counters | None = None,
                  token: str | None = None, tokens: dict[str, str] | None = None, acl: Acl | None = None,
-                 inline_hot_lookups: bool = True, worker: int = 0, schemas_topic: str = DEFAULT_SCHEMAS_TOPIC):
+                 inline_hot_lookups: bool = True, worker: int = 0, offsets_topic_partitions: int = 50,
+                 schemas_topic: str = DEFAULT_SCHEMAS_TOPIC):
         self.manager = manager
+        # the groups' replays, shared with any other part of this process reading the same LogManager
+        self.coordinators = coordinators_of(manager, offsets_topic_partitions)
         self.schemas_topic = schemas_topic  # the Schema Registry's topic (`schemas`, `read_decoded`)
         self._schemas: tuple[object, SchemaStore] | None = None  # (the log it reads, the store)
         self._decoder: ValueDecoder | None = None
@@ -177,10 +192,14 @@ class Service:
         finally:
             nonblocking_mode.on = False
 
-    def call(self, name: str, params: list, session: Session) -> Any:
-        """Run one method (in a worker thread: it may block); raises LookupdError for caller mistakes."""
+    def call(self, name: str, params: list, session: Session, *, packed: bool = False) -> Any:
+        """Run one method (in a worker thread: it may block); raises LookupdError for caller mistakes.
+        A columnar answer's columns are lists, or with `packed` their msgpack bytes (Columns)."""
         self.authorize(session, name)
-        return self._run(self.method(name), name, params, session)
+        result = self._run(self.method(name), name, params, session)
+        if type(result) is Columns:
+            return result.packed() if packed else result.plain()
+        return result
 
     def _run(self, m: Method, name: str, params: list, session: Session) -> Any:
         """An authorized call of method `m` (`call_inline` looks it up only once)."""
@@ -197,6 +216,10 @@ class Service:
                 self.acl.check(session.principal, self.schemas_topic, READ)
             if op is not None:
                 self.acl.check(session.principal, params[0], op)
+            elif name in GROUP_METHOD_OPERATIONS:
+                return self._group_call(m, name, params, session)
+        if name in GROUP_METHOD_OPERATIONS:  # (its UNKNOWN_PARTITION names the group's partition: no topic hint)
+            return m.handler(self, params)
         try:
             return m.handler(self, params)
         except UnknownPartition as err:
@@ -210,6 +233,21 @@ class Service:
             raise WouldBlock
         may = (lambda t: True) if self.acl is None else (lambda t: self.acl.allowed(session.principal, t, DESCRIBE))
         return unknown_partition_hint(topic, ((llog.topic, llog.partition) for llog in logs), may)
+
+    def _group_call(self, m: Method, name: str, params: list, session: Session) -> Any:
+        """A group method under ACLs: groups the principal may not describe are left out of `groups` and
+        refused by `group_offsets`, whose answer keeps only the topics it may describe (as OffsetFetch)."""
+        principal = session.principal
+        if name == "groups":
+            answer = m.handler(self, params)
+            answer["groups"] = [g for g in answer["groups"] if self.acl.allowed_group(principal, g["group"], DESCRIBE)]
+            return answer
+        self.acl.check_group(principal, params[0], GROUP_METHOD_OPERATIONS[name])
+        answer = m.handler(self, params)
+        cols = answer["offsets"]
+        keep = [i for i, topic in enumerate(cols["topic"]) if self.acl.allowed(principal, topic, DESCRIBE)]
+        answer["offsets"] = {name: [values[i] for i in keep] for name, values in cols.items()}
+        return answer
 
     def _auth(self, session: Session, token: Any) -> bool:
         if not isinstance(token, (str, bytes)):
@@ -258,17 +296,52 @@ class Service:
         return dec
 
     def _targets(self, values: Any, what: str) -> np.ndarray:
-        """A list of int64 values as an array; TOO_LARGE past max_batch_lookups."""
-        if isinstance(values, list) and len(values) > self.limits.max_batch_lookups:
+        """A list of int64 values (or the array `targets_array` made of one) as an array; TOO_LARGE past
+        max_batch_lookups."""
+        if isinstance(values, (list, np.ndarray)) and len(values) > self.limits.max_batch_lookups:
             raise TooLarge(f"{len(values)} {what} in one call; the limit is {self.limits.max_batch_lookups} "
                            f"(max_batch_lookups): split the list")
         return int64_array(values, what)
 
 
-def _columns(cols: dict[str, np.ndarray], keys: tuple[str, ...]) -> dict[str, list]:
-    """numpy columns -> plain int lists (`tolist` is the fastest way into msgpack: see bench); the
-    `error` column (a message or nil per row) when corrupt data failed some rows."""
-    out = {k: cols[k].tolist() for k in keys}
+# Columnar calls' lists of targets (their third param) at least this long are held as int64 arrays from
+# the moment they are read (`compact_targets`): 100,000 targets are 3.2 MB of Python ints (and 0.8 MB of
+# list) while the call waits for a thread, and 0.8 MB as an array; ints freed at once leave no arena behind.
+COMPACT_TARGETS_MIN = 1024
+_TARGETS_PARAM = {"lookup_offsets": ("offsets", 2), "resolve_offsets": ("offsets", 2),
+                  "offsets_for_timestamps": ("timestamps", 2)}
+
+
+def compact_targets(method: str, params: Any) -> None:
+    """Replace a columnar call's long list of targets by the int64 array it will be read as (in place); a
+    list that is not one (floats, nesting, too large a value) stays, for the call to refuse as it would."""
+    where = _TARGETS_PARAM.get(method)
+    if where is None or not isinstance(params, list) or len(params) <= where[1]:
+        return
+    values = params[where[1]]
+    if isinstance(values, list) and len(values) >= COMPACT_TARGETS_MIN:
+        try:
+            params[where[1]] = int64_array(values, where[0])
+        except InvalidArgument:
+            pass
+
+
+class Columns(dict):
+    """A columnar answer as the core gives it: int64 numpy columns by name, and the `error` column (a message
+    or nil per row) when corrupt data failed some rows. `Service.call` hands out `plain()` (lists), or
+    `packed()`, the wire form, for the daemon's connections."""
+
+    def plain(self) -> dict[str, list]:
+        return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in self.items()}
+
+    def packed(self) -> dict[str, Any]:
+        """Each int64 column as msgpack bytes made straight from the array (lookupd.rpc.columns: no Python
+        int per value, whose scattered survivors kept the small-object allocator's arenas after bursts)."""
+        return {k: Packed(pack_column(v)) if isinstance(v, np.ndarray) else v for k, v in self.items()}
+
+
+def _columns(cols: dict[str, np.ndarray], keys: tuple[str, ...]) -> Columns:
+    out = Columns((k, cols[k]) for k in keys)
     if "error" in cols:
         out["error"] = cols["error"]
     return out
@@ -391,6 +464,15 @@ def _offsets_for_timestamps(s: Service, p: list) -> dict:
                     ("offset", "timestamp", "segment", "position"))
 
 
+def _groups(s: Service, p: list) -> dict:
+    listing, warnings = groups(s.coordinators)
+    return {"groups": listing, "warnings": warnings}
+
+
+def _group_offsets(s: Service, p: list) -> dict:
+    return group_offset_columns(s.coordinators, p[0], p[1])
+
+
 _TP = ("topic", "partition")
 METHODS: dict[str, Method] = {
     "ping": Method(_ping, (), INLINE),
@@ -407,6 +489,9 @@ METHODS: dict[str, Method] = {
     "lookup_offsets": Method(_lookup_offsets, _TP + ("offsets", "mode"), THREAD),
     "resolve_offsets": Method(_resolve_offsets, _TP + ("offsets",), THREAD),
     "offsets_for_timestamps": Method(_offsets_for_timestamps, _TP + ("timestamps",), THREAD),
+    "groups": Method(_groups, (), THREAD),
+    # warm (nothing appended, or what was is in the page cache) on the event loop, else in a thread
+    "group_offsets": Method(_group_offsets, ("group", "isolation"), HOT),
     "schemas": Method(_schemas, (), THREAD),
     "read_decoded": Method(_read_decoded, _TP + ("offset", "max_bytes"), THREAD),
 }
