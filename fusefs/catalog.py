@@ -22,6 +22,7 @@ import threading
 import time
 from typing import Any, Callable, Hashable, NamedTuple
 
+from lookupd.format.schemas import Registry
 from lookupd.rpc.client import RemoteError, topic_denial
 
 from .binding import FuseOSError
@@ -99,6 +100,11 @@ class TTLCache:
             if entry is not None:
                 return entry[1]
             return self._fetch(key, fetch)
+
+    def peek(self, key: Hashable) -> Any:
+        """The value held for `key` (stale or not), None if none."""
+        entry = self._entries.get(key)
+        return None if entry is None else entry[1]
 
     def _fetch(self, key: Hashable, fetch: Callable[[], Any]) -> Any:
         started = time.monotonic()
@@ -197,6 +203,25 @@ class Catalog:
     def segments(self, part: PartitionInfo) -> Segments:
         key = ("segments", part.topic, part.partition)
         return self._cache.get(key, lambda: Segments(self.daemon.call("segments", part.topic, part.partition)))
+
+    def schemas(self) -> Registry | None:
+        """The Schema Registry's state as the daemon reads it from its schemas topic (None: not served)."""
+        return self._cache.get("schemas", self._fetch_schemas)
+
+    def _fetch_schemas(self) -> Registry | None:
+        try:
+            answer = self.daemon.call("schemas")
+        except RemoteError as err:
+            if err.code == "UNKNOWN_METHOD":  # a daemon from before schemas
+                return None
+            raise
+        if answer is None:
+            return None
+        old = self._cache.peek("schemas")
+        if old is not None and old.end_offset == answer.get("end_offset") and \
+                len(old.versions) == len(answer.get("versions", ())):
+            return old  # the same state: its decoders and rendered batches stay good
+        return Registry.from_json(answer)
 
     def segment(self, part: PartitionInfo, base_offset: int) -> SegmentInfo:
         """The segment, or FuseOSError ENOENT when the partition has none at that base offset."""

@@ -40,6 +40,7 @@ METHOD_OPERATIONS: dict[str, str] = {
     "lookup_offsets": READ,
     "resolve_offsets": READ,
     "offsets_for_timestamps": READ,
+    "read_decoded": READ,  # and READ on the schemas topic, as `schemas` (lookupd.daemon.service)
 }
 # Which operation each group-scoped method is (its first param is a group, not a topic).
 GROUP_METHOD_OPERATIONS: dict[str, str] = {

@@ -99,6 +99,7 @@ class Daemon:
         self.service = Service(manager, limits=cfg.limits, counters=self.counters, token=token,
                                tokens=read_tokens(cfg.auth_tokens_file) if cfg.auth_tokens_file else None,
                                acl=self.acl, inline_hot_lookups=cfg.inline_hot_lookups, worker=worker,
+                               schemas_topic=cfg.schemas_topic,
                                offsets_topic_partitions=cfg.offsets_topic_partitions)
         # The TCP listener's TLS context (reloaded on SIGHUP), or None for plaintext.
         self.tls = TlsServer(cfg.tls_cert_file, cfg.tls_key_file, cfg.tls_client_ca_file) if cfg.tls else None

@@ -31,6 +31,8 @@ Methods (params are positional):
                                                                   metadata, commit_timestamp, pending_transaction,
                                                                   log_start_offset, log_end_offset, last_stable_offset,
                                                                   lag, out_of_range: [...]}, warnings}
+    schemas []                                                -> {topic, end_offset, skipped, versions: [...]} | nil
+    read_decoded [topic, partition, offset, max_bytes]        -> {segment, position, next_offset, records: [{...}]}
 
 mode is "floor" or "ceiling"; columnar answers hold -1 where nothing matches. isolation is
 "read_uncommitted" (lag to the log end) or "read_committed" (to the last stable offset). Groups are
@@ -48,13 +50,19 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from ..errors import InvalidArgument, LookupdError, TooLarge, Unauthorized, Unavailable, UnknownPartition
+from ..format.batch import ensure_valid, parse_header, whole_frames
+from ..format.records import decode_batch
+from ..format.render import record_json
+from ..format.schemas import DEFAULT_TOPIC as DEFAULT_SCHEMAS_TOPIC, Registry
+from ..format.wire import ValueDecoder, require
 from ..log.fileio import CAN_READ_NOWAIT, WouldBlock, mode as nonblocking_mode
 from ..log.bulk import int64_array
 from ..log.logmanager import LogManager
 from ..log.positions import coordinators_of, group_offset_columns, groups
+from ..log.schemastore import SchemaStore
 from ..rpc.columns import pack_column
 from ..rpc.protocol import Packed
-from .acl import ANONYMOUS, DESCRIBE, GROUP_METHOD_OPERATIONS, METHOD_OPERATIONS, Acl
+from .acl import ANONYMOUS, DESCRIBE, GROUP_METHOD_OPERATIONS, METHOD_OPERATIONS, READ, Acl
 from .hints import unknown_partition_hint
 
 log = logging.getLogger(__name__)
@@ -132,10 +140,14 @@ class Service:
 
     def __init__(self, manager: LogManager, *, limits: Limits | None = None, counters: Counters | None = None,
                  token: str | None = None, tokens: dict[str, str] | None = None, acl: Acl | None = None,
-                 inline_hot_lookups: bool = True, worker: int = 0, offsets_topic_partitions: int = 50):
+                 inline_hot_lookups: bool = True, worker: int = 0, offsets_topic_partitions: int = 50,
+                 schemas_topic: str = DEFAULT_SCHEMAS_TOPIC):
         self.manager = manager
         # the groups' replays, shared with any other part of this process reading the same LogManager
         self.coordinators = coordinators_of(manager, offsets_topic_partitions)
+        self.schemas_topic = schemas_topic  # the Schema Registry's topic (`schemas`, `read_decoded`)
+        self._schemas: tuple[object, SchemaStore] | None = None  # (the log it reads, the store)
+        self._decoder: ValueDecoder | None = None
         self.worker = worker  # which worker process this is (workers = N), for stats
         self.limits = limits or Limits()
         self.counters = counters or Counters()
@@ -200,6 +212,8 @@ class Service:
             op = METHOD_OPERATIONS.get(name)
             if name == "partitions":
                 return [p for p in m.handler(self, params) if self.acl.allowed(session.principal, p["topic"], DESCRIBE)]
+            if name in ("schemas", "read_decoded"):  # the schemas are the schemas topic's records
+                self.acl.check(session.principal, self.schemas_topic, READ)
             if op is not None:
                 self.acl.check(session.principal, params[0], op)
             elif name in GROUP_METHOD_OPERATIONS:
@@ -257,6 +271,29 @@ class Service:
 
     def _log(self, params: list):
         return self.manager.get(params[0], params[1])
+
+    def registry(self) -> Registry | None:
+        """The Schema Registry's state from the schemas topic's partition 0 (None when it is not served),
+        brought up to its log end."""
+        try:
+            llog = self.manager.get(self.schemas_topic, 0)
+        except UnknownPartition:
+            return None
+        held = self._schemas
+        if held is None or held[0] is not llog:
+            held = self._schemas = (llog, SchemaStore(llog))
+        return held[1].registry()
+
+    def decoder(self) -> ValueDecoder | None:
+        """A decoder over `registry()` (a new one when the registry changed), None without schemas."""
+        reg = self.registry()
+        if reg is None:
+            return None
+        dec = self._decoder
+        if dec is None or dec.registry is not reg:
+            require()
+            dec = self._decoder = ValueDecoder(reg)
+        return dec
 
     def _targets(self, values: Any, what: str) -> np.ndarray:
         """A list of int64 values (or the array `targets_array` made of one) as an array; TOO_LARGE past
@@ -390,6 +427,26 @@ def _read(s: Service, p: list) -> dict:
     return dict(zip(r._fields, r))
 
 
+def _schemas(s: Service, p: list) -> dict | None:
+    reg = s.registry()
+    return None if reg is None else {"topic": s.schemas_topic, **reg.to_json()}
+
+
+def _read_decoded(s: Service, p: list) -> dict:
+    """`read`'s batches as records (`.records.jsonl`'s form), keys and values in the wire format decoded."""
+    r = _read(s, p)
+    decoder = s.decoder()
+    where = f"{p[0]}-{p[1]}/{r['segment']:020d}.log"
+    records = []
+    data = r["records"]
+    for off, size in whole_frames(data, r["position"], where):
+        header = parse_header(data, off, r["position"] + off, where)
+        batch = memoryview(data)[off:off + size]
+        ensure_valid(header, batch, where)
+        records += [record_json(rec, header, decoder) for rec in decode_batch(header, batch, path=where)]
+    return {"segment": r["segment"], "position": r["position"], "next_offset": r["next_offset"], "records": records}
+
+
 def _lookup_offsets(s: Service, p: list) -> dict:
     llog = s._log(p)
     return _columns(llog.lookup_offsets(s._targets(p[2], "offsets"), p[3]), ("segment", "offset", "position"))
@@ -435,6 +492,8 @@ METHODS: dict[str, Method] = {
     "groups": Method(_groups, (), THREAD),
     # warm (nothing appended, or what was is in the page cache) on the event loop, else in a thread
     "group_offsets": Method(_group_offsets, ("group", "isolation"), HOT),
+    "schemas": Method(_schemas, (), THREAD),
+    "read_decoded": Method(_read_decoded, _TP + ("offset", "max_bytes"), THREAD),
 }
 
 
