@@ -85,6 +85,7 @@ class KafkaConnection:
         self.errors = daemon.client_log.connection(peer)
         self.metrics = daemon.request_metrics
         self.ending: str | None = None
+        self.gone = False  # the peer hung up while the connection was not being read (the daemon's hang-up sweep)
         self.sasl: str | None = None  # the mechanism a SaslHandshake chose
         self.needs_auth = False
         self.abort_reason: str | None = None  # why the reactor's handler could not go on reading
@@ -101,6 +102,12 @@ class KafkaConnection:
 
     def _end_unavailable(self, why: str) -> None:
         self.end_with("UNAVAILABLE", why)
+
+    def hung_up(self) -> None:
+        """The peer closed (or reset) the connection while a request of its was being answered (a long poll,
+        a fetch in a thread): nothing more can reach it, so the answer is dropped now."""
+        self.gone = True
+        self.end_with("UNAVAILABLE", "went away while its request was being answered")
 
     def is_idle(self, at: float) -> bool:
         return self.waiting and at - self.last_active >= self.cfg.idle_timeout_s
