@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import tiered_writer
 from lookupd.errors import CorruptDataError
-from lookupd.log.remote.manifest import decode_chunk_sizes, parse_manifest
+from lookupd.log.remote.manifest import MAX_CHUNKS, decode_chunk_sizes, parse_manifest
 
 KEY = "prefix/topic1-lZ6vvmajTWKDBUTV6SQAtQ/42/00000000000000000000-adh9f8BMS4anaUnD8KWfWg.rsm-manifest"
 
@@ -71,12 +71,16 @@ def test_without_metadata_and_without_transaction_index():
     assert m.metadata is None and m.indexes["transaction"] is None
 
 
-def test_a_huge_fixed_index_costs_nothing_per_chunk():
+def test_a_fixed_index_costs_nothing_per_chunk_up_to_the_chunk_bound():
     doc = copy.deepcopy(FIXED)
-    doc["chunkIndex"].update(originalChunkSize=1, originalFileSize=2 ** 31 - 1, transformedChunkSize=29,
+    doc["chunkIndex"].update(originalChunkSize=1, originalFileSize=MAX_CHUNKS, transformedChunkSize=29,
                              finalTransformedChunkSize=29)
     ci = _parse(doc).chunk_index
-    assert ci.chunk_count == 2 ** 31 - 1 and ci.transformed_start(ci.chunk_count) == 29 * (2 ** 31 - 1)
+    assert ci.chunk_count == MAX_CHUNKS and ci.transformed_start(ci.chunk_count) == 29 * MAX_CHUNKS
+    assert ci.starts is None
+    doc["chunkIndex"].update(originalFileSize=2 ** 31 - 1)  # 2 billion chunks: refused before anything per chunk
+    with pytest.raises(CorruptDataError, match="MAX_CHUNKS"):
+        _parse(doc)
 
 
 def test_empty_segments():
