@@ -47,7 +47,7 @@ from .authlimit import AuthThrottle, source_key
 from .buffers import Buffers
 from .clientlog import ClientLog
 from .config import Config, read_tokens
-from .connection import Connection, now
+from .connection import REMOTE_THREADS, Connection, now
 from .listeners import Bound
 from .metrics import Collector, RequestMetrics, serve_metrics
 from .reactor import Reactor
@@ -97,6 +97,7 @@ class Daemon:
         # Under a supervisor (workers > 1) readiness goes to it, and systemd hears from it alone.
         self._on_ready = on_ready
         self.limiter = trio.CapacityLimiter(cfg.blocking_threads)
+        self.remote_limiter = trio.CapacityLimiter(REMOTE_THREADS)  # calls that wait for the object store
         self.reactor: Reactor | None = None  # reads every connection that waits for requests (while serving)
         # Per-method request counts and latencies for Prometheus; None (no cost per request) when off.
         self.request_metrics = RequestMetrics(METHODS) if cfg.metrics else None

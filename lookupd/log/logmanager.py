@@ -9,7 +9,7 @@ import time
 
 from .cache import IndexCache
 from .fileio import RefusedFile, open_regular
-from ..errors import LookupdError, UnknownPartition
+from ..errors import LookupdError, Unavailable, UnknownPartition
 from .locallog import LocalLog
 from .remote_metadata import PARTITION_METADATA
 from ..format.names import parse_partition_dir, validate_partition, validate_topic
@@ -157,8 +157,12 @@ class LogManager:
                 self._remote_listings = self.remote.scan(list(current.values()))
                 self._remote_listed_at = now
                 self._remote_error = None
-            except LookupdError as err:
-                log.warning("cannot list the remote tier: %s; serving its last listing", err)
+            except Exception as err:  # noqa: BLE001 - the bucket's listing never stops the local answers
+                if isinstance(err, LookupdError):
+                    log.warning("cannot list the remote tier: %s; serving its last listing", err)
+                else:  # a bug: said with its traceback, and the local partitions still appear
+                    log.error("listing the remote tier failed; serving its last listing", exc_info=err)
+                    err = Unavailable(f"the remote tier's listing failed ({type(err).__name__}: {err})")
                 if self._remote_listed_at is None:  # never listed: retried at the next rescan
                     self._remote_error = err
                 else:

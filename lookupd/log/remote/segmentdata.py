@@ -12,12 +12,14 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Iterator
 
 import zstandard
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from ...errors import CorruptDataError
+from ..fileio import StoreWouldWait, mode
 from .diskcache import DiskCache, cache_name
 from .keyring import Keyring
 from .manifest import INDEX_KINDS, Manifest, parse_manifest
@@ -188,11 +190,12 @@ class RemoteSegmentData:
         self._cache.put(cache_name(self.key, str(i)), data)
         return data
 
-    def fetch_chunks(self, first: int, last: int, blob: memoryview | None = None) -> list[bytes | memoryview]:
-        """Chunks first..last by one ranged GET, decoded in this thread, not cached: for a reader that takes
-        each byte once (restore), calling from its own threads. `blob`: their bytes, when the caller has them."""
+    def fetch_chunks(self, first: int, last: int, blob: memoryview | None = None) -> Iterator[bytes | memoryview]:
+        """Chunks first..last by one ranged GET, each decoded in this thread as the caller asks for it, not
+        cached: for a reader that takes each byte once (restore), calling from its own threads, which holds one
+        decoded chunk at a time. `blob`: their bytes, when the caller has them."""
         blob = self._get_run(first, last, blob)
-        return [self._decode_at(i, blob, first) for i in range(first, last + 1)]
+        return (self._decode_at(i, blob, first) for i in range(first, last + 1))
 
     def chunk_runs(self, max_bytes: int, start: int = 0, max_decoded: int | None = None) -> list[tuple[int, int]]:
         """The chunks from `start` on, grouped into runs (first, last) for fetch_chunks of at most `max_bytes`
@@ -276,6 +279,8 @@ class RemoteSegmentData:
             else:
                 got[i] = data
         if missing:
+            if mode.local_only:  # a GET, or a wait for another thread's: not in this thread
+                raise StoreWouldWait()
             runs, mine = self._start(missing)
             for k, run in enumerate(runs):
                 self._run(*run, mine)

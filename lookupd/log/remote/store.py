@@ -1,7 +1,9 @@
 """ObjectStore: listings and ranged GETs against S3, retried on transient faults, mapped onto lookupd's errors.
 
 Read-only: only ListObjectsV2 and GET (HEAD for `size`) are ever sent. Thread-safe: the clients are
-shared by the daemon's worker threads and the read-ahead.
+shared by the daemon's worker threads and the read-ahead. A thread in local-only mode (lookupd.log.fileio:
+the daemon's worker threads for local calls) sends nothing: StoreWouldWait, and the call goes to the
+daemon's remote pool.
 
 Listings and ranged GETs (the chunks and indexes: nearly all traffic) go through obstore (Rust, the GIL
 released while it waits), chosen by measurement (bench/bench_remote.py: obstore, boto3 and
@@ -33,6 +35,7 @@ from obstore.auth.boto3 import Boto3CredentialProvider
 from obstore.store import S3Store
 
 from ...errors import CorruptDataError, Unauthorized, Unavailable
+from ..fileio import StoreWouldWait, mode
 from .config import RemoteConfig
 
 ATTEMPTS = 5                # transient faults (5xx, SlowDown, resets, timeouts) are tried this often in all
@@ -109,7 +112,10 @@ class ObjectStore:
             self.bytes_fetched += nbytes
 
     def _call(self, what: str, key: str, fn):
-        """fn() with retries on transient faults; every failure mapped onto a LookupdError naming bucket and key."""
+        """fn() with retries on transient faults; every failure mapped onto a LookupdError naming bucket and key.
+        In local-only mode (lookupd.log.fileio), StoreWouldWait before any request."""
+        if mode.local_only:
+            raise StoreWouldWait()
         where = f"s3://{self.bucket}/{key}"
         last = ""
         for attempt in range(self._attempts):
