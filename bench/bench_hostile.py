@@ -137,11 +137,11 @@ def scale(server, root: Path, count: int, metadata_topic: bool) -> list[Figure]:
                    [mem["VmRSS"] / 1e6], group="hostile-scale-rss", params=p)]
 
 
-def _healthy(root: Path, server):
+def _healthy(root: Path, server, metadata_topic: bool):
     import reference as R
     from tiered_helpers import tier_partition
 
-    return tier_partition(root, R.log_dir("plain-0"), server, cut=3)
+    return tier_partition(root, R.log_dir("plain-0"), server, cut=3, metadata_topic=metadata_topic)
 
 
 def planted(server, root: Path, kinds: list[str]) -> list[Figure]:
@@ -154,7 +154,7 @@ def planted(server, root: Path, kinds: list[str]) -> list[Figure]:
     from lookupd.rpc.client import Client
     from tiered_writer import kafka_uuid
 
-    t = _healthy(root / "planted", server)
+    t = _healthy(root / "planted", server, metadata_topic=False)  # every manifest read, the planted ones too
     workdir = tempfile.mkdtemp(prefix="lkdh", dir="/tmp")
     sock, conf = os.path.join(workdir, "s"), os.path.join(workdir, "c.toml")
     _config(conf, t.tiered_dir, sock, t.config.bucket, server.endpoint_url, str(root / "planted-cache"))
@@ -210,7 +210,7 @@ def stalled(server, root: Path, calls: int) -> list[Figure]:
 
     from lookupd.rpc.client import Client
 
-    t = _healthy(root / "stalled", server)
+    t = _healthy(root / "stalled", server, metadata_topic=True)
     workdir = tempfile.mkdtemp(prefix="lkdh", dir="/tmp")
     sock, conf = os.path.join(workdir, "s"), os.path.join(workdir, "c.toml")
     methods = {"resolve_offset": [900], "resolve_offsets": [[800, 900, 1000]], "partitions": []}

@@ -160,7 +160,7 @@ def huge_integer() -> bytes:  # row 1
     return json.dumps(doc).replace('"originalFileSize": 64', '"originalFileSize": ' + "9" * 5000).encode()
 
 
-def tiny_chunks() -> tuple[bytes, bytes]:  # row 3: 1-byte chunks (more of them than MAX_CHUNKS)
+def tiny_chunks() -> tuple[bytes, bytes]:  # row 3: 1-byte chunks (more of them than MAX_CHUNKS, too)
     size = MAX_CHUNKS + 1
     return json.dumps(fixed_manifest(size, chunk_size=1)).encode(), b"x" * size
 
@@ -179,7 +179,7 @@ def past_int64(keys: SegmentKeys) -> bytes:  # row 5
 def many_chunk_sizes() -> bytes:  # row 7: 2 KB declaring 10.5 million chunk sizes
     count = 10_500_000
     raw = count.to_bytes(4, "big") + (1).to_bytes(4, "big") + b"\1" + bytes(count - 1) + (1).to_bytes(4, "big")
-    doc = variable_manifest([], 1, count)
+    doc = variable_manifest([], 1024, 1024 * 1000)  # the chunk index says 1,000 chunks; the list declares more
     doc["chunkIndex"]["transformedChunks"] = base64.b64encode(_zstd(raw)).decode()
     return json.dumps(doc).encode()
 

@@ -226,7 +226,8 @@ def test_row1_a_broken_manifest_neither_stops_the_start_nor_later_rescans(health
 
 
 def test_row3_tiny_chunks_are_refused_before_any_byte_of_the_log(healthy, plant, tmp_path):
-    """Row 3: more chunks than MAX_CHUNKS (1-byte chunks): one CORRUPT_DATA, the `.log` never fetched."""
+    """Row 3: 1-byte chunks (below MIN_CHUNK_BYTES, more of them than MAX_CHUNKS): one CORRUPT_DATA, the `.log`
+    never fetched."""
     t, _ = healthy
     keys = SegmentKeys(0, kafka_uuid(), alone(), t.config.prefix)
     plant(upload_of("1-byte chunks", keys))
@@ -235,7 +236,7 @@ def test_row3_tiny_chunks_are_refused_before_any_byte_of_the_log(healthy, plant,
         store = manager.remote.store
         before = store.bytes_fetched
         err = _call(Service(manager), "read", keys.partition.topic, 0, 0, 1 << 20)
-        assert err[:2] == ("error", "CORRUPT_DATA") and "MAX_CHUNKS" in err[2], err
+        assert err[:2] == ("error", "CORRUPT_DATA") and "MIN_CHUNK_BYTES" in err[2], err
         assert store.bytes_fetched - before < 4096  # at most the manifest again, never the 64 KiB `.log`
     finally:
         manager.close()
@@ -307,8 +308,8 @@ def test_row7_manifests_are_bounded_alone_and_together(healthy, plant, tmp_path)
     planted = many_chunk_sizes()
     assert len(planted) < 4096
     plant(upload_objects(SegmentKeys(0, kafka_uuid(), rp, t.config.prefix), planted))
-    sizes = [1] * MAX_CHUNKS
-    legal = json.dumps(variable_manifest(sizes, 1, MAX_CHUNKS, compression=False)).encode()
+    sizes = [1] * MAX_CHUNKS  # MAX_CHUNKS chunks of 1 KiB, each stored in 1 byte: legal
+    legal = json.dumps(variable_manifest(sizes, 1024, 1024 * MAX_CHUNKS, compression=False)).encode()
     many = 40  # 40 x 512 KiB of chunk starts: above MANIFEST_CACHE_BYTES together
     for i in range(many):
         plant(upload_objects(SegmentKeys(1000 + i * MAX_CHUNKS, kafka_uuid(), rp, t.config.prefix), legal,

@@ -23,8 +23,7 @@ from ..errors import CorruptDataError, LookupdError
 from .remote.config import RemoteConfig
 from .remote.store import ObjectNotFound
 from .remote.layout import ListedSegment, RemotePartition, SegmentKeys, list_partitions, list_segments
-from .remote_metadata import (RemoteLogMetadata, read_leader_epoch_checkpoint, read_remote_log_metadata,
-                              read_topic_id)
+from .remote_metadata import MetadataReader, RemoteLogMetadata, read_leader_epoch_checkpoint, read_topic_id
 from .remotesegment import RemoteSegment, RemoteSegmentInfo
 
 log = logging.getLogger(__name__)
@@ -81,6 +80,8 @@ def choose(candidates: Iterable[RemoteSegmentInfo], lineage: list[tuple[int, int
     infos = sorted(candidates, key=lambda i: (i.base_offset, i.segment_id))
     los = [i.base_offset for i in infos]
     his = [i.end_offset if i.end_offset is not None else i.base_offset for i in infos]
+    if all(map(int.__lt__, his[:-1], los[1:])):  # no two overlap (the usual case): every one is chosen
+        return infos
 
     def preference(k: int):
         info = infos[k]
@@ -183,6 +184,7 @@ class RemoteTier:
         # RemoteSegmentInfo or None), so that listing it again fetches only manifests new or rewritten since.
         self._listed: dict[RemotePartition, dict[str, tuple[str | None, RemoteSegmentInfo | None]]] = {}
         self._warned: set[str] = set()  # skipped keys already named in the log
+        self._metadata = MetadataReader()  # the __remote_log_metadata records, folded as they are appended
 
     def url(self, key: str) -> str:
         return f"s3://{self.config.bucket}/{key}"
@@ -264,23 +266,26 @@ class RemoteTier:
     def list_partition(self, partition: RemotePartition, state: RemoteLogMetadata | None,
                        lineage: list[tuple[int, int]], listed: list[ListedSegment] | None = None,
                        skipped: list[str] | None = None) -> list[RemoteSegmentInfo]:
-        """The partition's chosen segments; `listed`: its listing when the caller made it already. Without
-        the metadata topic, the manifests not yet read (or rewritten since) are fetched
-        MANIFEST_GETS_IN_FLIGHT at a time; with it, none is. `skipped`: gets the keys the listing skipped
-        (None: they are named in the log here)."""
+        """The partition's chosen segments; `listed`: its listing when the caller made it already.
+
+        With the metadata topic, its records say which uploads exist, as they do for Kafka's
+        RemoteLogManager: their keys follow from them, and nothing is listed or fetched (a listing of 50,000
+        uploads is 150 pages, seconds of the store's time at every rescan). Without it, the partition's objects
+        are listed, and the manifests not yet read (or rewritten since) are fetched MANIFEST_GETS_IN_FLIGHT at
+        a time. `skipped`: gets the keys the listing skipped (None: they are named in the log here)."""
+        if state is not None:  # the metadata topic's records: nothing listed, nothing fetched
+            finished = state.finished(partition.topic_id, partition.partition)
+            if listed is not None:
+                pairs = [(s.keys, finished.get(s.keys.segment_id)) for s in listed]
+            else:
+                pairs = [(SegmentKeys(m.start_offset, sid, partition, self.config.prefix), m)
+                         for sid, m in finished.items() if 0 <= m.start_offset]
+            return choose([RemoteSegmentInfo(k.start_offset, m.end_offset, m.max_timestamp, m.leader_epochs,
+                                             k.segment_id, k.log, k) for k, m in pairs if m is not None], lineage)
         if listed is None:
             mine: list[str] = []
             listed = list_segments(self.store, self.config.prefix, partition, mine if skipped is None else skipped)
             self.note_skipped(mine)
-        if state is not None:  # the metadata topic's records: nothing fetched
-            finished = state.finished(partition.topic_id, partition.partition)
-            infos = []
-            for s in listed:
-                meta = finished.get(s.keys.segment_id)
-                if meta is not None:
-                    infos.append(RemoteSegmentInfo(s.keys.start_offset, meta.end_offset, meta.max_timestamp,
-                                                   meta.leader_epochs, s.keys.segment_id, s.keys.log, s.keys))
-            return choose(infos, lineage)
         before = self._listed.get(partition, {})
         known: dict[str, tuple[str | None, RemoteSegmentInfo | None]] = {}
         todo = []
@@ -323,7 +328,7 @@ class RemoteTier:
     def scan(self, local_logs: list) -> dict[tuple[str, int], PartitionListing]:
         """Every bucket partition that matches a local partition's topic id or has no local partition,
         with its chosen segments; LookupdError (UNAVAILABLE, UNAUTHORIZED) when the store cannot be listed."""
-        state = read_remote_log_metadata(local_logs)
+        state = self._metadata.read(local_logs)
         local = {(llog.topic, llog.partition): llog for llog in local_logs if getattr(llog, "local_dir", "") is not None}
         out: dict[tuple[str, int], PartitionListing] = {}
         skipped: list[str] = []
@@ -356,7 +361,7 @@ class RemoteTier:
         return out
 
     def _relist(self, rp: RemotePartition, local_logs: list, lineage: list[tuple[int, int]]) -> list[RemoteSegmentInfo]:
-        return self.list_partition(rp, read_remote_log_metadata(local_logs), lineage)
+        return self.list_partition(rp, self._metadata.read(local_logs), lineage)
 
 
 class _LazyData:

@@ -49,7 +49,7 @@ def _partition(text: str) -> int | None:
     return int(text) if _PARTITION.fullmatch(text) and int(text) <= INT32_MAX else None
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class RemotePartition:
     """A partition directory in the bucket: `<prefix><topic>-<topic_id>/<partition>/`."""
 
@@ -61,7 +61,7 @@ class RemotePartition:
         return f"{prefix}{self.topic}-{self.topic_id}/{self.partition}/"
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class SegmentKeys:
     """The three objects of one uploaded segment; ordered by start offset, then segment id."""
 
@@ -86,7 +86,7 @@ class SegmentKeys:
         return self.key(MANIFEST)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ListedSegment:
     """A complete upload (its three objects exist), with the object sizes the listing gave."""
 
@@ -126,12 +126,16 @@ def list_segments(store, prefix: str, partition: RemotePartition, skipped: list[
 def segments_in(prefix: str, partition: RemotePartition, objects, skipped: list[str] | None = None) -> list[ListedSegment]:
     """list_segments over a listing already made (ObjectInfo of the partition directory's objects)."""
     found: dict[SegmentKeys, dict[str, object]] = {}
-    for obj in objects:
-        parsed = parse_key(prefix, obj.key)
-        if parsed is not None and parsed[0].partition == partition:
-            found.setdefault(parsed[0], {})[parsed[1]] = obj
+    directory = partition.dir(prefix)
+    start = len(directory)
+    match = _SEGMENT_FILE.fullmatch
+    for obj in objects:  # every key is the directory's: only its file name is parsed (a listing may hold 100,000s)
+        key = obj.key
+        s = match(key, start) if key.startswith(directory) else None
+        if s is not None and int(s["offset"]) <= INT64_MAX:
+            found.setdefault(SegmentKeys(int(s["offset"]), s["segment_id"], partition, prefix), {})[s["suffix"]] = obj
         elif skipped is not None:
-            skipped.append(obj.key)
+            skipped.append(key)
     out = []
     for keys, objs in sorted(found.items()):
         if MANIFEST not in objs:

@@ -24,6 +24,11 @@ import zstandard
 from ...errors import INT64_MAX, INT64_MIN, CorruptDataError
 
 INT32_MAX = 2 ** 31 - 1                   # the plugin keeps sizes and positions in Java ints
+# A smaller chunk is refused (in a segment of more than one): reading a chunk costs a cache entry, a future and
+# a place in a GET plan, a few hundred bytes and tens of microseconds of Python, so below 1 KiB the bookkeeping
+# outweighs the bytes (1-byte chunks made one 1 MiB read take a minute and gigabytes). The plugin's docs start
+# chunk.size at 4 MiB.
+MIN_CHUNK_BYTES = 1024
 # A segment of more chunks is refused: each chunk read costs a cache entry, a future and a place in a GET plan
 # (hundreds of bytes, microseconds of Python), so one read or one manifest stays within a few MiB and well
 # under a second. 65,536 chunks are a 2 GiB segment (Kafka's largest) in 32 KiB chunks, or a 1 GiB one (its
@@ -240,6 +245,9 @@ def _chunk_index(ci: dict) -> ChunkIndex:
         raise _Bad(f"{w}originalChunkSize {chunk_size} is above {MAX_CHUNK_BYTES} (MAX_CHUNK_BYTES): chunks this "
                    "big are not read")
     count = -(-file_size // chunk_size)
+    if chunk_size < MIN_CHUNK_BYTES and count > 1:
+        raise _Bad(f"{w}originalChunkSize {chunk_size} is below {MIN_CHUNK_BYTES} (MIN_CHUNK_BYTES): chunks this "
+                   "small are not read")
     if count > MAX_CHUNKS:
         raise _Bad(f"{file_size} bytes in chunks of {chunk_size} make {count} chunks, more than {MAX_CHUNKS} "
                    "(MAX_CHUNKS): segments of this many chunks are not read")

@@ -59,7 +59,7 @@ class ObjectTooLarge(CorruptDataError):
         self.size = size
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ObjectInfo:
     key: str
     size: int
