@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 
 import msgpack
 import pytest
@@ -489,6 +490,9 @@ def test_row2_workers_with_a_remote_tier_answer(healthy, short_dir, tmp_path):  
     proc = start_daemon(["--config", conf], short_dir, sock)
     try:
         got = _remote_calls_answer(sock, 6)
+        deadline = time.monotonic() + 60  # both started (a worker stopped while it starts exits 1)
+        while "2 workers serving" not in proc.stderr_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
     finally:
         code, stderr = stop_daemon(proc)
     assert got == [(None, None, True)] * 6, (got, stderr[-3000:])

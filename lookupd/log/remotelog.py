@@ -185,6 +185,8 @@ class RemoteTier:
         self._listed: dict[RemotePartition, dict[str, tuple[str | None, RemoteSegmentInfo | None]]] = {}
         self._warned: set[str] = set()  # skipped keys already named in the log
         self._metadata = MetadataReader()  # the __remote_log_metadata records, folded as they are appended
+        # Uploads the metadata topic names whose objects the store no longer has (a read missed them), by partition
+        self._gone: dict[RemotePartition, set[str]] = {}
 
     def url(self, key: str) -> str:
         return f"s3://{self.config.bucket}/{key}"
@@ -227,8 +229,15 @@ class RemoteTier:
         return found
 
     def open(self, info: RemoteSegmentInfo, cache=None, current=None) -> RemoteSegment:
-        return RemoteSegment(info, _LazyData(lambda: self.data(info.keys)), cache, url=self.url(info.keys.log),
-                             current=current, fetch_whole=lambda: self.whole_segment(info.keys))
+        data = _LazyData(lambda: self.data(info.keys), lambda: self.gone(info.keys))
+        return RemoteSegment(info, data, cache, url=self.url(info.keys.log), current=current,
+                             fetch_whole=lambda: self.whole_segment(info.keys))
+
+    def gone(self, keys: SegmentKeys) -> None:
+        """The store no longer has one of the upload's objects: listings from the metadata topic leave it out
+        from now on (as a listing of the bucket would), until the topic no longer names it."""
+        with self._lock:
+            self._gone.setdefault(keys.partition, set()).add(keys.segment_id)
 
     def whole_segment(self, keys) -> str:
         """The segment's original bytes as one file in the cache (fetched once, in pieces, through the
@@ -278,8 +287,11 @@ class RemoteTier:
             if listed is not None:
                 pairs = [(s.keys, finished.get(s.keys.segment_id)) for s in listed]
             else:
+                with self._lock:
+                    gone = self._gone.get(partition, set()) & set(finished)
+                    self._gone[partition] = gone
                 pairs = [(SegmentKeys(m.start_offset, sid, partition, self.config.prefix), m)
-                         for sid, m in finished.items() if 0 <= m.start_offset]
+                         for sid, m in finished.items() if 0 <= m.start_offset and sid not in gone]
             return choose([RemoteSegmentInfo(k.start_offset, m.end_offset, m.max_timestamp, m.leader_epochs,
                                              k.segment_id, k.log, k) for k, m in pairs if m is not None], lineage)
         if listed is None:
@@ -365,10 +377,12 @@ class RemoteTier:
 
 
 class _LazyData:
-    """RemoteSegmentData made on first use: a listed segment costs no GET until it is read."""
+    """RemoteSegmentData made on first use: a listed segment costs no GET until it is read. `gone`: told when
+    the store no longer has one of the upload's objects (deleted by retention since it was listed)."""
 
-    def __init__(self, make: Callable[[], object]):
+    def __init__(self, make: Callable[[], object], gone: Callable[[], None] | None = None):
         self._make = make
+        self._gone = gone
         self._data = None
 
     def _get(self):
@@ -377,18 +391,26 @@ class _LazyData:
             data = self._data = self._make()
         return data
 
+    def _with(self, use: Callable[[object], object]):
+        try:
+            return use(self._get())
+        except ObjectNotFound:
+            if self._gone is not None:
+                self._gone()
+            raise
+
     @property
     def size(self) -> int:
-        return self._get().size
+        return self._with(lambda d: d.size)
 
     def read(self, position: int, size: int, *, sequential: bool | None = None) -> bytes:
-        return self._get().read(position, size, sequential=sequential)
+        return self._with(lambda d: d.read(position, size, sequential=sequential))
 
     def read_into(self, position: int, out: memoryview, *, sequential: bool | None = None) -> int:
-        return self._get().read_into(position, out, sequential=sequential)
+        return self._with(lambda d: d.read_into(position, out, sequential=sequential))
 
     def index_paths(self, kinds: list[str]) -> dict[str, str | None]:
-        return self._get().index_paths(kinds)
+        return self._with(lambda d: d.index_paths(kinds))
 
     def index_size(self, kind: str) -> int | None:
-        return self._get().index_size(kind)
+        return self._with(lambda d: d.index_size(kind))
