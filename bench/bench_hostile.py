@@ -104,7 +104,7 @@ def scale(server, root: Path, count: int, metadata_topic: bool) -> list[Figure]:
 
     from lookupd.log.remote.layout import RemotePartition
     from lookupd.rpc.client import Client
-    from tiered_writer import kafka_uuid
+    from lookupd.tools.tieredwriter import kafka_uuid
 
     rp = RemotePartition("scale", 0, kafka_uuid())
     _, objects, events = synthetic_segments(rp, count, SPAN)
@@ -152,7 +152,7 @@ def planted(server, root: Path, kinds: list[str]) -> list[Figure]:
 
     from lookupd.log.remote.layout import SegmentKeys
     from lookupd.rpc.client import Client
-    from tiered_writer import kafka_uuid
+    from lookupd.tools.tieredwriter import kafka_uuid
 
     t = _healthy(root / "planted", server, metadata_topic=False)  # every manifest read, the planted ones too
     workdir = tempfile.mkdtemp(prefix="lkdh", dir="/tmp")

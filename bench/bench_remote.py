@@ -272,7 +272,7 @@ def upload_copies(client, bucket: str, partition_dir: str, base: int, copies: in
     import dataclasses
     from pathlib import Path
 
-    import tiered_writer as W
+    import lookupd.tools.tieredwriter as W
 
     root = Path(tempfile.mkdtemp(prefix="lookupd-bench-copies-"))
     try:
@@ -300,7 +300,7 @@ def fuse_figures(server, times: int) -> list[Figure]:
     from pathlib import Path
 
     import reference as R
-    import tiered_writer as W
+    import lookupd.tools.tieredwriter as W
     from test_fusefs_helpers import Daemon, Mount
     from tiered_helpers import tier_partition
 
@@ -366,15 +366,15 @@ ONLY = {"--sequential-only": "sequential", "--restore-only": "restore", "--fuse-
 
 def run(quick: bool, only: str | None = None) -> list[Figure]:
     """Every figure, or only the "sequential", "restore" or "fuse" ones."""
-    import s3server
-    import tiered_writer as W
+    from lookupd.tools import s3local
+    import lookupd.tools.tieredwriter as W
 
     times = 3 if quick else 7
     keydir = tempfile.mkdtemp(prefix="lookupd-bench-keys-")
     figures: list[Figure] = []
     try:
-        with s3server.running_server() as server:
-            key = W.TestKey.create(keydir)
+        with s3local.running_server() as server:
+            key = W.WrappingKey.create(keydir)
             partition_dir, base = _segment()
             client = server.client()
             for variant, kw in ({} if only == "fuse" else VARIANTS).items():

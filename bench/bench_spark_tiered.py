@@ -2,9 +2,9 @@
 read from local segments, in the same run (issue 33's target: at least 0.8x the local records/s).
 
 A topic of PARTITIONS partitions is written with lookupd's writer into SEGMENT_BYTES segments; one copy
-stays local, the other has every segment uploaded in the plugin's layout (tests/tiered_writer.py, the
+stays local, the other has every segment uploaded in the plugin's layout (lookupd/tools/tieredwriter.py, the
 plugin's default 4 MiB chunks) and deleted locally, leaving an empty active segment: its records are only
-in the bucket. The S3 server is SeaweedFS on loopback (tests/s3server.py); the executors read the
+in the bucket. The S3 server is SeaweedFS on loopback (lookupd/tools/s3local.py); the executors read the
 remote pieces themselves, by ranged GETs, with the credentials from the environment.
 
 Run: python bench/bench_spark_tiered.py [--quick] [--json OUT]
@@ -51,8 +51,8 @@ def _write(root: str, records: int) -> None:
 
 def _tier(root: str, server) -> dict:
     """Upload every rolled segment of the copy in `root` and delete it locally; the [remote] settings."""
-    from remote_metadata_writer import write_partition_metadata
-    from tiered_writer import Options, kafka_uuid, local_segments, upload_partition
+    from lookupd.tools.tieredwriter import write_partition_metadata
+    from lookupd.tools.tieredwriter import Options, kafka_uuid, local_segments, upload_partition
 
     bucket = server.bucket()
     for p in range(PARTITIONS):
@@ -107,7 +107,7 @@ def _session():
 
 
 def run(quick: bool = False) -> list[Figure]:
-    from s3server import running_server
+    from lookupd.tools.s3local import running_server
 
     from spark_client.examples.with_daemon import running_daemon
 

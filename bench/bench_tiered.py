@@ -4,7 +4,7 @@ Warm: in process (the log layer) and through the daemon (a subprocess configured
 table), remote segments after their indexes and chunks are cached, against a fully local copy of the
 same partition. Cold: a new cache per lookup, counting the GETs and bytes each lookup makes (target:
 offset_for_timestamp into a remote segment in at most 3 GETs: manifest, indexes, one chunk).
-The S3 server is SeaweedFS on loopback (tests/s3server.py), the partition the reference corpus's plain-0
+The S3 server is SeaweedFS on loopback (lookupd/tools/s3local.py), the partition the reference corpus's plain-0
 tiered at its middle segment (tests/tiered_helpers.py).
 
 Run: python bench/bench_tiered.py [--quick] [--json OUT]
@@ -53,7 +53,7 @@ def _targets(tiered_below: int, n: int) -> list[tuple[int, int]]:
 def _setup(root: Path, server):
     import reference as R
     from tiered_helpers import tier_partition
-    from tiered_writer import Options, local_segments
+    from lookupd.tools.tieredwriter import Options, local_segments
 
     cut = len(local_segments(R.log_dir(PARTITION))) // 2
     # The plugin's default chunk size is 4 MiB; a 64 KiB chunk keeps a cold read's GET small.
@@ -170,7 +170,7 @@ def cold(t, targets, n: int) -> list[Figure]:
 
 
 def run(quick: bool = False) -> list[Figure]:
-    from s3server import running_server
+    from lookupd.tools.s3local import running_server
 
     calls, times, n = (300, 3, 5) if quick else (2000, 5, 20)
     root = Path(tempfile.mkdtemp(prefix="lookupd-bench-tiered-"))

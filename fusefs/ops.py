@@ -34,6 +34,7 @@ from typing import Callable, NamedTuple
 
 from lookupd.rpc.client import RemoteError
 from lookupd.errors import LookupdError
+from lookupd.format.times import MAX_TIMESTAMP, outside_records
 from lookupd.log.fileio import regular_stat
 from lookupd.sdnotify import sd_notify
 
@@ -48,6 +49,7 @@ from .views import RenderCache, key_lines, index_lines, partition_json, read_ind
 log = logging.getLogger(__name__)
 
 WARN_EVERY_S = 10.0
+MAX_WARNED = 1024  # reasons and paths remembered for WARN_EVERY_S (past it, the older ones are forgotten)
 # The most one FUSE read may ask for: libfuse 3's most (its 1 MiB request buffer). Reads through the
 # kernel's page cache (local raw files) still come in its 128 KiB read-ahead window; reads of files opened
 # with direct I/O (generated files, remote `.log`s) come as the reader asked, up to this.
@@ -143,12 +145,19 @@ class KafkaFS(Operations):
 
     def _warn(self, op: str, args: tuple, err: Exception) -> None:
         reason = f"{type(err).__name__}: {err}"
+        if self._first_in_a_while(reason):
+            log.warning("%s %s: %s; answering EIO", op, args[0] if args else "", reason)
+
+    def _first_in_a_while(self, key: str) -> bool:
+        """Whether `key` was not logged in the last WARN_EVERY_S (and is now)."""
         now = time.monotonic()
         with self._warn_lock:
-            if now - self._warned.get(reason, -WARN_EVERY_S) < WARN_EVERY_S:
-                return
-            self._warned[reason] = now
-        log.warning("%s %s: %s; answering EIO", op, args[0] if args else "", reason)
+            if now - self._warned.get(key, -WARN_EVERY_S) < WARN_EVERY_S:
+                return False
+            if len(self._warned) >= MAX_WARNED:  # keys are paths and reasons: keep those of the last while only
+                self._warned = {k: t for k, t in self._warned.items() if now - t < WARN_EVERY_S}
+            self._warned[key] = now
+        return True
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -236,7 +245,7 @@ class KafkaFS(Operations):
             elif isinstance(content, RemoteLogFile):
                 fi.direct_io = 1  # reads as big as the reader's (MAX_READ), not the page cache's 128 KiB
         else:
-            content = Stream(*self._producer(node), resumable=_grows(node))
+            content = Stream(*self._producer(node, path), resumable=_grows(node))
             fi.direct_io = 1
             with self._streams_lock:
                 self._streams.setdefault(path, []).append(content)
@@ -439,7 +448,7 @@ class KafkaFS(Operations):
     def _offset_for_timestamp(self, part: PartitionInfo, timestamp: int) -> dict | None:
         return self.daemon.call("offset_for_timestamp", part.topic, part.partition, timestamp)
 
-    def _producer(self, node: tree.Node) -> tuple:
+    def _producer(self, node: tree.Node, path: str) -> tuple:
         """(producer, start cursor) of a generated file, with what it reads pinned now: a view
         opened before retention deletes its segment reads on as if it had not (ENOENT once it has)."""
         if isinstance(node, tree.ByKey):
@@ -473,10 +482,20 @@ class KafkaFS(Operations):
             if at is not None and isinstance(source, LocalSource):
                 at = self._pin_from(source, part, at)
                 first = at["offset"] if at is not None else None
+            if at is None or (end is not None and end <= first):
+                self._explain_empty(path, part, node)
         if at is None:  # the log end, or no record that late
             return _nothing, None
         produce = functools.partial(record_lines, source, self.renders, first, end, True)
         return produce, Cursor(at["segment"], at["position"], first)
+
+    def _explain_empty(self, path: str, part: PartitionInfo, node: tree.AtTime) -> None:
+        """An at-time view with no record cannot say why: the mount's log does (at INFO, at most every
+        WARN_EVERY_S for a path), when its times are outside the partition's records."""
+        why = outside_records(f"{part.topic}-{part.partition}", node.start, node.end,
+                              self._offset_for_timestamp(part, 0), self._offset_for_timestamp(part, MAX_TIMESTAMP))
+        if why is not None and self._first_in_a_while(f"empty {path}"):
+            log.info("%s is empty: %s", path, why)
 
     def _pin_from(self, source: LocalSource, part: PartitionInfo, at: dict) -> dict | None:
         """`at`, or where the next segment starts if retention deleted its segment meanwhile

@@ -14,6 +14,7 @@ from __future__ import annotations
 import bisect
 import os
 import threading
+import weakref
 from collections import OrderedDict
 from typing import Iterator, NamedTuple
 
@@ -80,10 +81,25 @@ class Handles:
         return handle
 
 
+class MemoryHandle:
+    """FileHandle's `fd` and `size` over bytes in an anonymous memory file (memfd): an index the cache
+    could not write, read by libfuse from its descriptor like any other file."""
+
+    def __init__(self, data: bytes):
+        self.fd = os.memfd_create("lookupd-index", os.MFD_CLOEXEC)
+        weakref.finalize(self, os.close, self.fd)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.fd, view):]
+
+    def size(self) -> int:
+        return os.fstat(self.fd).st_size
+
+
 class LocalFile:
     """A raw segment file open in the mount: libfuse reads it from the pinned descriptor (fusefs.binding)."""
 
-    def __init__(self, handle: FileHandle):
+    def __init__(self, handle: FileHandle | MemoryHandle):
         self._handle = handle
 
     @property
@@ -208,6 +224,8 @@ class TieredSource(LocalSource):
         path = data.index_paths([INDEX_KINDS[suffix]])[INDEX_KINDS[suffix]]
         if path is None:
             raise FileNotFoundError(f"{self.log_name(base_offset)} has no {suffix}")
+        if isinstance(path, bytes):  # cache_dir could not take it (its disk full): the bytes, in memory
+            return LocalFile(MemoryHandle(path))
         return LocalFile(FileHandle(path))  # the fetched index, as Kafka wrote it
 
     def index_size(self, base_offset: int, suffix: str) -> int | None:

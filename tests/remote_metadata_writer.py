@@ -1,7 +1,7 @@
-"""Test support: what a tiered broker leaves in its log dirs beside the bucket. `partition.metadata`,
-`leader-epoch-checkpoint`, and `__remote_log_metadata` records in Kafka's serialization
-(AbstractApiMessageSerde's frame over the flexible-version messages of
-storage/src/main/resources/message/), appended as Kafka batches with lookupd's writer.
+"""Test support: what a tiered broker leaves in its log dirs beside the bucket, `__remote_log_metadata` records
+in Kafka's serialization (AbstractApiMessageSerde's frame over the flexible-version messages of
+storage/src/main/resources/message/), appended as Kafka batches with lookupd's writer. (`partition.metadata`
+and `leader-epoch-checkpoint`: lookupd.tools.tieredwriter, which the tiered demo writes them with too.)
 """
 
 from __future__ import annotations
@@ -92,16 +92,3 @@ def write_metadata_topic(log_dir: str | os.PathLike, values: Iterable[bytes], *,
         offset += len(chunk)
     writer.close(trim_active=True)
     return directory
-
-
-def write_partition_metadata(partition_dir: str | os.PathLike, topic_id: str) -> None:
-    """`partition.metadata` exactly as PartitionMetadataFile writes it (no final newline)."""
-    with open(os.path.join(os.fspath(partition_dir), "partition.metadata"), "w") as f:
-        f.write(f"version: 0\ntopic_id: {topic_id}")
-
-
-def write_leader_epoch_checkpoint(partition_dir: str | os.PathLike, entries: Iterable[tuple[int, int]]) -> None:
-    """`leader-epoch-checkpoint`: version 0, the count, then `epoch start-offset` lines."""
-    entries = list(entries)
-    with open(os.path.join(os.fspath(partition_dir), "leader-epoch-checkpoint"), "w") as f:
-        f.write(f"0\n{len(entries)}\n" + "".join(f"{e} {o}\n" for e, o in entries))

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+from datetime import datetime, timezone
 
 import pytest
 
@@ -143,3 +144,57 @@ def test_progress_line_on_a_terminal():
     with Progress(1000, "dump", quiet, enabled=False) as p:
         p.advance(1000)
     assert quiet.getvalue() == ""
+
+
+def _dump_json(*args) -> list[dict]:
+    return [json.loads(line) for line in lookupd("dump", *args, "--json", check=0).stdout.splitlines()]
+
+
+def test_dump_offsets_and_times_keep_what_the_ranges_hold():
+    """Issue 44: --offsets A..B and --times T1..T2 instead of piping kafka-dump-log through grep."""
+    p = "ooo-time-0"  # out-of-order timestamps: a batch's max timestamp is not its records'
+    batches, records = R.batches(p), R.answers(p)["records"]
+    lo, hi = records[len(records) // 3]["offset"], records[len(records) // 2]["offset"]
+    got = _dump_json(R.log_dir(p), "--offsets", f"{lo}..{hi}")
+    assert [o["base_offset"] for o in got if o["type"] == "batch"] == \
+        [b["base_offset"] for b in batches if b["last_offset"] >= lo and b["base_offset"] <= hi]
+    assert {o["type"] for o in got} == {"batch", "offset_index_entry", "time_index_entry"}
+    assert all(lo <= o["offset"] <= hi for o in got if o["type"] != "batch")
+    got = _dump_json(R.log_dir(p), "--offsets", f"{lo}..{hi}", "--print-data")
+    assert [o["offset"] for o in got if o["type"] == "record"] == list(range(lo, hi + 1))
+
+    stamps = sorted(r["timestamp"] for r in records)
+    t1, t2 = stamps[len(stamps) // 4], stamps[len(stamps) // 3]
+    got = _dump_json(R.log_dir(p), "--times", f"{t1}..{t2}", "--print-data")
+    want = [r["offset"] for r in records if t1 <= r["timestamp"] <= t2]
+    assert [o["offset"] for o in got if o["type"] == "record"] == want and len(want) > 10
+    assert [o["base_offset"] for o in got if o["type"] == "batch"] == \
+        sorted({b["base_offset"] for b in batches for o in want if b["base_offset"] <= o <= b["last_offset"]})
+    iso = lambda ms: datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds")  # noqa: E731
+    assert _dump_json(R.log_dir(p), "--times", f"{iso(t1)}..{iso(t2)}", "--print-data") == got
+    got = _dump_json(R.log_dir(p), "--times", f"{t1}..{t2}")  # batch lines by the max timestamp they show
+    assert [o["base_offset"] for o in got if o["type"] == "batch"] == \
+        [b["base_offset"] for b in batches if t1 <= b["max_timestamp"] <= t2]
+    assert all(t1 <= o["timestamp"] <= t2 for o in got if o["type"] == "time_index_entry")
+    assert "offset_index_entry" not in {o["type"] for o in got}  # no timestamp to keep them by
+    # Open ends, one offset, text output, and a time before now.
+    assert [o["offset"] for o in _dump_json(R.log_dir(p), "--offsets", f"..{lo}", "--print-data")
+            if o["type"] == "record"] == list(range(0, lo + 1))
+    text = lookupd("dump", R.log_dir(p), "--offsets", str(hi), "--print-data", check=0).stdout
+    assert [line.split()[2] for line in text.splitlines() if line.startswith("| offset:")] == [str(hi)]
+    assert not [o for o in _dump_json(R.log_dir(p), "--times", "-1h..", "--print-data")  # written long ago
+                if o["type"] in ("batch", "record", "time_index_entry")]
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--offsets", "5..x", "lookupd dump: --offsets '5..x': 'x' is not an offset; give A..B, A.. or ..B (offsets "
+                          "are integers >= 0)\n"),
+    ("--offsets", "9..3", "lookupd dump: --offsets '9..3': the range ends before it starts\n"),
+    ("--offsets", "..", "lookupd dump: --offsets '..': give at least one end of A..B\n"),
+    ("--times", "yesterday..", "lookupd dump: --times 'yesterday..': 'yesterday' is not a time: give epoch "
+                               "milliseconds, ISO 8601 (2026-01-01T10:00:00Z, 2026-01-01 10:00), a time before now "
+                               "(-1h, -30m, -2d) or now, or earliest, latest, max\n"),
+])
+def test_dump_range_mistakes_are_one_line(flag, value, message):
+    r = lookupd("dump", R.log_dir("plain-0"), flag, value, check=1)
+    assert (r.stdout, r.stderr) == ("", message)

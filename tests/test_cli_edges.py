@@ -80,3 +80,14 @@ def test_a_dir_without_partitions_is_named_in_a_whole_sentence(tmp_path):
         r = lookupd(command, tmp_path, check=1)
         assert r.stderr.strip().endswith("is neither a partition directory nor a log dir holding partition "
                                          "directories (named <topic>-<partition>)"), r.stderr
+
+
+def test_dump_of_the_dir_above_the_log_dirs_names_them(tmp_path):
+    """Issue 44: one level too high, the log dirs in it are named."""
+    data = tmp_path / "data"
+    for d in ("logs-a", "logs-b"):
+        shutil.copytree(R.log_dir("plain-0"), data / d / "plain-0")
+    r = lookupd("dump", data, check=1)
+    assert r.stderr == (f"lookupd dump: {data} is neither a partition directory nor a log dir holding partition "
+                        f"directories (named <topic>-<partition>); the log dirs in it: {data / 'logs-a'} and "
+                        f"{data / 'logs-b'}\n")

@@ -20,6 +20,7 @@ import re
 import shutil
 import struct
 import subprocess
+import time
 
 import pytest
 
@@ -351,6 +352,27 @@ def test_at_time_starts_where_list_offsets_says(mnt, p):
         lo, hi = list_offsets(p, a), list_offsets(p, b)
         want = [] if lo is None else [o for o in offsets if lo <= o and (hi is None or o < hi)]
         assert [r["offset"] for r in lines(pdir(mnt, p, "at-time", f"{a}--{b}.jsonl"))] == want, (a, b)
+
+
+def test_an_empty_at_time_view_says_why_in_the_mounts_log(mnt):
+    """Issue 44: `at-time/-1h--now.jsonl` on older data was silently empty; the mount's log now says why."""
+    from lookupd.format.times import iso
+
+    stamps = [r["timestamp"] for r in expected_records("plain-0")]
+    first, last = stamps[0], max(stamps)
+    where = f"its timestamps run from {iso(first)} (offset 0) to {iso(last)} (offset {stamps.index(last)})"
+    late, early = last + 1, first - 1000
+    for name, why in ((f"{late}.jsonl", f"every record of plain-0 is older than {iso(late)}: {where}"),
+                      (f"{late}--{late + 5}.jsonl", f"every record of plain-0 is older than {iso(late)}: {where}"),
+                      (f"0--{early}.jsonl", f"no record of plain-0 is older than {iso(early)}: {where}")):
+        assert read(pdir(mnt, "plain-0", "at-time", name)) == b""
+        line = f"/plain/0/at-time/{name} is empty: {why}\n"
+        deadline = time.monotonic() + 10
+        while line not in mnt.log:
+            assert time.monotonic() < deadline, mnt.log[-2000:]
+            time.sleep(0.05)
+    assert read(pdir(mnt, "plain-0", "at-time", f"{last}.jsonl"))  # within the records: no word of it
+    assert f"at-time/{last}.jsonl is empty" not in mnt.log
 
 
 def test_at_time_takes_iso_8601(mnt):

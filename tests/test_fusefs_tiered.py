@@ -18,7 +18,7 @@ from faultproxy import FaultProxy
 from s3server import s3_server  # noqa: F401 - fixture
 from test_fusefs_helpers import Daemon, Mount, mounted, require_fuse, workdir
 from tiered_helpers import tier_partition
-from tiered_writer import Options, TestKey, upload_partition
+from lookupd.tools.tieredwriter import Options, WrappingKey, upload_partition
 
 from fusefs.tiers import RemoteLogFile
 from lookupd.errors import Unavailable
@@ -29,7 +29,7 @@ from lookupd.log.remote.keyring import Keyring
 from lookupd.log.remote.store import ObjectStore
 
 
-def _remote_table(t, endpoint: str, key: TestKey | None) -> str:
+def _remote_table(t, endpoint: str, key: WrappingKey | None) -> str:
     text = (f'[remote]\nbucket = "{t.config.bucket}"\nendpoint_url = "{endpoint}"\n'
             f'cache_dir = "{t.config.cache_dir}"\n')
     if key is not None:
@@ -40,7 +40,7 @@ def _remote_table(t, endpoint: str, key: TestKey | None) -> str:
 class TieredMount:
     """A daemon and a mount of `t.tiered_dir`, both reading the bucket through `endpoint`."""
 
-    def __init__(self, t, d: str, endpoint: str, key: TestKey | None):
+    def __init__(self, t, d: str, endpoint: str, key: WrappingKey | None):
         self.daemon = Daemon([t.tiered_dir], d)
         conf = os.path.join(d, "lookupd.toml")
         with open(conf, "a") as f:
@@ -70,7 +70,7 @@ def _read(path: str) -> bytes:
 def test_a_mount_shows_remote_segments_and_reads_them_as_local(s3_server, tmp_path):  # noqa: F811
     R.require()
     require_fuse()
-    key = TestKey.create(tmp_path)
+    key = WrappingKey.create(tmp_path)
     t = tier_partition(tmp_path, R.log_dir("txn-0"), s3_server, cut=2, opts=Options(compression=True, encryption=key))
     original = t.local_dir / "txn-0"
     bases = [up.facts.base_offset for up in t.uploaded]
@@ -197,7 +197,7 @@ def test_a_remote_log_file_reads_what_the_reference_path_reads(s3_server, tmp_pa
     reads of any size at any position, across chunk boundaries and past the end, one after the other and
     from 8 threads at once on one open file."""
     R.require()
-    key = TestKey.create(tmp_path) if encoded else None
+    key = WrappingKey.create(tmp_path) if encoded else None
     bucket = s3_server.bucket()
     ups = upload_partition(s3_server.client(), bucket, R.log_dir("plain-0"),
                            opts=Options(chunk_size=5000, compression=encoded, encryption=key))

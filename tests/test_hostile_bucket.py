@@ -31,7 +31,6 @@ from s3server import s3_server  # noqa: F401 - fixture
 from synthetic_bucket import (FAKE_LOG, MANIFESTS, alone, fixed_manifest, local_tail, many_chunk_sizes, put_objects,
                               synthetic_segments, upload_objects, upload_of, variable_manifest)
 from tiered_helpers import tier_partition
-from tiered_writer import kafka_uuid
 
 from lookupd.daemon.service import Service, Session
 from lookupd.errors import INT64_MAX, INT64_MIN, LookupdError
@@ -41,6 +40,7 @@ from lookupd.log.remote.layout import RemotePartition, SegmentKeys, parse_key
 from lookupd.log.remote.manifest import MAX_CHUNKS, MAX_MANIFEST_BYTES
 from lookupd.log.remote.store import ObjectStore, ObjectTooLarge
 from lookupd.log.remotelog import MANIFEST_CACHE_BYTES, RemoteTier, RemoteSegmentInfo, choose
+from lookupd.tools.tieredwriter import kafka_uuid
 
 TRUSTED = Session(trusted=True)
 TOPIC = "plain"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 
 import pytest
 
@@ -171,6 +172,50 @@ def test_a_rescan_that_cannot_list_keeps_the_last_listing(tmp_path):
     lm.refresh()
     assert lm.logs() == []
     lm.close()
+
+
+def _warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+
+def test_a_persisting_state_is_warned_of_once_and_again_when_it_changes(tmp_path, caplog):
+    """Issue 44: a partition in two log dirs was warned of at every rescan (eight times in eight seconds)."""
+    for d in ("a", "b"):
+        write(tmp_path / d / "t-0", batches=2)[0].close()
+    with caplog.at_level(logging.WARNING, logger="lookupd"):
+        lm = LogManager([tmp_path / "a", tmp_path / "b"])
+        for _ in range(5):
+            lm.refresh()
+        twice = f"t-0 is in two log dirs ({tmp_path / 'a' / 't-0'}, {tmp_path / 'b' / 't-0'}); serving the first"
+        assert _warnings(caplog) == [twice]
+        shutil.rmtree(tmp_path / "b" / "t-0")
+        lm.refresh()
+        lm.refresh()
+        write(tmp_path / "b" / "t-0", batches=2)[0].close()  # back again: a change, said again
+        lm.refresh()
+        lm.refresh()
+        assert _warnings(caplog) == [twice, twice]
+        lm.close()
+
+
+def test_a_log_dir_one_level_off_names_where_the_partitions_are(tmp_path, caplog):
+    """Issue 44: the parent of the log dirs, or a partition dir, served 0 partitions without a word."""
+    for d in ("kafka-logs-a", "kafka-logs-b"):
+        write(tmp_path / "data" / d / "t-0", batches=2)[0].close()
+    (tmp_path / "data" / "notes").mkdir()
+    (tmp_path / "empty").mkdir()
+    data, part = tmp_path / "data", tmp_path / "data" / "kafka-logs-a" / "t-0"
+    with caplog.at_level(logging.WARNING, logger="lookupd"):
+        for d in (data, part, tmp_path / "empty"):
+            lm = LogManager([d])
+            lm.refresh()
+            assert lm.logs() == []
+            lm.close()
+    assert _warnings(caplog) == [
+        f"log dir {data} holds no partition directories (<topic>-<partition>), but {data / 'kafka-logs-a'} and "
+        f"{data / 'kafka-logs-b'} in it do: give them as the log dir",
+        f"log dir {part} holds no partition directories (<topic>-<partition>): it is a partition directory; give "
+        f"its parent {data / 'kafka-logs-a'} as the log dir"]  # an empty log dir is a new broker's: no word
 
 
 def test_columnar_targets_are_checked_alike_in_process_and_through_the_daemon(tmp_path):

@@ -111,3 +111,28 @@ def test_help_lists_the_methods_and_no_method_is_one_line():
 
 def test_the_clients_method_table_is_the_daemons():
     assert PARAMS == {name: m.params for name, m in METHODS.items()}
+
+
+def test_a_time_past_every_record_says_so_with_the_partitions_span(daemon):
+    """Issue 44: `offset_for_timestamp ... -1h` on older data was a bare null."""
+    first = answer(daemon, "offset_for_timestamp", "plain", "0", "0")
+    last = answer(daemon, "offset_for_timestamp", "plain", "0", "max")
+    assert (first["offset"], last["timestamp"]) == (0, max(b["max_timestamp"] for b in R.batches("plain-0")))
+    later = last["timestamp"] + 1
+    r = query(daemon, "offset_for_timestamp", "plain", "0", str(later))
+    assert (r.returncode, r.stdout) == (0, "null\n")  # the answer itself is Kafka's
+    assert r.stderr == (f"lookupd query: every record of plain-0 is older than {iso(later)}: its timestamps run "
+                        f"from {iso(first['timestamp'])} (offset 0) to {iso(last['timestamp'])} (offset "
+                        f"{last['offset']})\n")
+    assert "every record of plain-0 is older than" in query(daemon, "offset_for_timestamp", "plain", "0", "-1h").stderr
+    assert query(daemon, "offset_for_timestamp", "plain", "0", str(last["timestamp"])).stderr == ""  # within: no word
+
+
+def test_unknown_partition_names_the_nearest_topics(daemon):
+    r = query(daemon, "resolve_offset", "plian", "0", "10")
+    assert r.returncode == 1 and r.stderr.startswith("lookupd query: UNKNOWN_PARTITION: partition plian-0 is not in "
+                                                     "the log dirs (")
+    assert r.stderr.endswith("); nearest topics: plain\n"), r.stderr
+    assert query(daemon, "resolve_offset", "plain", "7", "10").stderr.endswith("); topic plain has partitions 0\n")
+    assert query(daemon, "segments", "zzzzzz", "0").stderr.endswith(
+        "); no topic served has a name near it (the partitions method lists them)\n")

@@ -9,7 +9,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-import tiered_writer as W
+import lookupd.tools.tieredwriter as W
 from lookupd.errors import Unavailable
 from lookupd.log.remote.keyring import Keyring
 from lookupd.log.remote.manifest import Encryption
@@ -22,7 +22,7 @@ def _pem(path, key) -> str:
 
 
 def test_a_good_key_unwraps_the_data_key(tmp_path):
-    key = W.TestKey.create(tmp_path)
+    key = W.WrappingKey.create(tmp_path)
     data_key = os.urandom(32)
     enc = Encryption(key.key_id, W.oaep_wrap(key.private_key.public_key(), data_key), b"")
     assert Keyring({key.key_id: key.pem_path}).unwrap(enc, "m") == data_key
@@ -30,7 +30,7 @@ def test_a_good_key_unwraps_the_data_key(tmp_path):
 
 @pytest.mark.parametrize("field", ["iqmp", "dmp1", "dmq1", "d"])
 def test_a_key_whose_numbers_disagree_is_refused(tmp_path, field):
-    good = W.TestKey.create(tmp_path)
+    good = W.WrappingKey.create(tmp_path)
     priv = good.private_key.private_numbers()
     numbers = {"p": priv.p, "q": priv.q, "d": priv.d, "dmp1": priv.dmp1, "dmq1": priv.dmq1, "iqmp": priv.iqmp}
     numbers[field] += 2

@@ -11,7 +11,7 @@ import zstandard
 from hypothesis import given
 from hypothesis import strategies as st
 
-import tiered_writer
+from lookupd.tools import tieredwriter
 from lookupd.errors import CorruptDataError
 from lookupd.log.remote.manifest import MAX_CHUNKS, decode_chunk_sizes, parse_manifest
 
@@ -40,7 +40,7 @@ def _parse(doc) -> object:
 
 
 def _variable(sizes: list[int], chunk_size: int, file_size: int) -> dict:
-    packed = zstandard.ZstdCompressor().compress(tiered_writer.encode_chunk_sizes(sizes))
+    packed = zstandard.ZstdCompressor().compress(tieredwriter.encode_chunk_sizes(sizes))
     return {"type": "variable", "originalChunkSize": chunk_size, "originalFileSize": file_size,
             "transformedChunks": base64.b64encode(packed).decode()}
 
@@ -118,7 +118,7 @@ def test_encryption_and_variable_index():
 
 @given(st.lists(st.integers(0, 2 ** 31 - 1), max_size=300))
 def test_chunk_sizes_codec_round_trips(sizes):
-    assert decode_chunk_sizes(tiered_writer.encode_chunk_sizes(sizes)) == sizes
+    assert decode_chunk_sizes(tieredwriter.encode_chunk_sizes(sizes)) == sizes
 
 
 def test_a_manifest_without_segment_indexes_is_pre_release_and_unsupported():

@@ -13,9 +13,8 @@ from lookupd.log.logmanager import LogManager
 from lookupd.log.remote_metadata import (COPY_SEGMENT_FINISHED, DELETE_PARTITION_MARKED, DELETE_SEGMENT_FINISHED,
                                          DELETE_SEGMENT_STARTED, decode_event, read_leader_epoch_checkpoint,
                                          read_remote_log_metadata, read_topic_id, uuid_bytes, uuid_text)
-from remote_metadata_writer import (copied, partition_delete, segment_metadata, segment_update,
-                                          write_leader_epoch_checkpoint, write_metadata_topic,
-                                          write_partition_metadata)
+from remote_metadata_writer import copied, partition_delete, segment_metadata, segment_update, write_metadata_topic
+from lookupd.tools.tieredwriter import write_leader_epoch_checkpoint, write_partition_metadata
 
 
 def _id() -> str:

@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.serialization import load_der_private_key
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import tiered_writer
+from lookupd.tools import tieredwriter
 from lookupd.errors import CorruptDataError
 from lookupd.log import _accel
 from lookupd.log.remote import oaep
@@ -91,21 +91,21 @@ def test_fresh_bouncycastle_vectors_decrypt():
 def test_the_test_writers_wrap_round_trips(bits, message, seed):
     """The writer wraps with MGF1 on SHA3-512 as BouncyCastle does: pycryptodome decoding it proves that its
     MGF1 follows hashAlgo (SHA3-512), not its default SHA-1."""
-    assert _both(UNWRAPPING[bits], tiered_writer.oaep_wrap(KEYS[bits].public_key(), message, seed)) == \
+    assert _both(UNWRAPPING[bits], tieredwriter.oaep_wrap(KEYS[bits].public_key(), message, seed)) == \
         ("ok", message.hex())
 
 
 @pytest.mark.parametrize("bits", [2048, 4096])
 def test_mgf1_on_another_digest_is_refused(bits):
     """SHA3-512 as the digest but MGF1 on SHA-512 (as long, another function): no path accepts it."""
-    wrapped = tiered_writer.oaep_wrap(KEYS[bits].public_key(), b"k" * 32, mgf_digest=hashlib.sha512)
+    wrapped = tieredwriter.oaep_wrap(KEYS[bits].public_key(), b"k" * 32, mgf_digest=hashlib.sha512)
     assert _both(UNWRAPPING[bits], wrapped) == ("error", oaep.DECODING_FAILED)
 
 
 @settings(max_examples=40, deadline=None)
 @given(st.integers(0, 255), st.integers(0, 7))
 def test_any_flipped_bit_is_the_same_decryption_error(byte, bit):
-    wrapped = bytearray(tiered_writer.oaep_wrap(KEY.public_key(), b"k" * 32))
+    wrapped = bytearray(tieredwriter.oaep_wrap(KEY.public_key(), b"k" * 32))
     wrapped[byte] ^= 1 << bit
     kind, words = _both(UNWRAP, bytes(wrapped))
     assert kind == "error" and "wrong key or corrupt" in words
@@ -115,7 +115,7 @@ def test_any_flipped_bit_is_the_same_decryption_error(byte, bit):
 def test_wrong_key_and_wrong_length_are_the_same_decryption_errors(bits):
     k = bits // 8
     other = oaep.UnwrappingKey(rsa.generate_private_key(public_exponent=65537, key_size=bits))
-    wrapped = tiered_writer.oaep_wrap(KEYS[bits].public_key(), b"k" * 32)
+    wrapped = tieredwriter.oaep_wrap(KEYS[bits].public_key(), b"k" * 32)
     key = UNWRAPPING[bits]
     assert _both(other, wrapped) in (("error", oaep.DECODING_FAILED),  # below the other modulus, or not
                                      ("error", "the wrapped key is not below the RSA modulus: wrong key or "
@@ -141,10 +141,10 @@ def test_an_oaep_block_with_another_digest_is_rejected():
 def test_the_keyring_names_the_object_key_on_either_path(tmp_path, path):
     """Through the Keyring (one PEM file, loaded once), a good wrap unwraps and a bad one is CORRUPT_DATA
     naming the manifest's key, with the same words on both paths."""
-    key = tiered_writer.TestKey.create(tmp_path, bits=2048)
+    key = tieredwriter.WrappingKey.create(tmp_path, bits=2048)
     keyring = Keyring({key.key_id: key.pem_path})
     data_key = os.urandom(32)
-    wrapped = tiered_writer.oaep_wrap(key.private_key.public_key(), data_key)
+    wrapped = tieredwriter.oaep_wrap(key.private_key.public_key(), data_key)
     with _on(path):
         assert keyring.unwrap(Encryption(key.key_id, wrapped, b""), "t/0/x.rsm-manifest") == data_key
         flipped = bytes([wrapped[0], wrapped[1] ^ 1]) + wrapped[2:]

@@ -11,12 +11,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import reference as R
-import tiered_writer as W
+import lookupd.tools.tieredwriter as W
 from faultproxy import FaultProxy
 from lookupd.errors import CorruptDataError
 from lookupd.log.remote import segmentdata
 from lookupd.log.remote.config import RemoteConfig
-from lookupd.log.remote.diskcache import DiskCache
+from lookupd.log.remote.diskcache import MARKER, DiskCache
 from lookupd.log.remote.keyring import Keyring
 from lookupd.log.remote.store import ObjectNotFound, ObjectStore
 from s3server import s3_server  # noqa: F401 - fixture
@@ -35,7 +35,7 @@ VARIANTS = {
 def tiered(s3_server, tmp_path_factory):
     """variant -> (bucket, [Uploaded]) for every partition; plus the key pair the encrypted ones use."""
     keydir = tmp_path_factory.mktemp("keys")
-    key = W.TestKey.create(keydir)
+    key = W.WrappingKey.create(keydir)
     client = s3_server.client()
     out = {}
     for name, kw in VARIANTS.items():
@@ -141,14 +141,14 @@ def test_the_cache_stays_within_its_bound(s3_server, tiered, tmp_path):
         seg.index_path("offset")
         seg._cache.flush()
         total_read += seg.size
-        on_disk = sum(e.stat().st_size for e in os.scandir(tmp_path))
+        on_disk = sum(e.stat().st_size for e in os.scandir(tmp_path) if e.name != MARKER)
         assert on_disk <= limit
         assert seg._cache.disk_bytes == on_disk
     assert total_read > 5 * limit
     # A restart adopts what is there, within a smaller bound too.
     cache = DiskCache(str(tmp_path), limit // 2)
     assert cache.disk_bytes <= limit // 2 == cache.limit
-    assert sum(e.stat().st_size for e in os.scandir(tmp_path)) == cache.disk_bytes
+    assert sum(e.stat().st_size for e in os.scandir(tmp_path) if e.name != MARKER) == cache.disk_bytes
 
 
 def _settle(seg) -> None:
@@ -248,7 +248,7 @@ def test_a_missing_or_wrong_key_is_corrupt_data_naming_the_manifest(s3_server, t
     with pytest.raises(CorruptDataError, match="key id 'key-1'.*remote.encryption.keys") as e:
         seg.read(0, 10)
     assert e.value.path == up.manifest_key
-    other = W.TestKey.create(tmp_path, "key-1-other")
+    other = W.WrappingKey.create(tmp_path, "key-1-other")
     seg = segmentdata.open_segment(store, up.log_key, Keyring({"key-1": other.pem_path}), cache)
     with pytest.raises(CorruptDataError, match="wrong key or corrupt") as e:
         seg.read(0, 10)

@@ -21,7 +21,7 @@ from lookupd.log.remotelog import RemoteTier
 from lookupd.tools.restorefetch import PIECE_BYTES
 from s3server import s3_server  # noqa: F401 - fixture
 from tiered_helpers import tier_partition
-from tiered_writer import Options, TestKey
+from lookupd.tools.tieredwriter import Options, WrappingKey
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESTORED = (".log", ".index", ".timeindex", ".txnindex")
@@ -36,7 +36,7 @@ def _lookupd(*args, wait: bool = True):
     return proc.returncode, proc.stdout, proc.stderr
 
 
-def _config(path: Path, t, endpoint: str, key: TestKey | None) -> str:
+def _config(path: Path, t, endpoint: str, key: WrappingKey | None) -> str:
     text = (f'[remote]\nbucket = "{t.config.bucket}"\nendpoint_url = "{endpoint}"\n'
             f'cache_dir = "{path.parent / (path.stem + "-cache")}"\n')
     if key is not None:
@@ -47,7 +47,7 @@ def _config(path: Path, t, endpoint: str, key: TestKey | None) -> str:
 
 def _tiered(tmp: Path, server, name: str, **opts):
     """`name` fully tiered (every rolled segment uploaded, the partition dir gone), its config."""
-    key = TestKey.create(tmp) if opts.pop("encrypted", False) else None
+    key = WrappingKey.create(tmp) if opts.pop("encrypted", False) else None
     t = tier_partition(tmp, R.log_dir(name), server, cut=0, drop_local_dir=True,
                        opts=Options(encryption=key, **opts))
     return t, key, _config(tmp / "c.toml", t, server.endpoint_url, key)

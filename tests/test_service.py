@@ -333,3 +333,22 @@ def test_kip_1005_targets_on_a_local_partition(service):
                                                                      "position": -1}
     cols = call(service, "offsets_for_timestamps", "plain", 0, [-4, -5])
     assert cols["offset"] == [call(service, "offset_for_timestamp", "plain", 0, -2)["offset"], -1]
+
+
+def test_unknown_partition_hints_only_at_topics_the_caller_may_describe(service):
+    """Issue 44: UNKNOWN_PARTITION names the nearest topics, never one an [[acl]] hides from the caller."""
+    from lookupd.daemon.acl import Acl, Rule
+
+    with pytest.raises(LookupdError, match=r"; nearest topics: plain$"):
+        call(service, "resolve_offset", "plian", 0, 1)
+    with pytest.raises(LookupdError, match=r"; topic plain has partitions 0$"):
+        call(service, "resolve_offset", "plain", 3, 1)
+    with pytest.raises(LookupdError, match=r"; nearest topics: large$"):
+        call(service, "resolve_offset", "larg", 0, 1)
+    # CN=a may describe `larg` (so the call gets past the ACL) and plain, not large.
+    restricted = Service(service.manager, acl=Acl([Rule("CN=a", ("larg", "plain"), frozenset({"describe"}))]))
+    a = Session(trusted=False, authenticated=True, principal="CN=a")
+    with pytest.raises(LookupdError, match=r"; no topic served has a name near it \(the partitions method lists them\)$"):
+        call(restricted, "resolve_offset", "larg", 0, 1, session=a)
+    with pytest.raises(LookupdError, match=r"; topic plain has partitions 0$"):
+        call(restricted, "resolve_offset", "plain", 3, 1, session=a)

@@ -1,5 +1,5 @@
 """The `kafka-segments` source over both tiers: remote segments read by the executors straight from the
-bucket (the real S3 server of tests/s3server.py), local ones as before, in a real local Spark session.
+bucket (the real S3 server of lookupd/tools/s3local.py), local ones as before, in a real local Spark session.
 
 The property: a partition partly or fully tiered gives the same rows as the same partition fully local,
 whatever the options. Remote pieces need no daemon; a segment deleted by retention mid-read is data
@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 
 import reference as R
-import s3server
+from lookupd.tools import s3local
 from faultproxy import FaultProxy
-from remote_metadata_writer import write_partition_metadata
+from lookupd.tools.tieredwriter import write_partition_metadata
 from s3server import s3_server  # noqa: F401 - fixture
 from spark_fixtures import LiveTopic, arrow_rows, spark, spark_rows  # noqa: F401
 from tiered_helpers import tier_partition
-from tiered_writer import Options, TestKey, kafka_uuid, local_segments, upload_partition
+from lookupd.tools.tieredwriter import Options, WrappingKey, kafka_uuid, local_segments, upload_partition
 
 from lookupd.errors import Unauthorized
 from spark_client.errors import DataLossError, PartitionUnreadable
@@ -40,9 +40,9 @@ import pyarrow as pa  # noqa: E402
 
 # Spark's Python workers inherit the environment of the JVM, started once per test process, maybe before
 # the s3_server fixture sets the test credentials: set them now, at collection (the same values).
-os.environ.setdefault("AWS_ACCESS_KEY_ID", s3server.ACCESS_KEY)
-os.environ.setdefault("AWS_SECRET_ACCESS_KEY", s3server.SECRET_KEY)
-os.environ.setdefault("AWS_REGION", s3server.REGION)
+os.environ.setdefault("AWS_ACCESS_KEY_ID", s3local.ACCESS_KEY)
+os.environ.setdefault("AWS_SECRET_ACCESS_KEY", s3local.SECRET_KEY)
+os.environ.setdefault("AWS_REGION", s3local.REGION)
 
 SMALL_SPLIT = 64 << 10  # maxBytesPerSplit: splits end and begin inside segments of both tiers
 
@@ -77,7 +77,7 @@ def tiers(s3_server):  # noqa: F811
     with ExitStack() as stack:
         root = tempfile.mkdtemp(prefix="lkst", dir="/tmp")  # short: socket paths
         stack.callback(shutil.rmtree, root, True)
-        key = TestKey.create(root)
+        key = WrappingKey.create(root)
         part = tier_partition(Path(root, "a"), R.log_dir("txn-0"), s3_server, cut=8,
                               opts=Options(compression=True, encryption=key, chunk_size=8192))
         full = tier_partition(Path(root, "b"), R.log_dir("compressed-0"), s3_server, cut=0,

@@ -11,7 +11,7 @@ import pytest
 import reference as R
 from s3server import s3_server  # noqa: F401 - fixture
 from tiered_helpers import tier_partition
-from tiered_writer import Options, TestKey, local_segments
+from lookupd.tools.tieredwriter import Options, WrappingKey, local_segments
 
 from lookupd.daemon.service import Service, Session
 from lookupd.errors import LookupdError
@@ -24,7 +24,7 @@ VARIANTS = ["plain", "compressed", "encrypted", "both", "variable", "no-metadata
 
 
 def _options(variant: str, tmp_path) -> Options:
-    key = TestKey.create(tmp_path) if variant in ("encrypted", "both") else None
+    key = WrappingKey.create(tmp_path) if variant in ("encrypted", "both") else None
     return Options(chunk_size=1024 if variant != "plain" else 4096,
                    compression=variant in ("compressed", "both"), encryption=key,
                    variable_index=variant == "variable", with_metadata=variant != "no-metadata",

@@ -13,7 +13,7 @@ from daemon_helpers import blocking_call, short_dir, start_daemon, stop_daemon  
 from faultproxy import FaultProxy
 from s3server import s3_server  # noqa: F401 - fixture
 from tiered_helpers import tier_partition
-from tiered_writer import Options
+from lookupd.tools.tieredwriter import Options
 
 from lookupd.daemon.service import NEEDS_THREAD, Service, Session
 from lookupd.log.logmanager import LogManager

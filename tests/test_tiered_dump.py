@@ -11,7 +11,7 @@ import pytest
 import reference as R
 from s3server import s3_server  # noqa: F401 - fixture
 from tiered_helpers import tier_partition
-from tiered_writer import Options, TestKey
+from lookupd.tools.tieredwriter import Options, WrappingKey
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -26,7 +26,7 @@ def _dump(*args) -> tuple[int, list[str], str]:
 def tiered(s3_server, tmp_path_factory):  # noqa: F811
     R.require()
     tmp = tmp_path_factory.mktemp("dump")
-    key = TestKey.create(tmp)
+    key = WrappingKey.create(tmp)
     t = tier_partition(tmp, R.log_dir("txn-0"), s3_server, cut=2, opts=Options(compression=True, encryption=key))
     conf = tmp / "c.toml"
     conf.write_text(f'[remote]\nbucket = "{t.config.bucket}"\nendpoint_url = "{t.config.endpoint_url}"\n'
@@ -71,3 +71,17 @@ def test_a_bad_remote_url_is_a_clear_error(tiered):
     missing = t.uploaded[0].log_key.replace(t.uploaded[0].log_key[-26:-4], "A" * 22)
     rc, out, err = _dump("--config", conf, f"s3://{t.config.bucket}/{missing}")
     assert rc != 0 and "no such object" in err and "Traceback" not in err
+
+
+def test_verify_checks_tiered_segments_as_local_ones(tiered):
+    """Issue 44: `lookupd verify s3://...` with --config: batches, offsets and indexes of each segment named."""
+    t, conf = tiered
+    urls = [f"s3://{t.config.bucket}/{u.log_key}" for u in t.uploaded] + \
+        [f"s3://{t.config.bucket}/{t.uploaded[0].indexes_key}"]  # the same segment as its .log: counted once
+    r = subprocess.run([sys.executable, "-m", "lookupd", "verify", "--config", conf, *urls], capture_output=True,
+                       text=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO), timeout=120)
+    assert (r.returncode, r.stdout) == (0, f"{len(t.uploaded)} segments, 0 problems\n"), r.stderr
+    missing = t.uploaded[0].log_key.replace(t.uploaded[0].log_key[-26:-4], "A" * 22)
+    r = subprocess.run([sys.executable, "-m", "lookupd", "verify", "--config", conf, f"s3://{t.config.bucket}/{missing}"],
+                       capture_output=True, text=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO), timeout=120)
+    assert r.returncode == 1 and "no such object" in r.stdout and r.stdout.endswith("0 segments, 1 problem\n"), r

@@ -11,7 +11,7 @@ import reference as R
 from faultproxy import FaultProxy
 from s3server import s3_server  # noqa: F401 - fixture
 from tiered_helpers import tier_partition
-from tiered_writer import Options, TestKey
+from lookupd.tools.tieredwriter import Options, WrappingKey
 
 from lookupd.daemon.service import Service, Session
 from lookupd.errors import LookupdError
@@ -33,7 +33,7 @@ def tiered(s3_server, tmp_path):  # noqa: F811
     """plain-0 with its first three segments remote, served through a fault proxy."""
     R.require()
     t = tier_partition(tmp_path, R.log_dir("plain-0"), s3_server, cut=3, metadata_topic=False,
-                       opts=Options(encryption=TestKey.create(tmp_path)))
+                       opts=Options(encryption=WrappingKey.create(tmp_path)))
     with FaultProxy(s3_server.endpoint_url) as proxy:
         config = dataclasses.replace(t.config, endpoint_url=proxy.url)
         lm = LogManager([t.tiered_dir], remote=RemoteTier(config))
@@ -128,7 +128,7 @@ def test_a_corrupt_manifest_is_corrupt_data(tiered, s3_server):  # noqa: F811
 def test_a_missing_key_id_is_corrupt_data(s3_server, tmp_path):  # noqa: F811
     R.require()
     t = tier_partition(tmp_path, R.log_dir("plain-0"), s3_server, cut=3, metadata_topic=False,
-                       opts=Options(encryption=TestKey.create(tmp_path)))
+                       opts=Options(encryption=WrappingKey.create(tmp_path)))
     lm = LogManager([t.tiered_dir], remote=RemoteTier(dataclasses.replace(t.config, encryption_keys={})))
     try:
         err = _answer(Service(lm), "read", "plain", 0, REMOTE_OFFSET, 100)

@@ -9,7 +9,7 @@ import reference as R
 from remote_metadata_writer import copied, segment_metadata, segment_update, write_metadata_topic
 from s3server import s3_server  # noqa: F401 - fixture
 from tiered_helpers import tier_partition
-from tiered_writer import Options, kafka_uuid, upload_segment
+from lookupd.tools.tieredwriter import Options, kafka_uuid, upload_segment
 
 from lookupd.log.remote_metadata import DELETE_SEGMENT_STARTED, read_topic_id
 from lookupd.log.remotelog import choose, on_lineage

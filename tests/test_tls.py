@@ -181,6 +181,55 @@ def test_server_name_and_certificate_are_verified(mtls, certs):
         Client(f"127.0.0.1:{mtls.port}", tls_ca=certs.pem("ca"))
 
 
+def test_tls_failures_name_the_cause_and_the_flag(mtls, certs):
+    """Issue 44: the likely cause and what to pass, not OpenSSL's reason alone."""
+    with pytest.raises(Unavailable) as e:
+        with Client(mtls.address, timeout=5, tls_ca=certs.pem("ca")) as c:
+            c.ping()
+    assert f"cannot reach lookupd at {mtls.address}: the daemon wants a client certificate: pass --tls-cert and " \
+           "--tls-key (TLS: TLSV13_ALERT_CERTIFICATE_REQUIRED)" == str(e.value)
+    with pytest.raises(Unavailable) as e:
+        Client(mtls.address, **dict(certs.client("etl"), tls_ca=certs.pem("other-ca")))
+    assert f"cannot reach lookupd at {mtls.address}: the server's certificate is not signed by --tls-ca " \
+           f"{certs.pem('other-ca')} (TLS: CERTIFICATE_VERIFY_FAILED)" == str(e.value)
+    with pytest.raises(Unavailable) as e:
+        Client(mtls.address, tls_cert=certs.pem("etl"), tls_key=certs.key("etl"))
+    assert "the server's certificate is not signed by a CA this system trusts: pass --tls-ca FILE" in str(e.value)
+    with pytest.raises(Unavailable) as e:
+        with Client(mtls.address, timeout=5, **certs.client("stranger")) as c:
+            c.ping()
+    assert f"the daemon does not trust --tls-cert {certs.pem('stranger')}: it is not signed by the daemon's " \
+           "tls_client_ca_file (TLS: TLSV1_ALERT_UNKNOWN_CA)" in str(e.value)
+    for plain in (f"127.0.0.1:{mtls.port}", f"localhost:{mtls.port}"):
+        with pytest.raises(Unavailable) as e:
+            with Client(plain, timeout=5) as c:
+                c.ping()
+        assert str(e.value) == f"cannot reach lookupd at {plain}: this port speaks TLS: use tls://{plain}"
+
+    async def trio_plain():
+        async with await TrioClient.connect(f"127.0.0.1:{mtls.port}", timeout=5) as c:
+            await c.ping()
+    with pytest.raises(Unavailable, match=f"this port speaks TLS: use tls://127.0.0.1:{mtls.port}$"):
+        trio.run(trio_plain)
+
+
+def test_cli_tls_mistakes_are_one_line(mtls, certs):
+    def query(*args):
+        return subprocess.run([sys.executable, "-m", "lookupd", "query", "--socket", mtls.address, *args, "ping"],
+                              capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=REPO))
+    r = query("--tls-ca", certs.pem("ca"), "--tls-cert", certs.pem("etl"))  # the key is in its own file
+    assert (r.returncode, r.stderr) == (1, f"lookupd query: --tls-cert {certs.pem('etl')} holds no private key: "
+                                           "pass --tls-key FILE\n")
+    r = query("--tls-ca", certs.pem("ca"), "--tls-key", certs.key("etl"))
+    assert r.stderr == f"lookupd query: --tls-key {certs.key('etl')} needs its certificate too: pass --tls-cert FILE\n"
+    r = query("--tls-ca", certs.pem("ca"), "--tls-cert", certs.pem("etl"), "--tls-key", certs.key("reader"))
+    assert r.stderr == f"lookupd query: --tls-key {certs.key('reader')} is not the private key of --tls-cert " \
+                       f"{certs.pem('etl')}\n"
+    r = query("--tls-ca", certs.pem("ca"))
+    assert r.stderr == f"lookupd query: cannot reach lookupd at {mtls.address}: the daemon wants a client " \
+                       "certificate: pass --tls-cert and --tls-key (TLS: TLSV13_ALERT_CERTIFICATE_REQUIRED)\n"
+
+
 def test_plaintext_garbage_and_slow_handshakes_are_closed(mtls, certs):
     err = None
     try:

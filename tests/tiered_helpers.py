@@ -1,7 +1,7 @@
 """Test support: a Kafka-reference partition tiered at a cut, beside the same partition fully local.
 
 `tier_partition` copies the partition twice: one copy stays whole (the answer of record); from the other,
-the segments below the cut are uploaded to the bucket in the plugin's layout (tests/tiered_writer.py) and
+the segments below the cut are uploaded to the bucket in the plugin's layout (lookupd/tools/tieredwriter.py) and
 deleted, and the broker's files about them are added as a tiered broker leaves them: `partition.metadata`,
 `leader-epoch-checkpoint` and `__remote_log_metadata` records (copy started, copy finished).
 """
@@ -12,8 +12,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from remote_metadata_writer import copied, write_leader_epoch_checkpoint, write_metadata_topic, write_partition_metadata
-from tiered_writer import Options, kafka_uuid, local_segments, upload_partition
+from remote_metadata_writer import copied, write_metadata_topic
+from lookupd.tools.tieredwriter import (Options, kafka_uuid, local_segments, upload_partition,
+                                        write_leader_epoch_checkpoint, write_partition_metadata)
 
 from lookupd.log.logmanager import LogManager
 from lookupd.log.remote.config import RemoteConfig
@@ -27,7 +28,7 @@ class Tiered:
     tiered_dir: Path   # log dir holding the local tail (and __remote_log_metadata-0)
     config: RemoteConfig
     topic: str
-    uploaded: list     # tiered_writer.Uploaded, in offset order
+    uploaded: list     # lookupd.tools.tieredwriter.Uploaded, in offset order
 
     def managers(self) -> tuple[LogManager, LogManager]:
         return LogManager([self.local_dir]), LogManager([self.tiered_dir], remote=RemoteTier(self.config))

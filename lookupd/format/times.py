@@ -61,3 +61,23 @@ def parse_time(text: str, now_ms: int | None = None) -> int:
     if ms < 0:
         raise InvalidArgument(f"time {text} is before 1970 (timestamps are epoch milliseconds >= 0)")
     return ms
+
+
+def iso(ms: int) -> str:
+    """Epoch milliseconds as ISO 8601 in UTC with milliseconds (2026-01-01T10:00:00.250Z)."""
+    return (_EPOCH + timedelta(milliseconds=ms)).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def outside_records(partition: str, start: int, end: int | None, first: dict | None, last: dict | None) -> str | None:
+    """Why a time query from `start` (to `end`, not included) finds no record of `partition`, or None when it
+    falls within its records. `first` and `last` are offset_for_timestamp's answers for 0 and max (maps with
+    offset and timestamp): the first record in offset order and the one with the largest timestamp."""
+    if first is None or last is None:
+        return f"{partition} holds no records"
+    span = f"its timestamps run from {iso(first['timestamp'])} (offset {first['offset']}) to " \
+           f"{iso(last['timestamp'])} (offset {last['offset']})"
+    if start >= 0 and start > last["timestamp"]:
+        return f"every record of {partition} is older than {iso(start)}: {span}"
+    if end is not None and 0 <= end <= first["timestamp"]:
+        return f"no record of {partition} is older than {iso(end)}: {span}"
+    return None

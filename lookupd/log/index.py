@@ -48,7 +48,8 @@ from ..errors import INT64_MAX, INT64_MIN, CorruptIndexError
 from .search import Layout, bulk_slots, ceiling_slot, host_order_columns, kafka_slot
 from .cache import tick
 from .fileio import RefusedFile, WouldBlock, is_nonblocking, mode as _nonblocking, open_regular, regular_stat
-from .mapping import NO_MAPPING, SIGBUS_GUARD, IndexCopy, IndexMapping, IndexState, NoMapping, guard_faults, map_index
+from .mapping import NO_MAPPING, SIGBUS_GUARD, IndexBytes, IndexCopy, IndexMapping, IndexState, NoMapping, guard_faults, \
+    map_index
 
 from . import _accel  # without the C extension: Python searches, size checks before reads
 
@@ -78,10 +79,12 @@ class AbstractIndex:
     _VALUE: struct.Struct  # value field after the key
     _DTYPE: np.dtype
 
-    def __init__(self, path: str | os.PathLike, base_offset: int, cache: IndexCache | None = None):
-        self.path = os.fspath(path)
+    def __init__(self, path: str | os.PathLike, base_offset: int, cache: IndexCache | None = None, *,
+                 data: bytes | None = None):
+        self.path = os.fspath(path)  # with `data`: a name for messages (the index is in memory, not in a file)
         self.base_offset = base_offset
         self._cache = cache
+        self._data = data
         self.last_used = 0  # tick() of the last search (lookupd.log.cache)
         self._lock = threading.RLock()  # serialises (re)mapping; searches never take it
         self._state: IndexState | None = None
@@ -157,7 +160,7 @@ class AbstractIndex:
         for _ in range(_RETRIES):
             before = guard_faults()
             try:
-                m = map_index(self.path)
+                m = map_index(self.path) if self._data is None else IndexBytes(self._data)
             except RefusedFile as err:  # a symbolic link: not read, and the index is not to be trusted
                 self._state = st = IndexState(NO_MAPPING, 0, CorruptIndexError(self.path, None, err.strerror))
                 return st
@@ -362,6 +365,8 @@ class AbstractIndex:
         return new
 
     def _reload_if_changed(self, st: IndexState) -> IndexState:
+        if self._data is not None:
+            return st  # in memory: it never changes
         try:
             size = regular_stat(self.path).st_size
         except FileNotFoundError:  # RefusedFile too: mapping it reports why
@@ -469,7 +474,7 @@ class AbstractIndex:
     def _peek(self) -> tuple[int, bytes] | None:
         """(whole entries in the file, the last one's bytes, b"" when there are none) read without
         mapping, or None when the index is mapped already, missing, or ends in a preallocated zero tail."""
-        if self._state is not None:
+        if self._state is not None or self._data is not None:
             return None
         if is_nonblocking():
             raise WouldBlock()

@@ -11,8 +11,10 @@ from .cache import IndexCache
 from .fileio import RefusedFile, open_regular
 from ..errors import LookupdError, Unavailable, UnknownPartition
 from .locallog import LocalLog
+from .logdirs import misplaced
 from .remote_metadata import PARTITION_METADATA
 from ..format.names import parse_partition_dir, validate_partition, validate_topic
+from .statewarnings import StateWarnings
 
 log = logging.getLogger(__name__)
 
@@ -59,12 +61,13 @@ class LogManager:
         self.remote = remote
         self._remote_listed_at: float | None = None  # when the bucket was last listed successfully
         self._remote_error: LookupdError | None = None  # why it never was
+        self._remote_warning: str | None = None  # why the last listing failed (None: it did not)
         self._remote_listings: dict = {}
         self._logs: dict[tuple[str, int], LocalLog] = {}
         self._dir_mtimes: dict[str, int] = {}
         self._dir_ids: dict[tuple[str, int], tuple[int, int]] = {}  # a partition dir's (device, inode)
         self._lock = threading.Lock()
-        self._refused: set[str] = set()
+        self._warnings = StateWarnings(log)  # each said once, and again when it changes
         self.refresh()
 
     def refresh(self, remote: bool = False) -> dict[str, int]:
@@ -79,33 +82,34 @@ class LogManager:
         found: dict[tuple[str, int], str] = {}
         starts: dict[tuple[str, int], int] = {}
         unlisted: list[str] = []  # log dirs whose partitions stay as they were
-        refused: set[str] = set()  # checkpoint files not read (warned of when first found)
         for root in self.log_dirs:
             try:
                 entries = list(os.scandir(root))
             except FileNotFoundError as err:
-                log.warning("cannot list log dir %s: %s", root, err)
+                self._warnings.warn(("unlisted", root), f"cannot list log dir {root}: {err}")
                 continue
             except OSError as err:
-                log.warning("cannot list log dir %s: %s; serving its last listing", root, err)
+                self._warnings.warn(("unlisted", root), f"cannot list log dir {root}: {err}; serving its last listing")
                 unlisted.append(root + os.sep)
                 continue
             checkpoint = os.path.join(root, LOG_START_OFFSET_CHECKPOINT)
             try:
                 starts.update(read_offset_checkpoint(checkpoint))
             except RefusedFile as err:
-                if checkpoint not in self._refused:
-                    log.warning("%s: %s", checkpoint, err.strerror)
-                refused.add(checkpoint)
+                self._warnings.warn(("refused", checkpoint), f"{checkpoint}: {err.strerror}")
+            held = False
             for entry in entries:
                 parsed = parse_partition_dir(entry.name)
                 if parsed is None or not entry.is_dir(follow_symlinks=False):
                     continue
+                held = True
                 if parsed in found:
-                    log.warning("%s-%d is in two log dirs (%s, %s); serving the first",
-                                *parsed, found[parsed], entry.path)
+                    self._warnings.warn(("twice", parsed), f"{parsed[0]}-{parsed[1]} is in two log dirs "
+                                                           f"({found[parsed]}, {entry.path}); serving the first")
                     continue
                 found[parsed] = entry.path
+            if not held and (where := misplaced(root)) is not None:
+                self._warnings.warn(("misplaced", root), where)
         added = removed = changed = 0
         with self._lock:
             current = dict(self._logs)
@@ -142,7 +146,7 @@ class LogManager:
             added, removed, changed = added + counts[0], removed + counts[1], changed + counts[2]
         with self._lock:
             self._logs = current
-        self._refused = refused
+        self._warnings.settle()
         return {"added": added, "removed": removed, "changed": changed}
 
     def _refresh_remote(self, current: dict, found: dict, starts: dict, force: bool) -> tuple[int, int, int]:
@@ -157,16 +161,18 @@ class LogManager:
                 self._remote_listings = self.remote.scan(list(current.values()))
                 self._remote_listed_at = now
                 self._remote_error = None
+                self._remote_warning = None
             except Exception as err:  # noqa: BLE001 - the bucket's listing never stops the local answers
-                if isinstance(err, LookupdError):
-                    log.warning("cannot list the remote tier: %s; serving its last listing", err)
-                else:  # a bug: said with its traceback, and the local partitions still appear
-                    log.error("listing the remote tier failed; serving its last listing", exc_info=err)
+                if not isinstance(err, LookupdError):  # a bug: said with its traceback; local partitions appear
+                    log.error("listing the remote tier failed", exc_info=err)
                     err = Unavailable(f"the remote tier's listing failed ({type(err).__name__}: {err})")
+                self._remote_warning = f"cannot list the remote tier: {err}; serving its last listing"
                 if self._remote_listed_at is None:  # never listed: retried at the next rescan
                     self._remote_error = err
                 else:
                     self._remote_listed_at = now
+        if self._remote_warning is not None:  # said once while the store stays unlistable
+            self._warnings.warn("remote", self._remote_warning)
         listings = self._remote_listings
         for llog in current.values():  # a partition of a topic with an id may have remote segments
             has_id = getattr(llog, "local_dir", "") is not None and \

@@ -150,6 +150,32 @@ class IndexCopy:
         return os.pread(self.fd, stop - start, start) != self.mm[start:stop]
 
 
+class IndexBytes:
+    """An index held in memory, not in a file: one the cache could not write (cache_dir's filesystem full).
+    It never changes, so it reads like a copy of a rolled segment's index."""
+
+    __slots__ = ("mm", "length", "__weakref__")
+
+    def __init__(self, data: bytes):
+        self.mm = data if data else None
+        self.length = len(data)
+
+    def resident(self) -> bool:
+        return True
+
+    def size(self) -> int:
+        return self.length
+
+    def read(self, start: int, stop: int) -> bytes:
+        return self.mm[start:stop]
+
+    def refresh(self, start: int, stop: int) -> None:
+        """Nothing to do: the bytes never change."""
+
+    def rewritten(self, start: int, stop: int) -> bool:
+        return False
+
+
 def map_index(path: str) -> IndexMapping | IndexCopy:
     """The index file at `path` as a map under the SIGBUS guard, or without the guard as a copy; ValueError
     when the file shrank while it was being mapped or read (look again)."""
@@ -159,7 +185,7 @@ def map_index(path: str) -> IndexMapping | IndexCopy:
 class IndexState(NamedTuple):
     """What one look at an index found: its mapping, how many entries are valid, and any fault."""
 
-    mapping: "IndexMapping | IndexCopy | NoMapping"
+    mapping: "IndexMapping | IndexCopy | IndexBytes | NoMapping"
     entries: int
     fault: CorruptIndexError | None
 

@@ -409,7 +409,7 @@ class _LazyData:
     def read_into(self, position: int, out: memoryview, *, sequential: bool | None = None) -> int:
         return self._with(lambda d: d.read_into(position, out, sequential=sequential))
 
-    def index_paths(self, kinds: list[str]) -> dict[str, str | None]:
+    def index_paths(self, kinds: list[str]) -> dict[str, str | bytes | None]:
         return self._with(lambda d: d.index_paths(kinds))
 
     def index_size(self, kind: str) -> int | None:

@@ -204,8 +204,14 @@ class RemoteSegment(LogSegment):
                     for k in kinds:
                         # An index the upload lacks reads as a missing file: a missing offset or time index
                         # is answered from a scan of the log, a missing transaction index holds nothing.
-                        path = paths[k] or f"{self.log.path}.no-{k}-index"
-                        self._indexes[k] = _INDEX_CLASSES[k](path, self.base_offset, self._cache)
+                        # One the cache could not write (its disk full) comes as bytes, kept in memory.
+                        found = paths[k]
+                        if isinstance(found, bytes):
+                            self._indexes[k] = _INDEX_CLASSES[k](f"{self.log.path} ({k} index, in memory)",
+                                                                 self.base_offset, self._cache, data=found)
+                        else:
+                            self._indexes[k] = _INDEX_CLASSES[k](found or f"{self.log.path}.no-{k}-index",
+                                                                 self.base_offset, self._cache)
                     index = self._indexes[kind]
         return index
 

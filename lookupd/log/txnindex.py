@@ -37,15 +37,19 @@ class AbortedTxn(NamedTuple):
 class TransactionIndex:
     """Read-only view of one segment's `.txnindex`."""
 
-    def __init__(self, path: str | os.PathLike, base_offset: int, cache: IndexCache | None = None):
-        self.path = os.fspath(path)
+    def __init__(self, path: str | os.PathLike, base_offset: int, cache: IndexCache | None = None, *,
+                 data: bytes | None = None):
+        self.path = os.fspath(path)  # with `data`: a name for messages (the index is in memory, not in a file)
         self.base_offset = base_offset
         self._file = LazyHandle(self.path, cache)
+        self._data = data
 
     def close(self) -> None:
         self._file.close()
 
     def _read(self) -> bytes:
+        if self._data is not None:
+            return self._data
         try:
             handle = self._file.get()
         except RefusedFile as err:  # a symbolic link: not read, and the aborted transactions are unknown

@@ -23,14 +23,14 @@ import socket
 import ssl
 import threading
 from concurrent.futures import Future, TimeoutError as FutureTimeout
-from typing import Any
+from typing import Any, NamedTuple
 
 import trio
 
 from . import protocol as rpc
 from ..errors import InvalidArgument, LookupdError, TooLarge, Unavailable
 from .address import default_address, is_tls, tcp_address
-from .tls import client_context
+from .tls import TLS_PROBE_TIMEOUT_S, client_context, explain, speaks_tls
 
 DEFAULT_MAX_RESPONSE_BYTES = 1 << 30  # columnar answers of a million targets run to tens of MB
 BYTES_MARKER = "$base64"  # how `lookupd query` (lookupd.tools.query) prints bytes in JSON
@@ -51,12 +51,27 @@ def _remote_error(error: Any) -> RemoteError:
     return RemoteError("INTERNAL", repr(error))
 
 
-def _unreachable(address: str, err: BaseException) -> Unavailable:
-    why = getattr(err, "strerror", None) or str(err) or type(err).__name__
-    if isinstance(err, ssl.SSLError) or isinstance(err.__cause__, ssl.SSLError):
-        why = f"TLS: {getattr(err, 'reason', None) or getattr(err.__cause__, 'reason', None) or why}"
-    hint = "" if tcp_address(address) else "; is `lookupd serve` running, and is this its --socket?"
+class TlsFiles(NamedTuple):
+    """The TLS files a client was given, for the advice when its handshake fails."""
+
+    ca: str | None = None
+    cert: str | None = None
+
+
+def _unreachable(address: str, err: BaseException, tls: TlsFiles = TlsFiles()) -> Unavailable:
+    tcp = tcp_address(address)
+    why = explain(err, tcp[0] if tcp else address, tls.ca, tls.cert) or \
+        getattr(err, "strerror", None) or str(err) or type(err).__name__
+    hint = "" if tcp else "; is `lookupd serve` running, and is this its --socket?"
     return Unavailable(f"cannot reach lookupd at {address}: {why}{hint}")
+
+
+def _closed_before_answering(address: str, timeout: float) -> Unavailable:
+    """A connection closed before any answer: on a plain TCP address, the port may be the daemon's TLS one."""
+    tcp = tcp_address(address)
+    if tcp is not None and not is_tls(address) and speaks_tls(*tcp, timeout=min(timeout, TLS_PROBE_TIMEOUT_S)):
+        return Unavailable(f"cannot reach lookupd at {address}: this port speaks TLS: use tls://{address}")
+    return Unavailable(f"lookupd at {address} closed the connection")
 
 
 def tls_context(address: str, ca: str | None, cert: str | None, key: str | None) -> ssl.SSLContext | None:
@@ -181,6 +196,7 @@ class Client(_Methods):
         self.address = address or default_address()
         self.timeout = timeout
         self.max_request_bytes = max_request_bytes
+        self._tls = TlsFiles(tls_ca, tls_cert)
         tcp = tcp_address(self.address)
         ctx = tls_context(self.address, tls_ca, tls_cert, tls_key)
         try:
@@ -196,12 +212,13 @@ class Client(_Methods):
         except OSError as err:  # ssl.SSLError too: a certificate the other side refused
             if hasattr(self, "_sock"):
                 self._sock.close()
-            raise _unreachable(self.address, err) from None
+            raise _unreachable(self.address, err, self._tls) from None
         self._sock.settimeout(None)  # the reader blocks; calls time out on their futures
         self._conn = rpc.Connection("client", max_response_bytes)
         self._write_lock = threading.Lock()
         self._pending: dict[int, Future] = {}
         self._closed: LookupdError | None = None
+        self._closing = False
         self._reader = threading.Thread(target=self._read_loop, name=f"lookupd-client {self.address}", daemon=True)
         self._reader.start()
         if token is not None:
@@ -214,6 +231,7 @@ class Client(_Methods):
         self.close()
 
     def close(self) -> None:
+        self._closing = True  # the reader's end is ours, not the daemon's: nothing to find out about the port
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -242,11 +260,12 @@ class Client(_Methods):
                 self._sock.sendall(data)
             except OSError as err:
                 self._pending.pop(msgid, None)
-                failure = _unreachable(self.address, err)
+                failure = _unreachable(self.address, err, self._tls)
         if failure is not None:
-            # The daemon may have said why it closed the connection: prefer its words.
+            # The daemon may have said why it closed the connection (an error notification, a TLS alert):
+            # the reader has its words.
             self._reader.join(timeout=1.0)
-            raise self._closed if isinstance(self._closed, RemoteError) else failure
+            raise self._closed if self._closed is not None else failure
         wait = self.timeout if timeout is None else timeout
         try:
             error, result = fut.result(wait)
@@ -258,15 +277,18 @@ class Client(_Methods):
         return result
 
     def _read_loop(self) -> None:
-        failure: LookupdError = Unavailable(f"lookupd at {self.address} closed the connection")
+        failure: LookupdError | None = None
+        heard = False  # whether anything came from the daemon
         try:
             while True:
                 event = self._conn.next_event()
                 if event is rpc.NEED_DATA:
                     self._conn.receive_data(self._sock.recv(1 << 20))
-                elif event is rpc.CLOSED:
+                    continue
+                if event is rpc.CLOSED:
                     break
-                elif isinstance(event, rpc.Response):
+                heard = True
+                if isinstance(event, rpc.Response):
                     fut = self._pending.pop(event.msgid, None)
                     if fut is not None:
                         fut.set_result((event.error, event.result))
@@ -278,8 +300,14 @@ class Client(_Methods):
                     if event.fatal:
                         break
         except OSError as err:
-            if not isinstance(failure, RemoteError):  # the daemon's own reason outranks the reset that follows it
-                failure = _unreachable(self.address, err)
+            # The daemon's own reason outranks the reset that follows it; a reset before any word is a close.
+            if not isinstance(failure, RemoteError) and (heard or not isinstance(err, ConnectionResetError)):
+                failure = _unreachable(self.address, err, self._tls)
+        if failure is None:
+            # Closed with calls waiting and not a word said: on a plain TCP address, maybe the TLS port.
+            failure = _closed_before_answering(self.address, self.timeout) \
+                if self._pending and not heard and not self._closing else \
+                Unavailable(f"lookupd at {self.address} closed the connection")
         with self._write_lock:
             self._closed = failure
             pending, self._pending = self._pending, {}
@@ -297,9 +325,12 @@ class TrioClient(_Methods):
     the others, so a client needs no nursery and may be shared by any number of tasks.
     """
 
-    def __init__(self, stream: trio.abc.Stream, address: str, timeout: float, max_response_bytes: int):
+    def __init__(self, stream: trio.abc.Stream, address: str, timeout: float, max_response_bytes: int,
+                 tls: TlsFiles = TlsFiles()):
         self.address = address
         self.timeout = timeout
+        self._tls = tls
+        self._heard = False  # whether anything came from the daemon
         self._stream = stream
         self._conn = rpc.Connection("client", max_response_bytes)
         self._send_lock = trio.Lock()
@@ -327,8 +358,8 @@ class TrioClient(_Methods):
                         await trio.aclose_forcefully(stream)
                         raise
         except (OSError, trio.TooSlowError, trio.BrokenResourceError) as err:
-            raise _unreachable(address, err) from None
-        client = cls(stream, address, timeout, max_response_bytes)
+            raise _unreachable(address, err, TlsFiles(tls_ca, tls_cert)) from None
+        client = cls(stream, address, timeout, max_response_bytes, TlsFiles(tls_ca, tls_cert))
         if token is not None:
             try:
                 await client.call("auth", token)
@@ -359,7 +390,7 @@ class TrioClient(_Methods):
                     try:
                         await self._stream.send_all(data)
                     except (trio.BrokenResourceError, trio.ClosedResourceError) as err:
-                        raise _unreachable(self.address, err) from None
+                        raise _unreachable(self.address, err, self._tls) from None
                 while msgid not in self._answers:
                     if self._closed is not None:
                         raise self._closed
@@ -383,16 +414,23 @@ class TrioClient(_Methods):
             try:
                 data = await self._stream.receive_some(1 << 20)
             except (trio.BrokenResourceError, trio.ClosedResourceError) as err:
-                self._closed = self._closed or _unreachable(self.address, err)  # keep the daemon's own reason
-                return
+                if not self._heard and isinstance(err.__cause__, ConnectionResetError):
+                    data = b""  # a reset before any word: as a close
+                else:
+                    self._closed = self._closed or _unreachable(self.address, err, self._tls)  # keep the daemon's reason
+                    return
             self._conn.receive_data(data)
             while True:
                 event = self._conn.next_event()
                 if event is rpc.NEED_DATA:
                     return
                 if event is rpc.CLOSED:
+                    if self._closed is None and not self._heard:  # not a word said: maybe the TLS port
+                        self._closed = await trio.to_thread.run_sync(_closed_before_answering, self.address,
+                                                                     self.timeout)
                     self._closed = self._closed or Unavailable(f"lookupd at {self.address} closed the connection")
                     return
+                self._heard = True
                 if isinstance(event, rpc.Response):
                     if event.msgid in self._pending:
                         self._answers[event.msgid] = (event.error, event.result)

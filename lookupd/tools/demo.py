@@ -14,9 +14,12 @@ leaves it (indexes preallocated, not trimmed).
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import random
+import socket
+import sys
 
 from ..format.batch import Compression, TimestampType
 from ..format.builder import build_batch, build_control_batch
@@ -136,14 +139,53 @@ def generate(root: str, records: int = 20_000, seed: int = 1) -> None:
     write_clicks(root, rng, max(records // 2, 10))
 
 
-def run(args) -> int:
-    generate(args.dir, args.records, args.seed)
+def write_sample(root: str, records: int = 20_000, seed: int = 1) -> None:
+    """generate(), then a line per partition saying what is in it."""
+    generate(root, records, seed)
     from ..log.logmanager import LogManager
 
-    lm = LogManager([args.dir])
+    lm = LogManager([root])
     for log in lm.logs():
         info = log.info()
         print(f"{info['topic']}-{info['partition']}: {info['segments']} segments, "
               f"offsets [{info['log_start_offset']}, {info['log_end_offset']})")
     lm.close()
+
+
+def shown(path: str) -> str:
+    """A path as a printed command gives it: relative when under the working directory (.venv/bin/lookupd)."""
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
+
+
+def command_prefix(name: str) -> str:
+    """How to run this installation's `lookupd` or `fusefs` from the working directory, for printed commands:
+    the script beside this Python (a virtualenv's bin), else `python -m`."""
+    script = os.path.join(os.path.dirname(sys.executable), name)
+    return shown(script) if os.path.exists(script) else f"{shown(sys.executable)} -m {name}"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 free now (for a demo's daemon: it may be taken by the time it binds, rarely)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serve(config: str) -> int:
+    """`lookupd serve --config FILE` in this process, until Ctrl-C or SIGTERM."""
+    from ..daemon.main import run as serve_daemon
+
+    return serve_daemon(argparse.Namespace(config=config, log_dirs=None, socket=None, tcp=None, workers=None,
+                                           verbose=0))
+
+
+def run(args) -> int:
+    if args.tiered:
+        from .tiereddemo import run as tiered
+        return tiered(args)
+    if args.tls:
+        from .tlsdemo import run as tls
+        return tls(args)
+    write_sample(args.dir, args.records, args.seed)
     return 0

@@ -12,17 +12,32 @@ import os
 import sys
 from typing import Callable, Iterator
 
-from ..format.batch import compute_crc, parse_header
+from ..format.batch import BatchHeader, compute_crc, parse_header
 from ..errors import CorruptDataError, LookupdError
 from ..log.locallog import list_segments
+from ..log.logdirs import log_dirs_below, names
 from ..format.names import INDEX_SUFFIX, LOG_SUFFIX, SEGMENT_SUFFIXES, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, \
     parse_partition_dir, parse_segment_file, segment_file_name
 from .progress import Progress
 from ..format.records import decode_batch
-from ..format.render import batch_json, batch_line, record_line, record_lines
+from ..format.render import batch_json, batch_line, record_json, record_line, record_lines
 from ..log.segment import LogSegment
 from .remotedump import RemoteSegments, is_remote, remote_segments, split_url
-from .verify import SegmentScan, index_problems, scan_segment
+from .dumpfilter import DumpFilter
+from .verify import SegmentCheck, check_partition, check_segment
+
+
+def partition_dirs_in(path: str) -> list[str]:
+    """The partition directories a directory argument names: itself, or those in the log dir it is."""
+    name = os.path.basename(os.path.normpath(path))
+    dirs = [path] if parse_partition_dir(name) else sorted(
+        e.path for e in os.scandir(path) if e.is_dir() and parse_partition_dir(e.name))
+    if not dirs:
+        below = log_dirs_below(path)
+        hint = f"; the log dir{'s' if len(below) > 1 else ''} in it: {names(below)}" if below else ""
+        raise LookupdError(f"{path} is neither a partition directory nor a log dir holding partition "
+                           f"directories (named <topic>-<partition>){hint}")
+    return dirs
 
 
 def expand(paths: list[str]) -> list[str]:
@@ -33,13 +48,7 @@ def expand(paths: list[str]) -> list[str]:
             split_url(path)  # InvalidArgument now, before anything is dumped
             out.append(path)
         elif os.path.isdir(path):
-            name = os.path.basename(os.path.normpath(path))
-            dirs = [path] if parse_partition_dir(name) else sorted(
-                e.path for e in os.scandir(path) if e.is_dir() and parse_partition_dir(e.name))
-            if not dirs:
-                raise LookupdError(f"{path} is neither a partition directory nor a log dir holding partition "
-                                   f"directories (named <topic>-<partition>)")
-            for d in dirs:
+            for d in partition_dirs_in(path):
                 for base in list_segments(d):
                     for suffix in SEGMENT_SUFFIXES:
                         f = os.path.join(d, segment_file_name(base, suffix))
@@ -58,13 +67,19 @@ def expand(paths: list[str]) -> list[str]:
 class Dumper:
     """Writes one file's dump as text or JSON lines; remembers whether anything was wrong."""
 
-    def __init__(self, args, out=None, progress: Progress | None = None, remote: RemoteSegments | None = None):
+    def __init__(self, args, out=None, progress: Progress | None = None, remote: RemoteSegments | None = None,
+                 only: DumpFilter | None = None):
         self.args = args
+        self.filter = only  # --offsets/--times (None: everything)
         self.remote = remote  # opens s3:// segments
         self.out = out if out is not None else sys.stdout
         self.progress = progress
         self.failed = False
-        self._scans: dict[str, SegmentScan] = {}
+        # --verify-index-only: each segment's problems, by `.log` path, then by file they belong to; the
+        # partitions named as directories are judged whole (as recover judges them, transactions replayed),
+        # a segment file named alone with its own segment.
+        self._problems: dict[str, dict[str, list[str]]] = {}
+        self._replayed: dict[str, Iterator[SegmentCheck]] = {}  # partition dir -> its checks, in offset order
 
     def emit(self, text: str | None, obj: dict | None) -> None:
         if self.args.json:
@@ -90,7 +105,9 @@ class Dumper:
     def dump(self, path: str) -> None:
         if is_remote(path):
             return self.dump_remote(path)
-        suffix = parse_segment_file(os.path.basename(path))[1]
+        base, suffix = parse_segment_file(os.path.basename(path))
+        if self.filter is not None and self.filter.past(base):
+            return  # the whole segment is past --offsets
         self.emit(f"Dumping {path}", None)
         seg = self.segment(path)
         try:
@@ -123,8 +140,35 @@ class Dumper:
         finally:
             seg.close()
 
+    def replay(self, directory: str) -> None:
+        """Judge partition `directory` as recover does (--verify-index-only), as its files come."""
+        directory = os.path.abspath(directory)
+        self._replayed[directory] = check_partition(directory)
+
+    def _problems_of(self, seg: LogSegment) -> dict[str, list[str]]:
+        """The segment's problems by file (the `.log`'s: its batches and its missing index files)."""
+        found = self._problems.get(seg.log.path)
+        if found is not None:
+            return found
+        checks = self._replayed.get(os.path.dirname(seg.log.path)) if seg.tier == "local" else None
+        check = None
+        if checks is not None:
+            for c in checks:  # the partition's segments before this one are judged (and dropped) on the way
+                if c.base_offset == seg.base_offset:
+                    check = c
+                    break
+                self._problems[c.log_path] = c.problems_by_file()
+        if check is None:
+            check = check_segment(seg)
+        self._problems[seg.log.path] = found = check.problems_by_file()
+        return found
+
     def log(self, path: str, seg: LogSegment) -> None:
-        if self.args.index_sanity_check or self.args.verify_index_only:
+        if self.args.verify_index_only:
+            for p in self._problems_of(seg).get(seg.log.path, []):
+                self.error(path, p)
+            return
+        if self.args.index_sanity_check:
             return
         self.emit(f"Log starting offset: {seg.base_offset}", None)
         size = seg.size()
@@ -135,11 +179,12 @@ class Dumper:
         for buf, off, pos, batch_size in seg.log.frames(0, end, strict=not seg.live and end == size):
             data = buf[off:off + batch_size] if off + batch_size <= len(buf) else seg.log.read(pos, batch_size)
             h = parse_header(data, 0, pos, path)
-            valid = compute_crc(data, h.magic) == h.crc
-            self.emit(batch_line(h, valid), {"type": "batch", "file": path, **batch_json(h), "valid": valid})
-            if not valid:
-                self.error(path, f"{path} at byte {pos}: record batch is corrupt (stored crc = {h.crc}, "
-                                 f"computed crc = {compute_crc(data, h.magic)})")
+            if self.filter is not None:
+                if self.filter.past_batch(h):
+                    return  # the batches after it are past --offsets too (and unread: no trailing bytes to tell)
+                self._filtered(path, h, data)
+            elif not self._batch(path, h, data):
+                pass  # a corrupt batch: its records are not read
             elif self.args.print_data and self.args.json:
                 try:
                     lines = record_lines(h, data, path, head)
@@ -164,11 +209,39 @@ class Dumper:
             self.emit(f"Found {size - done} invalid bytes at the end of {os.path.basename(path)}",
                       {"type": "trailing_bytes", "file": path, "bytes": size - done})
 
-    def _scan(self, seg: LogSegment) -> SegmentScan:
-        scan = self._scans.get(seg.log.path)
-        if scan is None:
-            scan = self._scans[seg.log.path] = scan_segment(seg)
-        return scan
+    def _batch(self, path: str, h: BatchHeader, data) -> bool:
+        """The batch's line, and an error when its CRC is wrong; whether it is valid."""
+        crc = compute_crc(data, h.magic)
+        valid = crc == h.crc
+        self.emit(batch_line(h, valid), {"type": "batch", "file": path, **batch_json(h), "valid": valid})
+        if not valid:
+            self.error(path, f"{path} at byte {h.position}: record batch is corrupt (stored crc = {h.crc}, "
+                             f"computed crc = {crc})")
+        return valid
+
+    def _filtered(self, path: str, h: BatchHeader, data) -> None:
+        """A batch under --offsets/--times (lookupd.tools.dumpfilter): its line, and with --print-data only the
+        records within the ranges, the line only where one is."""
+        f = self.filter
+        if not self.args.print_data:
+            if f.batch(h):
+                self._batch(path, h, data)
+            return
+        if not f.may_hold(h):
+            return
+        if compute_crc(data, h.magic) != h.crc:
+            self._batch(path, h, data)
+            return
+        try:
+            records = [r for r in decode_batch(h, data, path=path) if f.record(r)]
+        except CorruptDataError as err:
+            self._batch(path, h, data)
+            self.error(path, str(err))
+            return
+        if records:
+            self._batch(path, h, data)
+        for r in records:
+            self.emit(record_line(r, h, print_data=True), {"type": "record", "file": path, **record_json(r, h)})
 
     def _index(self, path: str, seg: LogSegment, index, limit, entry: Callable[[int, int], tuple[str, dict]]) -> None:
         if self.args.index_sanity_check:
@@ -180,8 +253,7 @@ class Dumper:
             self.emit(f"{path} passed sanity check.", {"type": "sanity_check", "file": path, "ok": True})
             return
         if self.args.verify_index_only:
-            problems = index_problems(seg, self._scan(seg))
-            mine = [p for p in problems if p.startswith(path) or p.startswith(index.path)]
+            mine = self._problems_of(seg).get(index.path, [])
             for p in mine:
                 self.error(path, p)
             if not mine:
@@ -193,6 +265,9 @@ class Dumper:
             self.error(path, str(index.fault))
         if len(keys) == 0:
             self.emit(f"{path} is empty.", None)
+        elif self.filter is not None:
+            keep = self.filter.index_entries(keys, values, time_index=index is seg.time_index)
+            keys, values = keys[keep], values[keep]
         for k, v in zip(keys.tolist(), values.tolist()):
             self.emit(*entry(k, v))
 
@@ -211,9 +286,13 @@ class Dumper:
             seg.txn_index.sanity_check()
             self.emit(f"{path} passed sanity check.", {"type": "sanity_check", "file": path, "ok": True})
             return
-        if self.args.verify_index_only:
+        if self.args.verify_index_only:  # against the ABORT markers, where the partition was replayed
+            for p in self._problems_of(seg).get(seg.txn_index.path, []):
+                self.error(path, p)
             return
         for e in seg.txn_index.entries():
+            if self.filter is not None and not self.filter.offsets.meets(int(e["first_offset"]), int(e["last_offset"])):
+                continue
             fields = {"version": int(e["version"]), "producer_id": int(e["producer_id"]),
                       "first_offset": int(e["first_offset"]), "last_offset": int(e["last_offset"]),
                       "last_stable_offset": int(e["last_stable_offset"])}
@@ -230,11 +309,17 @@ def _log_bytes(files: list[str]) -> Iterator[int]:
 
 
 def run(args) -> int:
+    only = DumpFilter.from_args(args.offsets, args.times)  # InvalidArgument before anything is read
     files = expand(args.paths)
     show = sys.stderr.isatty() and not sys.stdout.isatty()
     with Progress(sum(_log_bytes(files)), "dump", enabled=show) as progress, \
             remote_segments(getattr(args, "config", None)) as remote:
-        dumper = Dumper(args, progress=progress, remote=remote)
+        dumper = Dumper(args, progress=progress, remote=remote, only=only)
+        if args.verify_index_only:
+            for path in args.paths:
+                if not is_remote(path) and os.path.isdir(path):
+                    for d in partition_dirs_in(path):
+                        dumper.replay(d)
         for f in files:
             dumper.dump(f)
     return 1 if dumper.failed else 0

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from ..errors import InvalidArgument
-from ..format.times import parse_time
+from ..format.times import MAX_TIMESTAMP, outside_records, parse_time
 from ..rpc.address import default_address
 from ..rpc.client import BYTES_MARKER, Client
 from ..rpc.methods import PARAMS
@@ -96,5 +96,18 @@ def run(args) -> int:
     with Client(args.socket or default_address(), token=token, timeout=args.timeout, tls_ca=args.tls_ca,
                 tls_cert=args.tls_cert, tls_key=args.tls_key) as client:
         result = client.call(args.method, *params)
+        why = _why_none(client, args.method, params) if result is None else None
     sys.stdout.write(to_json(result) + "\n")
+    if why is not None:
+        print(f"lookupd query: {why}", file=sys.stderr)
     return 0
+
+
+def _why_none(client: Client, method: str, params: list[Any]) -> str | None:
+    """Why offset_for_timestamp found no record: the time is past every record (with the partition's first and
+    largest timestamps, asked for once the answer is known to be none)."""
+    if method != "offset_for_timestamp" or len(params) != 3 or not isinstance(params[2], int) or params[2] < 0:
+        return None
+    topic, partition, timestamp = params
+    return outside_records(f"{topic}-{partition}", timestamp, None, client.offset_for_timestamp(topic, partition, 0),
+                           client.offset_for_timestamp(topic, partition, MAX_TIMESTAMP))

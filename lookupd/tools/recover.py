@@ -1,34 +1,30 @@
 """`lookupd recover`: rebuild rolled segments' indexes from their `.log`, as LogSegment.recover does.
 
 The batches of the whole partition are replayed in order (the `.txnindex` needs every
-transaction still open when a segment starts), and each segment that needs it gets new
-`.index`/`.timeindex`/`.txnindex` files, byte-identical to what Kafka writes after recovery
-and trimming. New files are written beside the old ones as `*.tmp`, synced, then renamed
-into place, so a crash leaves either the old index or the new one, never half of one.
+transaction still open when a segment starts), and each segment that `dump --verify-index-only`
+rejects gets new `.index`/`.timeindex`/`.txnindex` files, byte-identical to what Kafka writes
+after recovery and trimming: both judge a segment with verify.check_segment, so after a recover
+verify finds nothing wrong with an index, and a second recover nothing to do. New files are
+created as `*.tmp` (O_EXCL|O_NOFOLLOW, in the partition directory opened once), synced, then
+renamed into place, so a crash leaves either the old index or the new one, never half of one.
 
-The active (last) segment is never touched: the broker owns it. Nor is any `.log`: a
-corrupt tail is reported, not truncated.
+The active (last) segment is never touched: the broker owns it. Nor is any `.log`: a batch that
+cannot be framed ends the indexed prefix, as it ends Kafka's recovery, and a batch whose CRC does
+not match is reported with its file and byte; neither is truncated (see verify.py for why a
+corrupt batch never empties an index).
 """
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import dataclass, field
 
 from ..errors import LookupdError
-from ..log.locallog import list_segments
 from ..format.names import INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, parse_partition_dir, segment_file_name
-from .producerstate import TransactionTracker
+from .durable import Directory, write_atomically
 from .progress import Progress
-from ..format.records import control_record, decode_batch
-from ..log.segment import LogSegment
-from .durable import sync_dir, write_atomically
-from .verify import index_problems, scan_segment
-from .writer import DEFAULT_INDEX_INTERVAL_BYTES, IndexBuilder, encode_aborted_txn
-
-log = logging.getLogger(__name__)
-
+from .verify import check_partition
+from .writer import DEFAULT_INDEX_INTERVAL_BYTES, encode_aborted_txn
 
 @dataclass
 class SegmentReport:
@@ -40,77 +36,44 @@ class SegmentReport:
     offset_index_entries: int = 0
     time_index_entries: int = 0
     aborted_transactions: int = 0
-    invalid_bytes: int = 0  # bytes after the last valid batch (a corrupt or cut-off tail)
-    problems: list[str] = field(default_factory=list)
+    invalid_bytes: int = 0  # bytes after the last batch that could be framed (a corrupt or cut-off tail)
+    problems: list[str] = field(default_factory=list)  # the `.log`'s, reported and left as they are
 
 
 def recover_partition(directory: str, *, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
                       rebuild_all: bool = False, dry_run: bool = False,
                       progress: Progress | None = None) -> list[SegmentReport]:
-    """Rebuild the indexes of the rolled segments in one partition directory that need it."""
-    bases = list_segments(directory)
-    tracker = TransactionTracker()
+    """Rebuild the indexes of the rolled segments in one partition directory that need it: those that
+    `dump --verify-index-only` rejects (both judge with verify.check_segment), or all with `rebuild_all`."""
     reports = []
-    for i, base in enumerate(bases):
-        seg = LogSegment(directory, base, live=i == len(bases) - 1)
-        try:
-            builder = IndexBuilder(base, index_interval_bytes)
-            aborted = []
-
-            def on_batch(header, data):
-                marker = None
-                if header.is_control:
-                    recs = decode_batch(header, data, path=seg.log.path)
-                    marker = control_record(recs[0]).type if recs else None
-                txn = tracker.observe(header, marker)
-                if txn is not None:
-                    aborted.append(txn)
-                builder.append(header.last_offset, header.max_timestamp, header.last_offset, header.position, header.size)
-                if progress is not None:
-                    progress.advance(header.size)
-
-            scan = scan_segment(seg, check_crc=not seg.live, on_batch=on_batch)
-            if seg.live:
+    with Directory(directory) as files:
+        for check in check_partition(directory, index_interval_bytes=index_interval_bytes, progress=progress):
+            base = check.base_offset
+            if check.live:
                 reports.append(SegmentReport(base, "active", "the broker's active segment is left alone"))
                 continue
-            problems = _missing(seg, len(aborted)) or index_problems(seg, scan)
-            reason = "rebuilding every rolled segment (--all)" if rebuild_all else "; ".join(problems)
-            report = SegmentReport(base, "ok", reason, invalid_bytes=seg.size() - scan.valid_bytes,
-                                   problems=scan.problems)
+            reason = "rebuilding every rolled segment (--all)" if rebuild_all else \
+                "; ".join(message for _, message in check.index_problems)
+            report = SegmentReport(base, "ok", reason, invalid_bytes=check.invalid_bytes,
+                                   problems=check.scan.problems)
             reports.append(report)
-            for p in scan.problems:
-                log.warning("%s; recovery stops there (%d bytes after it are not indexed)", p, report.invalid_bytes)
             if not reason:
                 continue
-            builder.roll()
+            builder, aborted = check.builder, check.aborted
             report.action = "would rebuild" if dry_run else "rebuilt"
             report.offset_index_entries = len(builder.offset_entries)
             report.time_index_entries = len(builder.time_entries)
             report.aborted_transactions = len(aborted)
             if dry_run:
                 continue
-            seg.close()
-            files = {os.path.join(directory, segment_file_name(base, INDEX_SUFFIX)): builder.offset_index_bytes(),
-                     os.path.join(directory, segment_file_name(base, TIME_INDEX_SUFFIX)): builder.time_index_bytes()}
-            txn_path = os.path.join(directory, segment_file_name(base, TXN_INDEX_SUFFIX))
-            if aborted or os.path.exists(txn_path):
-                files[txn_path] = b"".join(encode_aborted_txn(t) for t in aborted)
-            write_atomically(files)
-            sync_dir(directory)
-        finally:
-            seg.close()
+            new = {segment_file_name(base, INDEX_SUFFIX): builder.offset_index_bytes(),
+                   segment_file_name(base, TIME_INDEX_SUFFIX): builder.time_index_bytes()}
+            txn_name = segment_file_name(base, TXN_INDEX_SUFFIX)
+            if aborted or files.lstat(txn_name) is not None:
+                new[txn_name] = b"".join(encode_aborted_txn(t) for t in aborted)
+            write_atomically(files, new)
+            files.sync()
     return reports
-
-
-def _missing(seg: LogSegment, aborted: int) -> list[str]:
-    """The index files the segment should have and has not: a `.txnindex` only where aborted transactions
-    end in the segment (Kafka creates it with its first entry)."""
-    out = [f"{os.path.basename(p)} is missing" for p in (seg.offset_index.path, seg.time_index.path)
-           if not os.path.exists(p)]
-    txn_path = seg.log.path[:-len(".log")] + TXN_INDEX_SUFFIX
-    if aborted and not os.path.exists(txn_path):
-        out.append(f"{os.path.basename(txn_path)} is missing ({aborted} aborted transactions end in this segment)")
-    return out
 
 
 def partition_dirs(path: str) -> list[str]:
@@ -144,16 +107,19 @@ def run(args) -> int:
                 for p in r.problems:
                     failed += 1
                     progress.write(f"{d}/{segment_file_name(r.base_offset, '')}: {p}")
-    print(_summary(actions, len(dirs)))
+    print(_summary(actions, len(dirs), failed))
     return 1 if failed else 0
 
 
-def _summary(actions: dict[str, int], partitions: int) -> str:
-    """The last line: what was done, or that nothing needed doing."""
+def _summary(actions: dict[str, int], partitions: int, log_problems: int = 0) -> str:
+    """The last line: what was done, or that nothing needed doing (and how many `.log` problems were
+    reported above: recover leaves every `.log` as it is)."""
     rolled = actions.get("ok", 0) + actions.get("rebuilt", 0) + actions.get("would rebuild", 0)
     where = f"{rolled} rolled segments in {partitions} partition{'s' if partitions != 1 else ''}"
+    logs = f"; {log_problems} problem{'s' if log_problems != 1 else ''} in .log files reported above, the " \
+           "files left as they are" if log_problems else ""
     if actions.get("rebuilt"):
-        return f"rebuilt the indexes of {actions['rebuilt']} of {where}; active segments are left to the broker"
+        return f"rebuilt the indexes of {actions['rebuilt']} of {where}; active segments are left to the broker{logs}"
     if actions.get("would rebuild"):
-        return f"would rebuild the indexes of {actions['would rebuild']} of {where} (--dry-run: nothing written)"
-    return f"nothing to do: the indexes of all {where} are sound; active segments are left to the broker"
+        return f"would rebuild the indexes of {actions['would rebuild']} of {where} (--dry-run: nothing written){logs}"
+    return f"nothing to do: the indexes of all {where} are sound; active segments are left to the broker{logs}"

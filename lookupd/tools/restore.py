@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -25,9 +26,9 @@ from ..log.remote.segmentdata import index_size
 from ..log.remotelog import RemoteTier
 from ..log.segment import LogSegment
 from .progress import Progress
-from .durable import TMP, sync_dir
+from .durable import TMP, Directory, check_private
 from .restorefetch import INDEX_FILES, Pipeline, SegmentFiles
-from .verify import index_problems, scan_segment
+from .verify import check_segment
 
 METADATA = "partition.metadata"
 _SEGMENT_FILE = re.compile(r"(\d{20})(\.log|\.index|\.timeindex|\.txnindex)(\.tmp)?")
@@ -56,6 +57,17 @@ def foreign_files(names: list[str], bases: set[int]) -> list[str]:
         if name in (METADATA, METADATA + TMP) or (m is not None and int(m[1]) in bases):
             continue
         out.append(name)
+    return sorted(out)
+
+
+def not_regular(dest: Directory, names: list[str]) -> list[str]:
+    """The names in DEST_DIR that are not regular files (a symbolic link, a directory...): restore writes
+    through none of them and replaces none of them, it refuses."""
+    out = []
+    for name in names:
+        st = dest.lstat(name)
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            out.append(f"{name} (a symbolic link)" if stat.S_ISLNK(st.st_mode) else f"{name} (not a regular file)")
     return sorted(out)
 
 
@@ -88,46 +100,63 @@ def _find_partition(store, prefix: str, topic: str, partition: int,
     return found[0]
 
 
-def _complete(dest: str, base: int, expected: dict[str, int]) -> bool:
-    for suffix, size in expected.items():
-        try:
-            if os.stat(os.path.join(dest, f"{base:020d}{suffix}")).st_size != size:
-                return False
-        except FileNotFoundError:
-            return False
-    return True
+def _complete(dest: Directory, base: int, expected: dict[str, int]) -> bool:
+    return all(dest.regular_size(f"{base:020d}{suffix}") == size for suffix, size in expected.items())
 
 
-def _prepare(dest: str, bases: set[int], topic_id: str) -> dict[str, bytes]:
+def open_dest(path: str) -> Directory:
+    """DEST_DIR, made if missing (not writable by others, whatever the umask), opened once; InvalidArgument
+    unless it is a directory of the user running restore that no one else may write to (anyone who may
+    plant a file there could steer what restore writes, and restore usually runs as root)."""
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        os.mkdir(path, 0o755)
+    except FileExistsError:
+        made = False
+    else:
+        made = True
+    try:
+        dest = Directory(path)
+    except NotADirectoryError:
+        raise InvalidArgument(f"{path} is not a directory; restore into a directory") from None
+    try:
+        if made:
+            os.fchmod(dest.fd, 0o755)
+        check_private(dest, "DEST_DIR")
+    except BaseException:
+        dest.close()
+        raise
+    return dest
+
+
+def _prepare(dest: Directory, bases: set[int], topic_id: str) -> dict[str, bytes]:
     """Check that `dest` is empty or an interrupted restore of this partition, and delete that one's
-    half-written files; the partition.metadata to write there (path -> bytes)."""
-    os.makedirs(dest, exist_ok=True)
-    foreign = foreign_files(os.listdir(dest), bases)
-    if foreign:
-        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-        raise InvalidArgument(f"{dest} holds files that are not this partition's restore ({shown}); restore "
+    half-written files; the partition.metadata to write there (name -> bytes)."""
+    names = dest.listdir()
+    refused = foreign_files(names, bases) + not_regular(dest, names)
+    if refused:
+        shown = ", ".join(refused[:5]) + (f" and {len(refused) - 5} more" if len(refused) > 5 else "")
+        raise InvalidArgument(f"{dest.path} holds files that are not this partition's restore ({shown}); restore "
                               "into an empty directory (or the one an interrupted restore left)")
-    metadata_path = os.path.join(dest, METADATA)
     want = partition_metadata(topic_id)
-    if os.path.exists(metadata_path):
-        with open(metadata_path, "rb") as f:
-            if f.read() != want:
-                raise InvalidArgument(f"{metadata_path} names another topic id than {topic_id}: {dest} holds "
-                                      "another partition's restore")
-    for name in os.listdir(dest):  # an interrupted run's half-written files
+    found = dest.read_small(METADATA, len(want))
+    if found is not None and found != want:
+        raise InvalidArgument(f"{dest.join(METADATA)} names another topic id than {topic_id}: {dest.path} holds "
+                              "another partition's restore")
+    for name in names:  # an interrupted run's half-written files
         if name.endswith(TMP):
-            os.unlink(os.path.join(dest, name))
-    return {metadata_path: want}
+            dest.unlink(name)
+    return {METADATA: want}
 
 
 def verify_segment(dest: str, base: int) -> list[str]:
     """What `lookupd dump --verify-index-only` reports for the restored segment (empty: all good)."""
     seg = LogSegment(dest, base, live=False)
     try:
-        scan = scan_segment(seg)
-        return scan.problems + index_problems(seg, scan)
+        check = check_segment(seg)
     finally:
         seg.close()
+    return check.scan.problems + [message for _, message in check.index_problems]
 
 
 def run(args) -> int:
@@ -149,30 +178,44 @@ def restore_partition(tier: RemoteTier, dest: str, topic: str, partition: int, *
                       verify: bool = False, out=None) -> int:
     """Restore (or finish restoring) one partition into `dest`; the exit status (1: --verify found problems)."""
     out = out if out is not None else sys.stdout
-    with Pipeline() as pipeline:
-        rp, listed = _find_partition(tier.store, tier.config.prefix, topic, partition, topic_id)
-        head = pipeline.head(tier.store, listed[0]) if listed else None
-        segments = tier.list_partition(rp, None, [], listed=listed)  # the manifests: meanwhile, that head
-        bases = {info.base_offset for info in segments}
-        metadata = pipeline.write_files(_prepare(dest, bases, rp.topic_id))
-        todo = []
-        for info in segments:
-            manifest = tier.manifest(info.keys)  # fetched by the listing
-            if not _complete(dest, info.base_offset, expected_files(manifest)):
-                todo.append(SegmentFiles(dest, info.base_offset, manifest.chunk_index.file_size,
-                                         lambda keys=info.keys: tier.data(keys)))  # made when its turn comes
-        counts = Counts(restored=len(todo), skipped=len(segments) - len(todo))
-        with Progress(sum(files.size for files in todo), f"restore {rp.topic}-{rp.partition}") as progress:
-            counts.bytes = pipeline.run(todo, progress, head)
-            metadata.result()
-            sync_dir(dest)
-            problems = []
-            if verify:
-                for base in sorted(bases):
-                    problems += verify_segment(dest, base)
-            for p in problems:
-                progress.write(f"error: {p}", sys.stderr)
-    verified = f", {len(segments)} verified" if verify and not problems else ""
+    opened: list[Directory] = []  # DEST_DIR, closed once the pipeline's threads have ended
+    try:
+        with Pipeline() as pipeline:
+            rp, counts, problems = _restore(tier, pipeline, dest, opened, topic, partition, topic_id, verify)
+    finally:
+        for directory in opened:
+            directory.close()
+    verified = f", {counts.restored + counts.skipped} verified" if verify and not problems else ""
     out.write(f"restored {rp.topic}-{rp.partition} (topic id {rp.topic_id}) into {dest}: {counts.restored} "
               f"segments ({counts.bytes:,} bytes of log) written, {counts.skipped} already complete{verified}\n")
     return 1 if problems else 0
+
+
+def _restore(tier: RemoteTier, pipeline: Pipeline, dest: str, opened: list[Directory], topic: str, partition: int,
+             topic_id: str | None, verify: bool) -> tuple[RemotePartition, Counts, list[str]]:
+    """restore_partition's work (DEST_DIR opened only once the partition is found); what --verify found."""
+    rp, listed = _find_partition(tier.store, tier.config.prefix, topic, partition, topic_id)
+    head = pipeline.head(tier.store, listed[0]) if listed else None
+    segments = tier.list_partition(rp, None, [], listed=listed)  # the manifests: meanwhile, that head
+    bases = {info.base_offset for info in segments}
+    directory = open_dest(dest)
+    opened.append(directory)
+    metadata = pipeline.write_files(directory, _prepare(directory, bases, rp.topic_id))
+    todo = []
+    for info in segments:
+        manifest = tier.manifest(info.keys)  # fetched by the listing
+        if not _complete(directory, info.base_offset, expected_files(manifest)):
+            todo.append(SegmentFiles(directory, info.base_offset, manifest.chunk_index.file_size,
+                                     lambda keys=info.keys: tier.data(keys)))  # made when its turn comes
+    counts = Counts(restored=len(todo), skipped=len(segments) - len(todo))
+    with Progress(sum(files.size for files in todo), f"restore {rp.topic}-{rp.partition}") as progress:
+        counts.bytes = pipeline.run(todo, progress, head)
+        metadata.result()
+        directory.sync()
+        problems = []
+        if verify:
+            for base in sorted(bases):
+                problems += verify_segment(dest, base)
+        for p in problems:
+            progress.write(f"error: {p}", sys.stderr)
+    return rp, counts, problems

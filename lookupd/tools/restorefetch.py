@@ -20,7 +20,7 @@ from typing import Callable
 
 from ..errors import CorruptDataError
 from ..log.remote.layout import ListedSegment
-from .durable import TMP, drop_cached, start_writeback, write_all, write_atomically
+from .durable import TMP, Directory, drop_cached, start_writeback, write_all, write_atomically
 from .progress import Progress
 
 PIECE_BYTES = 4 * 1024 * 1024    # one GET of a `.log` (whole chunks; the plugin's usual chunk.size): small enough
@@ -41,10 +41,12 @@ INDEX_FILES = {"offset": ".index", "timestamp": ".timeindex", "transaction": ".t
 
 
 class SegmentFiles:
-    """One segment's files in DEST_DIR (`dest/<base>`): its indexes, then its `.log`."""
+    """One segment's files in DEST_DIR (`<base>.*`, each created and renamed in `dest`): its indexes, then
+    its `.log`."""
 
-    def __init__(self, dest: str, base: int, size: int, open_data: Callable[[], object]):
-        self.stem = os.path.join(dest, f"{base:020d}")
+    def __init__(self, dest: Directory, base: int, size: int, open_data: Callable[[], object]):
+        self.dest = dest
+        self.stem = f"{base:020d}"            # its files' names in `dest`
         self.size = size                      # of its `.log`
         self._open_data = open_data           # its RemoteSegmentData, made when first asked for
         self._data = None
@@ -62,14 +64,13 @@ class SegmentFiles:
     def write_indexes(self, fetched: Callable[[], dict]) -> None:
         """Write the indexes `fetched()` gives (it waits for their GET)."""
         indexes = fetched()
-        write_atomically({self.stem + suffix: indexes[kind] for kind, suffix in INDEX_FILES.items()
-                          if indexes[kind] is not None})
+        write_atomically(self.dest, {self.stem + suffix: indexes[kind] for kind, suffix in INDEX_FILES.items()
+                                     if indexes[kind] is not None})
 
     def _open(self) -> int:
         with self._lock:
             if self._fd is None:
-                self._fd = os.open(self.stem + ".log" + TMP, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
-                                   0o644)
+                self._fd = self.dest.create_fresh(self.stem + ".log" + TMP)
             return self._fd
 
     def write_at(self, position: int, pieces) -> int:
@@ -104,7 +105,7 @@ class SegmentFiles:
             raise CorruptDataError(self.data.key, self._written, f"the segment ends after {self._written} "
                                    f"bytes, its manifest says {self.size}")
         self.indexes.result()
-        os.replace(self.stem + ".log" + TMP, self.stem + ".log")
+        self.dest.replace(self.stem + ".log" + TMP, self.stem + ".log")
 
     def abandon(self) -> None:
         if self._fd is not None:
@@ -180,9 +181,9 @@ class Pipeline:
                                                               min(a + PIECE_BYTES, size))
                                             for a in range(0, size, PIECE_BYTES)], indexes)
 
-    def write_files(self, files: dict[str, bytes]) -> Future:
-        """write_atomically(files) on a sync thread."""
-        return self._syncer.submit(write_atomically, files)
+    def write_files(self, dest: Directory, files: dict[str, bytes]) -> Future:
+        """write_atomically(dest, files) on a sync thread."""
+        return self._syncer.submit(write_atomically, dest, files)
 
     def _jobs(self, todo: list[SegmentFiles], head: Head | None):
         """The `.log` GETs in order, each (segment files, call): runs of whole chunks of about PIECE_BYTES

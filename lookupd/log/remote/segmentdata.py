@@ -364,17 +364,18 @@ class RemoteSegmentData:
         """The size of index `kind` as Kafka wrote it (without fetching it); None when the segment has none."""
         return index_size(self.manifest, kind)
 
-    def index_path(self, kind: str) -> str | None:
+    def index_path(self, kind: str) -> str | bytes | None:
         """The file in cache_dir holding index `kind` as Kafka wrote it; None when the segment has none.
 
         kind: offset, timestamp, producer_snapshot, leader_epoch or transaction. The first call fetches
         it with one ranged GET of its part of the `.indexes` object; later calls return the cached file
         (fetched again only after eviction). Map the file right away: an evicted file stays readable
-        while mapped or open.
+        while mapped or open. When the cache cannot write the file (cache_dir's filesystem is full), the
+        index's bytes themselves: the caller keeps them in memory, and the answers go on.
         """
         return self.index_paths([kind])[kind]
 
-    def index_paths(self, kinds: list[str]) -> dict[str, str | None]:
+    def index_paths(self, kinds: list[str]) -> dict[str, str | bytes | None]:
         """index_path for several kinds, adjacent missing ones in one GET (offset + timestamp: one GET)."""
         _check_kinds(kinds)
         out: dict[str, str | None] = {}
@@ -389,7 +390,7 @@ class RemoteSegmentData:
             elif (path := self._cache.file(name)) is not None:
                 out[kind] = path
             elif span[1] == 0:
-                out[kind] = self._cache.put_file(name, b"")
+                out[kind] = self._cached_file(name, b"")
             else:
                 missing.append(kind)
         groups: list[list[str]] = []
@@ -401,8 +402,15 @@ class RemoteSegmentData:
                 groups.append([kind])
         for group in groups:
             for kind, data in self._fetch_indexes(group).items():
-                out[kind] = self._cache.put_file(cache_name(self.key, kind), data)
+                out[kind] = self._cached_file(cache_name(self.key, kind), data)
         return out
+
+    def _cached_file(self, name: str, data: bytes) -> str | bytes:
+        """The index written into the cache (its path), or `data` itself when the cache cannot write it."""
+        try:
+            return self._cache.put_file(name, data)
+        except OSError:  # cache_dir's filesystem full or failing (the cache logged it): kept in memory
+            return data
 
     def fetch_indexes(self, kinds: list[str], whole: memoryview | None = None) -> dict[str, bytes | None]:
         """Indexes `kinds` as Kafka wrote them (None: the segment has none), from one ranged GET spanning

@@ -1,5 +1,6 @@
 """Uploads local Kafka partitions in the Aiven tiered-storage plugin's layout, as its RemoteStorageManager
-would: the test side of lookupd/log/remote (which only reads).
+would: the writing side of lookupd/log/remote (which only reads), for `lookupd demo-data --tiered` and the
+tests. It writes only into the bucket it is given, never into a log dir.
 
 Per segment: `<prefix><topic>-<topicId>/<partition>/<20-digit offset>-<segmentId>.log` (the segment in
 chunks, each optionally zstd-compressed then AES-256-GCM encrypted with a 12-byte IV in front), `.indexes`
@@ -18,6 +19,7 @@ import struct
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterable
 
 import zstandard
 from cryptography.hazmat.primitives import serialization
@@ -55,16 +57,15 @@ def oaep_wrap(public_key: rsa.RSAPublicKey, message: bytes, seed: bytes | None =
 
 
 @dataclass
-class TestKey:
+class WrappingKey:
     """An RSA key pair for wrapping data keys; `pem_path` is what [remote.encryption.keys] names."""
 
-    __test__ = False  # not a pytest test class despite its name
     key_id: str
     pem_path: str
     private_key: rsa.RSAPrivateKey
 
     @classmethod
-    def create(cls, directory: str | os.PathLike, key_id: str = "key-1", bits: int = 2048) -> TestKey:
+    def create(cls, directory: str | os.PathLike, key_id: str = "key-1", bits: int = 2048) -> WrappingKey:
         key = rsa.generate_private_key(public_exponent=65537, key_size=bits)
         path = os.path.join(directory, f"{key_id}.pem")
         with open(path, "wb") as f:
@@ -119,13 +120,28 @@ def checkpoint_bytes(epochs: dict[int, int]) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
+# -- what the broker leaves beside the bucket ---------------------------------------------------------------
+
+def write_partition_metadata(partition_dir: str | os.PathLike, topic_id: str) -> None:
+    """`partition.metadata` exactly as PartitionMetadataFile writes it (no final newline)."""
+    with open(os.path.join(os.fspath(partition_dir), "partition.metadata"), "w") as f:
+        f.write(f"version: 0\ntopic_id: {topic_id}")
+
+
+def write_leader_epoch_checkpoint(partition_dir: str | os.PathLike, entries: Iterable[tuple[int, int]]) -> None:
+    """`leader-epoch-checkpoint`: version 0, the count, then `epoch start-offset` lines."""
+    entries = list(entries)
+    with open(os.path.join(os.fspath(partition_dir), "leader-epoch-checkpoint"), "w") as f:
+        f.write(f"0\n{len(entries)}\n" + "".join(f"{e} {o}\n" for e, o in entries))
+
+
 # -- the upload -------------------------------------------------------------------------------------------
 
 @dataclass
 class Options:
     chunk_size: int = 4096
     compression: bool = False
-    encryption: TestKey | None = None
+    encryption: WrappingKey | None = None
     variable_index: bool = False   # forced on by compression, as in the plugin
     with_metadata: bool = True     # remoteLogSegmentMetadata (plugin releases since Sept 2023)
     prefix: str = ""
