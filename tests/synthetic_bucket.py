@@ -18,13 +18,13 @@ import os
 
 import zstandard
 
-from remote_metadata_writer import (copied, write_leader_epoch_checkpoint, write_metadata_topic,
-                                    write_partition_metadata)
+from remote_metadata_writer import copied, write_metadata_topic
 
 from lookupd.format.builder import build_batch
 from lookupd.log.remote.layout import RemotePartition, SegmentKeys
 from lookupd.log.remote.manifest import MAX_CHUNKS, MAX_MANIFEST_BYTES
-from lookupd.tools.tieredwriter import encode_chunk_sizes, kafka_uuid
+from lookupd.tools.tieredwriter import (encode_chunk_sizes, kafka_uuid, write_leader_epoch_checkpoint,
+                                       write_partition_metadata)
 from lookupd.tools.writer import LogWriter
 
 TIMESTAMP0 = 1_700_000_000_000
