@@ -10,6 +10,7 @@ with the unplanted bucket's. Row 10 (a full cache disk) is tested with the disk 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -203,14 +204,24 @@ def test_one_stray_key_changes_no_answer(healthy, plant, tmp_path, caplog, name,
 # ------------------------------------------------------------------------------------------ row by row
 
 
+@contextlib.contextmanager
+def _planted_alone(healthy, plant, tmp_path, kind: str):
+    """(keys, manager) with an upload whose manifest is MANIFESTS[kind] in a partition of its own."""
+    t, _ = healthy
+    keys = SegmentKeys(0, kafka_uuid(), alone(), t.config.prefix)
+    plant(upload_of(kind, keys))
+    manager = _manager(t, tmp_path / "cache")
+    try:
+        yield keys, manager
+    finally:
+        manager.close()
+
+
 def test_row1_a_broken_manifest_neither_stops_the_start_nor_later_rescans(healthy, plant, tmp_path):
     """Row 1: a manifest of 100 KB of `[`: the start lists, the planted segment is CORRUPT_DATA, and a rescan
     neither fails nor fetches it again; a local partition added later appears."""
     t, _ = healthy
-    keys = SegmentKeys(0, kafka_uuid(), alone(), t.config.prefix)
-    plant(upload_of("deep JSON", keys))
-    manager = _manager(t, tmp_path / "cache")
-    try:
+    with _planted_alone(healthy, plant, tmp_path, "deep JSON") as (keys, manager):
         store = manager.remote.store
         before = store.bytes_fetched
         shutil.copytree(R.log_dir("compressed-0"), t.tiered_dir / "compressed-0")
@@ -222,25 +233,17 @@ def test_row1_a_broken_manifest_neither_stops_the_start_nor_later_rescans(health
         assert store.bytes_fetched == before  # the bad manifest is remembered (same ETag): not fetched again
         err = _call(Service(manager), "segments", keys.partition.topic, 0)
         assert isinstance(err, list) and "CORRUPT_DATA" in err[0]["error"]
-    finally:
-        manager.close()
 
 
 def test_row3_tiny_chunks_are_refused_before_any_byte_of_the_log(healthy, plant, tmp_path):
     """Row 3: 1-byte chunks (below MIN_CHUNK_BYTES, more of them than MAX_CHUNKS): one CORRUPT_DATA, the `.log`
     never fetched."""
-    t, _ = healthy
-    keys = SegmentKeys(0, kafka_uuid(), alone(), t.config.prefix)
-    plant(upload_of("1-byte chunks", keys))
-    manager = _manager(t, tmp_path / "cache")
-    try:
+    with _planted_alone(healthy, plant, tmp_path, "1-byte chunks") as (keys, manager):
         store = manager.remote.store
         before = store.bytes_fetched
         err = _call(Service(manager), "read", keys.partition.topic, 0, 0, 1 << 20)
         assert err[:2] == ("error", "CORRUPT_DATA") and "MIN_CHUNK_BYTES" in err[2], err
         assert store.bytes_fetched - before < 4096  # at most the manifest again, never the 64 KiB `.log`
-    finally:
-        manager.close()
 
 
 def test_row4_a_zstd_bomb_is_refused_by_reads_and_by_restore(healthy, plant, tmp_path):
@@ -433,10 +436,7 @@ def test_row11_an_oversized_manifest_is_never_read_and_never_fetched_again(healt
     """Row 11: a manifest above MAX_MANIFEST_BYTES is refused from the listing's size (no GET), and a GET of one
     reads its length before any of its body."""
     t, _ = healthy
-    keys = SegmentKeys(0, kafka_uuid(), alone(), t.config.prefix)
-    plant(upload_of("a 2 MiB manifest", keys))
-    manager = _manager(t, tmp_path / "cache")
-    try:
+    with _planted_alone(healthy, plant, tmp_path, "a 2 MiB manifest") as (keys, manager):
         store = manager.remote.store
         assert store.bytes_fetched < MAX_MANIFEST_BYTES
         for _ in range(2):
@@ -448,8 +448,6 @@ def test_row11_an_oversized_manifest_is_never_read_and_never_fetched_again(healt
         with pytest.raises(ObjectTooLarge):
             fresh.get(keys.manifest, MAX_MANIFEST_BYTES, "manifest")
         assert fresh.bytes_fetched == 0
-    finally:
-        manager.close()
 
 
 # ------------------------------------------------------------------------------- the daemon as a subprocess
