@@ -102,7 +102,8 @@ node-deps:
 	@if command -v npm >/dev/null 2>&1 && [ ! -d tests/node/node_modules/msgpack5rpc ]; then \
 	  npm ci --prefix tests/node --no-audit --no-fund --loglevel=error; fi
 
-# The Kafka-written reference corpus the conformance tests compare against, from tests/data/kafka-reference.tar.zst.
+# The Kafka-written reference corpora the conformance tests compare against, from tests/data/kafka-reference.tar.zst
+# and tests/data/kafka-coordinator.tar.zst (the internal topics: __consumer_offsets, __transaction_state, ...).
 reference-corpus: $(STAMP)
 	$(PY) tests/reference.py
 
@@ -114,7 +115,7 @@ PURE_PYTHON_TESTS := tests/test_records.py tests/test_compression.py tests/test_
 	tests/test_index.py tests/test_locallog.py tests/test_truncation.py tests/test_replaced_segments.py \
 	tests/test_preallocated.py tests/test_shrinking_index.py tests/test_corrupt_answers.py tests/test_conformance.py \
 	tests/test_server.py tests/test_service.py tests/test_rpc.py tests/test_daemon_hostile.py tests/test_reactor.py \
-	tests/test_daemon_faults.py tests/test_recover_verify.py
+	tests/test_daemon_faults.py tests/test_recover_verify.py tests/test_group_replay.py
 
 test: venv system-deps node-deps reference-corpus
 	$(PY) -m pytest -q
@@ -154,4 +155,4 @@ install-commands:
 	ln -sf $(INSTALL_DIR)/bin/lookupd $(INSTALL_DIR)/bin/fusefs $(BINDIR)/
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis lookupd/*/*.so fusefs/*.so tests/data/kafka-reference
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis lookupd/*/*.so fusefs/*.so tests/data/kafka-reference tests/data/kafka-coordinator

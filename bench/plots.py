@@ -32,6 +32,8 @@ TITLES = {
     "decode": "Record decoding throughput",
     "decode-records": "Record decoding, records per second",
     "coldstart": "Cold start",
+    "groups-replay": "__consumer_offsets replay against the columnar decoder, records per second",
+    "groups-daemon": "group_offsets (100 partitions) and resolve_offset round trips through the daemon",
     "daemon-latency": "Round-trip latency over a Unix socket, one client",
     "daemon-placement": "Round-trip p50, one client, client and server pinned to one core or two",
     "daemon-throughput": "Requests per second over a Unix socket (closed-loop clients, pipelining, columnar)",
@@ -47,6 +49,7 @@ TITLES = {
     "hostile-planted": "Daemon peak RSS added by reads of one planted object (target: at most 64 MiB)",
     "hostile-stalled": "Local lookups through the daemon, the store answering and stalled (every GET held 20 s)",
     "daemon-tls": "Over TLS on loopback TCP, lookupd and redis-server with the same certificate: p50/p99 and lookups/s",
+    "kafka": "The Kafka listener: Fetch MB/s against file reads, ListOffsets against msgpack, consumer CPU per MB",
 }
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import errno
 import functools
 import itertools
+import json
 import logging
 import os
 import stat
@@ -59,7 +60,7 @@ MAX_READ = REMOTE_IO_SIZE
 # Python. A remote `.log` reports REMOTE_IO_SIZE: each of its reads is a call into Python.
 IO_SIZE = 128 << 10
 MAX_IDENTITIES = 1 << 16  # raw files whose last open is remembered (forgotten: opened once without keep_cache)
-_NOT_THERE = {"UNKNOWN_PARTITION", "OFFSET_OUT_OF_RANGE"}
+_NOT_THERE = {"UNKNOWN_PARTITION", "OFFSET_OUT_OF_RANGE", "UNKNOWN_GROUP"}
 
 
 def _grows(node: tree.Node) -> bool:
@@ -337,6 +338,10 @@ class KafkaFS(Operations):
 
     def _subdirectories(self, node: tree.Node) -> int:
         """How many directories `node` holds (for st_nlink); ENOENT when it does not exist."""
+        if isinstance(node, tree.GroupsDir):
+            if tree.CONSUMER_OFFSETS not in self.catalog.topics():
+                raise FuseOSError(errno.ENOENT)  # no group to show (or none this principal may see)
+            return 0
         if isinstance(node, tree.Topic):
             return len(self._partitions_of(node.topic)) + 1  # and by-key/
         self._check_exists(node)
@@ -359,7 +364,11 @@ class KafkaFS(Operations):
 
     def _listing(self, path: str, node: tree.Node) -> list[tuple[str, dict | None]]:
         if isinstance(node, tree.Root):
-            names = list(self.catalog.topics())
+            topics = self.catalog.topics()
+            names = [n for n in topics if n != tree.GROUPS] + ([tree.GROUPS] if tree.CONSUMER_OFFSETS in topics else [])
+        elif isinstance(node, tree.GroupsDir):
+            groups = self.daemon.call("groups")["groups"]
+            return [(tree.group_file_name(g["group"]), self._attrs(stat.S_IFREG | 0o444)) for g in groups]
         elif isinstance(node, tree.Topic):
             names = [str(p) for p in self._partitions_of(node.topic)] + [tree.BY_KEY]
         elif isinstance(node, tree.Partition):
@@ -420,7 +429,14 @@ class KafkaFS(Operations):
             return self._file_attrs(size, blocks, mtime_ns, REMOTE_IO_SIZE)
         return self._file_attrs(size, blocks, mtime_ns)
 
+    def _group_offsets(self, group: str) -> dict:
+        """The daemon's answer for a group file: UNKNOWN_GROUP (ENOENT) when there is no such group."""
+        return self.daemon.call("group_offsets", group, "read_uncommitted")
+
     def _check_exists(self, node: tree.Node) -> None:
+        if isinstance(node, tree.GroupFile):
+            self._group_offsets(node.group)
+            return
         if getattr(node, "partition", 0) is None:  # a topic's by-key/
             self._partitions_of(node.topic)
             return
@@ -453,6 +469,11 @@ class KafkaFS(Operations):
         opened before retention deletes its segment reads on as if it had not (ENOENT once it has)."""
         if isinstance(node, tree.ByKey):
             return self._key_producer(node)
+        if isinstance(node, tree.GroupFile):
+            answer = self._group_offsets(node.group)
+            cols = answer["offsets"]  # the daemon's columns, shown a partition a row (as lookupd groups --json)
+            answer["offsets"] = [dict(zip(cols, row)) for row in zip(*cols.values())]
+            return functools.partial(_once, (json.dumps(answer, indent=2) + "\n").encode()), None
         part = self.catalog.partition(node.topic, node.partition)
         if isinstance(node, tree.PartitionJson):
             return functools.partial(_once, partition_json(part, self.catalog.segments(part))), None

@@ -22,6 +22,9 @@
         by-key/
             <key>.jsonl                 every record whose key is <key>, in offset order
     /<topic>/by-key/<key>.jsonl         the same over all the topic's partitions, partition by partition
+    /__groups/<group>.json              a consumer group's committed offsets, log end offsets and lag (the
+                                        daemon's group_offsets), for each group in __consumer_offsets
+                                        (there when the daemon serves a partition of __consumer_offsets)
 
 `<base>` is the segment's base offset as 20 digits, as in the log dir. Navigation files
 start exactly at their offset: records before it in the batch that holds it are skipped
@@ -39,6 +42,9 @@ A key is named by its text when it is valid UTF-8 and a legal file name (not "."
 "/" or NUL, at most 255 bytes with ".jsonl", not starting with "base64:"); any other key is
 `base64:` and the key in URL-safe base64 (RFC 4648 section 5; padding optional). Records
 without a key have no file. `by-key/` is never listed: names are resolved on lookup.
+
+A group is named as a key is (`<group>.json`, or `base64:` and the group's bytes in URL-safe base64
+for a group id that is no legal file name).
 
 Names are strict: a topic that is not a legal Kafka name,
 a partition with leading zeros, a base offset that is not 20 digits, an unknown suffix or
@@ -68,8 +74,11 @@ AT_OFFSET = "at-offset"
 AT_TIME = "at-time"
 BY_KEY = "by-key"
 NAV_DIRS = (AT_OFFSET, AT_TIME, BY_KEY)
+GROUPS = "__groups"  # consumer groups, beside the topics (a topic of that name is hidden by it)
+CONSUMER_OFFSETS = "__consumer_offsets"  # where they are: __groups/ is there when a partition of it is
 KEY_BASE64 = "base64:"
 JSONL = ".jsonl"
+JSON = ".json"
 NAME_MAX = 255
 
 _PARTITION = re.compile(r"0|[1-9][0-9]{0,9}")
@@ -154,27 +163,40 @@ class ByKey(NamedTuple):
     key: bytes
 
 
-Node = Root | Topic | Partition | SegmentFile | PartitionJson | NavDir | AtOffset | AtTime | ByKeyDir | ByKey
-DIRECTORIES = (Root, Topic, Partition, NavDir, ByKeyDir)
+class GroupsDir(NamedTuple):
+    """`/__groups/`: a file per consumer group."""
 
 
-def key_file_name(key: bytes) -> str:
-    """The file name of a key's by-key file (see the module docstring)."""
+class GroupFile(NamedTuple):
+    group: str
+
+
+Node = Root | Topic | Partition | SegmentFile | PartitionJson | NavDir | AtOffset | AtTime | ByKeyDir | ByKey | \
+    GroupsDir | GroupFile
+DIRECTORIES = (Root, Topic, Partition, NavDir, ByKeyDir, GroupsDir)
+
+
+def key_file_name(key: bytes, suffix: str = JSONL) -> str:
+    """The file name of a key's by-key file, or with suffix `.json` of a group's (see the module docstring)."""
     try:
         text = key.decode("utf-8")
     except UnicodeDecodeError:
         text = None
     if text and text not in (".", "..") and "/" not in text and "\0" not in text \
-            and not text.startswith(KEY_BASE64) and len((text + JSONL).encode()) <= NAME_MAX:
-        return text + JSONL
-    return KEY_BASE64 + base64.urlsafe_b64encode(key).decode("ascii") + JSONL
+            and not text.startswith(KEY_BASE64) and len((text + suffix).encode()) <= NAME_MAX:
+        return text + suffix
+    return KEY_BASE64 + base64.urlsafe_b64encode(key).decode("ascii") + suffix
 
 
-def parse_key_name(name: str) -> bytes:
-    """The key a by-key file name names; ENOENT for a name that names none."""
-    if not name.endswith(JSONL) or name == JSONL:
+def group_file_name(group: str) -> str:
+    return key_file_name(group.encode("utf-8", "surrogateescape"), JSON)
+
+
+def parse_key_name(name: str, suffix: str = JSONL) -> bytes:
+    """The key a by-key file name (a group file name, with suffix `.json`) names; ENOENT for one that names none."""
+    if not name.endswith(suffix) or name == suffix:
         raise _missing()
-    stem = name[:-len(JSONL)]
+    stem = name[:-len(suffix)]
     if not stem.startswith(KEY_BASE64):
         return stem.encode("utf-8", "surrogateescape")
     text = stem[len(KEY_BASE64):]
@@ -234,6 +256,12 @@ def parse(path: str) -> Node:
     parts = [p for p in path.split("/") if p]
     if not parts:
         return Root()
+    if parts[0] == GROUPS:
+        if len(parts) == 1:
+            return GroupsDir()
+        if len(parts) == 2:
+            return GroupFile(parse_key_name(parts[1], JSON).decode("utf-8", "surrogateescape"))
+        raise _missing()
     try:
         topic = validate_topic(parts[0])
     except InvalidArgument:

@@ -27,6 +27,12 @@ class UnknownPartition(LookupdError, LookupError):
     code = "UNKNOWN_PARTITION"
 
 
+class UnknownGroup(LookupdError, LookupError):
+    """No consumer group of that id in its `__consumer_offsets` partition."""
+
+    code = "UNKNOWN_GROUP"
+
+
 class OffsetOutOfRange(LookupdError):
     """The offset lies outside [log start offset, log end offset] of the partition."""
 

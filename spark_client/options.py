@@ -41,12 +41,16 @@ class Bound:
     """Where reading starts or ends: Spark's KafkaOffsetRangeLimit.
 
     kind is "earliest", "latest", "offsets" (per-partition offsets, -2/-1 allowed),
-    "timestamps" (per-partition timestamps) or "timestamp" (one timestamp for all partitions).
+    "timestamps" (per-partition timestamps), "timestamp" (one timestamp for all partitions), or
+    "group" (lookupd.startingGroup: the group's committed offsets, `reset` where it has none; the
+    planner turns it into "offsets").
     """
 
     kind: str
     per_partition: tuple[tuple[TopicPartition, int], ...] = ()
     timestamp: int | None = None
+    group: str = ""
+    reset: str = "earliest"
 
     @property
     def values(self) -> dict[TopicPartition, int]:
@@ -103,6 +107,7 @@ class ReadOptions:
 ASSIGN, SUBSCRIBE, SUBSCRIBE_PATTERN = "assign", "subscribe", "subscribepattern"
 STRATEGY_KEYS = (SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN)
 ADDRESS = "lookupd.address"
+STARTING_GROUP, STARTING_GROUP_RESET = "lookupd.startinggroup", "lookupd.startinggroupreset"
 ADDRESS_EXAMPLE = '{"broker-1": "broker-1:9470", "broker-2": "broker-2:9470", "orders-0": "broker-2:9470"}'
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 READ_FROM = ("auto", "files", "daemon")
@@ -129,7 +134,8 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
     """Check `options` as Spark checks a batch Kafka read, in Spark's order; OptionError if rejected."""
     opts = {str(k).lower(): str(v) for k, v in options.items()}
     no_match = _no_match_strategy(opts)
-    starting = _bound(opts, "startingtimestamp", "startingoffsetsbytimestamp", "startingoffsets", "earliest")
+    starting = _starting_group(opts) or \
+        _bound(opts, "startingtimestamp", "startingoffsetsbytimestamp", "startingoffsets", "earliest")
     if starting.kind == "latest":
         raise OptionError("starting offset can't be latest for batch queries on Kafka")
     for tp, off in starting.per_partition if starting.kind == "offsets" else ():
@@ -164,7 +170,8 @@ def parse_stream_options(options: Mapping[str, str]) -> ReadOptions:
     if "endingoffsetsbytimestamp" in opts or "endingtimestamp" in opts:
         raise OptionError("ending timestamp not valid in streaming queries")
     no_match = _no_match_strategy(opts)
-    starting = _bound(opts, "startingtimestamp", "startingoffsetsbytimestamp", "startingoffsets", "latest")
+    starting = _starting_group(opts, "latest") or \
+        _bound(opts, "startingtimestamp", "startingoffsetsbytimestamp", "startingoffsets", "latest")
     for tp, off in starting.per_partition if starting.kind == "offsets" else ():
         _check_offset("startingOffsets", tp, off)
     strategy, splitting = _general(opts)
@@ -269,6 +276,31 @@ def _bound(opts: dict[str, str], global_key: str, by_timestamp_key: str, offsets
     if text.lower() in ("earliest", "latest"):
         return Bound(text.lower())
     return Bound("offsets", _partition_map(text, '{"topicA":{"0":23,"1":-1},"topicB":{"0":-2}}'))
+
+
+def _starting_group(opts: dict[str, str], default_reset: str = "earliest") -> Bound | None:
+    """lookupd.startingGroup: start where the consumer group committed, and for a partition it has no
+    commit for at lookupd.startingGroupReset (or startingOffsets) `earliest` or `latest`, as a Kafka
+    consumer resets by auto.offset.reset. None when the option is not given."""
+    group = opts.get(STARTING_GROUP)
+    if group is None:
+        return None
+    if not group.strip():
+        raise OptionError("lookupd.startingGroup must name a consumer group")
+    for key, name in (("startingtimestamp", "startingTimestamp"),
+                      ("startingoffsetsbytimestamp", "startingOffsetsByTimestamp")):
+        if key in opts:
+            raise OptionError(f"lookupd.startingGroup and {name} both say where to start; set one of them")
+    offsets = opts.get("startingoffsets", "").strip().lower()
+    if offsets and offsets not in ("earliest", "latest"):
+        raise OptionError("lookupd.startingGroup and specific startingOffsets both say where to start; "
+                          "with lookupd.startingGroup, startingOffsets may only be earliest or latest (where a "
+                          "partition without a commit starts)")
+    reset = opts.get(STARTING_GROUP_RESET, offsets or default_reset).strip().lower()
+    if reset not in ("earliest", "latest"):
+        raise OptionError(f"lookupd.startingGroupReset must be 'earliest' or 'latest', got "
+                          f"'{opts[STARTING_GROUP_RESET]}'")
+    return Bound("group", group=group.strip(), reset=reset)
 
 
 def _partition_map(text: str, example: str) -> tuple[tuple[TopicPartition, int], ...]:

@@ -17,6 +17,8 @@ import re
 from dataclasses import replace
 from concurrent.futures import ThreadPoolExecutor
 
+from lookupd.rpc.client import RemoteError
+
 from .errors import DataLossError, OptionError, SegmentsChanged
 from .options import EARLIEST, LATEST, Bound, ReadOptions, TopicPartition, tp_name, tp_names
 from .remote import resolve_location
@@ -32,6 +34,7 @@ def plan(options: ReadOptions, daemons: Daemons) -> list[Split]:
     """The splits of a batch read, in topic, partition and offset order."""
     routes = discover(options.address, daemons)
     infos = [route(routes, tp, options.address) for tp in select(options, routes)]
+    options = starting_from_group(options, daemons, infos)
     check_partitions(options, [i.tp for i in infos])
     with ThreadPoolExecutor(min(PLANNING_THREADS, max(len(infos), 1))) as pool:
         bounds = list(pool.map(lambda i: (i, *resolve_bounds(options, daemons.client(i.address), i)), infos))
@@ -72,6 +75,38 @@ def select(options: ReadOptions, routes: dict[TopicPartition, PartitionInfo], *,
         return sorted(tp for tp in routes if tp[0] in s.topics)
     pattern = re.compile(s.pattern)
     return sorted(tp for tp in routes if pattern.fullmatch(tp[0]))
+
+
+def starting_from_group(options: ReadOptions, daemons: Daemons, infos: list[PartitionInfo]) -> ReadOptions:
+    """lookupd.startingGroup as startingOffsets: each partition read starts at the group's committed
+    offset (group_offsets, asked of the daemons in turn until one serves the group's __consumer_offsets
+    partition), a partition without one at its reset (earliest or latest). A group none of them knows
+    has committed nothing: every partition starts at the reset."""
+    bound = options.starting
+    if bound.kind != "group":
+        return options
+    answer, missing = None, []
+    for address in addresses(options.address):
+        try:
+            answer = daemons.client(address).group_offsets(bound.group, "read_uncommitted")["offsets"]
+            break
+        except RemoteError as err:
+            if err.code == "UNKNOWN_GROUP":
+                answer = {"topic": [], "partition": [], "committed_offset": []}
+                break
+            if err.code != "UNKNOWN_PARTITION":
+                raise
+            missing.append(f"{address}: {err}")
+    if answer is None:
+        raise OptionError(f"lookupd.startingGroup {bound.group!r}: no lookupd serves its __consumer_offsets "
+                          f"partition ({'; '.join(missing)})")
+    committed = {(t, p): o for t, p, o in zip(answer["topic"], answer["partition"], answer["committed_offset"])
+                 if o is not None}  # the daemon's columns
+    if not committed:
+        log.warning("group %s has no committed offset: every partition starts at %s", bound.group, bound.reset)
+    reset = EARLIEST if bound.reset == "earliest" else LATEST
+    return replace(options, starting=Bound("offsets", tuple(sorted((i.tp, committed.get(i.tp, reset))
+                                                                   for i in infos))))
 
 
 def check_partitions(options: ReadOptions, tps: list[TopicPartition]) -> None:

@@ -24,7 +24,7 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
 
 from .errors import DataLossError, SegmentsChanged
 from .options import ReadOptions, TopicPartition, tp_name, tp_names
-from .planner import check_partitions, plan_ranges, resolve_bounds, select
+from .planner import check_partitions, plan_ranges, resolve_bounds, select, starting_from_group
 from .reader import ReadSettings, read_split
 from .routing import Daemons, PartitionInfo, discover, route
 from .splits import Split
@@ -78,7 +78,8 @@ class KafkaSegmentsStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
     # ------------------------------------------------------------- offsets (driver)
 
     def initialOffset(self) -> dict:
-        """Where a new query starts: startingOffsets / startingTimestamp / startingOffsetsByTimestamp.
+        """Where a new query starts: startingOffsets / startingTimestamp / startingOffsetsByTimestamp /
+        lookupd.startingGroup.
 
         Resolved once: Spark asks again when it plans the first micro-batch, and `latest` must not
         move past the end it already chose."""
@@ -87,8 +88,9 @@ class KafkaSegmentsStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
                 routes = discover(self.options.address, daemons)
                 infos = [route(routes, tp, self.options.address)
                          for tp in select(self.options, routes, need_topics=False)]
-                check_partitions(self.options, [i.tp for i in infos])
-                self._initial = to_json({i.tp: resolve_bounds(self.options, daemons.client(i.address), i)[0]
+                options = starting_from_group(self.options, daemons, infos)
+                check_partitions(options, [i.tp for i in infos])
+                self._initial = to_json({i.tp: resolve_bounds(options, daemons.client(i.address), i)[0]
                                          for i in infos})
         return self._initial
 

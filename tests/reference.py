@@ -7,8 +7,13 @@ so a clone alone runs every conformance check. KAFKA_REFERENCE points the tests 
 
     python tests/reference.py            # unpack the archive (what `make test` runs)
 
-The archive was made from the corpus directory, deterministically, with
-`tar --sort=name --owner=0 --group=0 --numeric-owner --mtime='2026-01-01 00:00Z' --format=gnu -cf - kafka-reference`
+The coordinator-topic corpus (`__consumer_offsets`, `__transaction_state`, `__cluster_metadata` and
+`__remote_log_metadata` partitions with what Kafka's serdes and coordinators made of them) ships the
+same way, as tests/data/kafka-coordinator.tar.zst unpacked into tests/data/kafka-coordinator/
+(COORDINATOR; see its README.md).
+
+Each archive was made from its corpus directory, deterministically, with
+`tar --sort=name --owner=0 --group=0 --numeric-owner --mtime='2026-01-01 00:00Z' --format=gnu -cf - <dir>`
 compressed by zstandard at level 19.
 """
 
@@ -33,6 +38,8 @@ STAMP = ".archive-sha256"  # in UNPACKED: the archive it came from, so a changed
 ROOT = Path(os.environ["KAFKA_REFERENCE"]) if os.environ.get("KAFKA_REFERENCE") else UNPACKED
 LOGS = ROOT / "logs"
 ANSWERS = ROOT / "answers"
+COORDINATOR_ARCHIVE = DATA / "kafka-coordinator.tar.zst"
+COORDINATOR = DATA / "kafka-coordinator"
 
 
 def _digest(path: Path) -> str:
@@ -47,26 +54,27 @@ def _digest(path: Path) -> str:
 def unpack(archive: Path = ARCHIVE, dest: Path = UNPACKED) -> Path:
     """Unpack the archive into `dest` unless that already holds this archive's contents.
 
-    Unpacked beside `dest` and renamed into place, so a test process and a benchmark starting at once
-    never see half a corpus."""
+    The archive holds one directory named as the archive (without `.tar.zst`). Unpacked beside `dest`
+    and renamed into place, so a test process and a benchmark starting at once never see half a corpus."""
     import zstandard  # a runtime dependency (zstd batches); no zstd program needed
 
     digest = _digest(archive)
     stamp = dest / STAMP
     if stamp.exists() and stamp.read_text() == digest:
         return dest
-    tmp = Path(tempfile.mkdtemp(prefix=".kafka-reference-", dir=dest.parent))
+    top = archive.name.removesuffix(".tar.zst")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{top}-", dir=dest.parent))
     try:
         with open(archive, "rb") as f, zstandard.ZstdDecompressor().stream_reader(f) as stream:
             with tarfile.open(fileobj=stream, mode="r|") as tar:
                 tar.extractall(tmp, filter="data")
-        (tmp / "kafka-reference" / STAMP).write_text(digest)
+        (tmp / top / STAMP).write_text(digest)
         old = None
         if dest.exists():
             old = dest.parent / f"{tmp.name}-old"
             os.rename(dest, old)
         try:
-            os.rename(tmp / "kafka-reference", dest)
+            os.rename(tmp / top, dest)
         except OSError:
             if not (dest / STAMP).exists():  # not another process's unpacking that won the race
                 raise
@@ -121,9 +129,23 @@ def batches(partition: str) -> list[dict]:
     return out
 
 
+@functools.lru_cache(maxsize=None)
+def coordinator_answers(partition: str) -> dict:
+    """The parsed answers of the coordinator corpus (`__consumer_offsets-7`, ...), cached: do not mutate."""
+    with open(COORDINATOR / "answers" / f"{partition}.json") as f:
+        return json.load(f)
+
+
+def coordinator_log(partition: str) -> Path:
+    """A partition directory of the coordinator corpus."""
+    return COORDINATOR / "logs" / partition
+
+
 if ROOT == UNPACKED:  # on import, so every use of LOGS finds the files (about a second the first time)
     unpack()
+unpack(COORDINATOR_ARCHIVE, COORDINATOR)
 
 if __name__ == "__main__":
     print(f"Kafka reference corpus in {os.path.relpath(unpack())}")
+    print(f"Kafka coordinator-topic corpus in {os.path.relpath(unpack(COORDINATOR_ARCHIVE, COORDINATOR))}")
     sys.exit(0)

@@ -392,10 +392,10 @@ def test_row8_thousands_of_segments_list_once_and_relist_without_refetching(heal
 def test_row9_a_stalled_store_holds_remote_calls_only(healthy, tmp_path, short_dir, monkeypatch):  # noqa: F811
     """Row 9: every GET answered after seconds, and more remote calls than worker threads: a local call is
     answered before any of them, and a remote call past REMOTE_DEADLINE_S is UNAVAILABLE saying so."""
-    from lookupd.daemon import connection
+    from lookupd.daemon import blocking
 
     t, _ = healthy
-    monkeypatch.setattr(connection, "REMOTE_DEADLINE_S", 4.0)
+    monkeypatch.setattr(blocking, "REMOTE_DEADLINE_S", 4.0)
     with FaultProxy(t.config.endpoint_url) as proxy:
         remote = RemoteSettings(bucket=t.config.bucket, endpoint_url=proxy.url, cache_dir=str(tmp_path / "cache"),
                                 prefix=t.config.prefix)

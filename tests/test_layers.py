@@ -18,7 +18,9 @@ ALLOWED = {
     "lookupd.format": {"lookupd.errors"},
     "lookupd.log": {"lookupd.errors", "lookupd.format"},
     "lookupd.rpc": {"lookupd.errors"},
-    "lookupd.daemon": {"lookupd.errors", "lookupd.sdnotify", "lookupd.format", "lookupd.log", "lookupd.rpc"},
+    "lookupd.kafka": {"lookupd.errors"},  # Kafka's wire protocol, no I/O (the daemon's Kafka listener speaks it)
+    "lookupd.daemon": {"lookupd.errors", "lookupd.sdnotify", "lookupd.format", "lookupd.log", "lookupd.rpc",
+                       "lookupd.kafka"},
     "lookupd.tools": {"lookupd.errors", "lookupd.sdnotify", "lookupd.format", "lookupd.log", "lookupd.rpc",
                       "lookupd.daemon"},
     "fusefs": {"lookupd.errors", "lookupd.sdnotify", "lookupd.format", "lookupd.log", "lookupd.rpc"},

@@ -136,3 +136,9 @@ def test_unknown_partition_names_the_nearest_topics(daemon):
     assert query(daemon, "resolve_offset", "plain", "7", "10").stderr.endswith("); topic plain has partitions 0\n")
     assert query(daemon, "segments", "zzzzzz", "0").stderr.endswith(
         "); no topic served has a name near it (the partitions method lists them)\n")
+
+
+def test_a_numeric_group_id_stays_a_group():
+    from lookupd.tools.query import parse_params
+
+    assert parse_params("group_offsets", ["2024", "read_committed"], print) == ["2024", "read_committed"]

@@ -410,7 +410,7 @@ def _flat(table: dict, prefix: str = "") -> dict:
 
 
 def _config_defaults() -> dict:
-    """Config's defaults as dotted keys, the nested [remote] table's fields by their TOML spelling."""
+    """Config's defaults as dotted keys, the nested [remote] and [kafka] tables' fields by their TOML spelling."""
     import dataclasses
 
     def defaults(cls) -> dict:
@@ -421,8 +421,11 @@ def _config_defaults() -> dict:
         return out
 
     top = defaults(Config)
-    remote = top.pop("remote")
-    return {**top, **{f"remote.{k}": v for k, v in defaults(type(remote)).items()}}
+    out = dict(top)
+    for table in ("remote", "kafka"):
+        nested = out.pop(table)
+        out.update({f"{table}.{k}": v for k, v in defaults(type(nested)).items()})
+    return out
 
 
 def test_config_defaults_are_stated_alike_in_the_docs_and_the_example_file():

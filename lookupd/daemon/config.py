@@ -21,6 +21,7 @@ from ..log.remote.config import RemoteSettings, typed
 from ..rpc import protocol as rpc
 from ..rpc.address import DEFAULT_SOCKET, parse_host_port
 from .acl import Acl
+from .kafkasettings import KafkaSettings
 from .service import Limits
 from .tls import HANDSHAKE_TIMEOUT_S
 
@@ -40,7 +41,7 @@ class Config:
     tls_client_ca_file: str = ""        # PEM CA(s): clients must present a certificate it signed (mutual TLS)
     tls_handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S  # a TLS client must finish its handshake within this
     allow_plaintext_tcp: bool = False   # allow a non-loopback tcp or metrics address without TLS
-    acl: list = field(default_factory=list)  # [[acl]] tables {principal, topics, operations}; none = all allowed
+    acl: list = field(default_factory=list)  # [[acl]] tables {principal, topics, groups, operations}; none = all allowed
     max_frame_bytes: int = rpc.DEFAULT_MAX_FRAME_BYTES  # longest request; a longer one closes the connection
     max_connections: int = 1024         # beyond this new connections get UNAVAILABLE and are closed
     max_in_flight_per_connection: int = 64  # requests running at once per connection; then reading pauses
@@ -65,11 +66,15 @@ class Config:
     metrics: str = ""                   # "HOST:PORT" (or "PORT": loopback) to serve Prometheus metrics; "" = off
     metrics_tls: bool = False           # serve metrics over TLS with tls_cert_file/tls_key_file
     workers: int = 1                    # processes serving the same sockets (one event loop each)
+    offsets_topic_partitions: int = 50  # __consumer_offsets' partition count (offsets.topic.num.partitions):
+                                        # which partition holds a group
     remote: RemoteSettings = field(default_factory=RemoteSettings)  # [remote]: the tiered segments' bucket
+    kafka: KafkaSettings = field(default_factory=KafkaSettings)  # [kafka]: the Kafka-protocol listener
 
     @classmethod
-    def load(cls, path: str | None, **overrides: Any) -> "Config":
-        """Defaults, then the TOML file, then the non-None `overrides` (command-line flags)."""
+    def load(cls, path: str | None, kafka_listen: list[str] | None = None, **overrides: Any) -> "Config":
+        """Defaults, then the TOML file, then the non-None `overrides` (command-line flags); `kafka_listen`
+        (--kafka-listen) replaces [kafka] listen."""
         values: dict[str, Any] = {}
         if path:
             try:
@@ -86,18 +91,24 @@ class Config:
             if key == "remote":
                 cfg.remote = value if isinstance(value, RemoteSettings) else RemoteSettings.from_table(value, path)
                 continue
+            if key == "kafka":
+                cfg.kafka = KafkaSettings.from_table(value, path)
+                continue
             setattr(cfg, key, _coerce(key, value, getattr(cfg, key), path))
+        if kafka_listen:
+            cfg.kafka.listen = list(kafka_listen)
         cfg.check()
         return cfg
 
     def check(self) -> None:
         if not self.log_dirs:
             raise InvalidArgument("no log dir to serve: pass --log-dir DIR or set log_dirs in the config file")
-        if not self.socket and not self.tcp:
-            raise InvalidArgument("nothing to listen on: set socket or tcp")
+        if not self.socket and not self.tcp and not self.kafka.listen:
+            raise InvalidArgument("nothing to listen on: set socket, tcp or [kafka] listen")
         for key in ("max_frame_bytes", "max_connections", "max_in_flight_per_connection", "max_open_indexes",
                     "blocking_threads", "workers", "blocking_threads_per_connection",
-                    "max_buffered_bytes_per_connection", "max_buffered_bytes", "max_unauthenticated_connections"):
+                    "max_buffered_bytes_per_connection", "max_buffered_bytes", "max_unauthenticated_connections",
+                    "offsets_topic_partitions"):
             if getattr(self, key) < 1:
                 raise InvalidArgument(f"{key} must be at least 1")
         for key in ("idle_timeout_s", "rescan_interval_s", "shutdown_grace_s", "auth_timeout_s",
@@ -109,6 +120,7 @@ class Config:
         if self.metrics:
             parse_host_port(self.metrics)  # InvalidArgument naming the value
         self.remote.check()
+        self.kafka.check()
         if bool(self.tls_cert_file) != bool(self.tls_key_file):
             raise InvalidArgument("TLS needs both tls_cert_file and tls_key_file: set both, or neither")
         if self.tls_client_ca_file and not self.tls_cert_file:

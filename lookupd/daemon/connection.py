@@ -12,8 +12,8 @@ event loop (microseconds; a trip through trio.to_thread costs ~100-200 us on 2 c
 bench/bench_daemon.py); one that would wait for the disk, and every listing and columnar call, runs
 in a worker thread under a CapacityLimiter of `blocking_threads`, so a cold index on a slow disk
 stalls only its caller. Those threads never wait for the object store: a call that would (a remote
-segment's bytes not cached yet) is run again on the remote pool (Daemon.remote_limiter, REMOTE_THREADS)
-with a deadline (REMOTE_DEADLINE_S), so a slow or stalled store holds remote calls only, never local ones.
+segment's bytes not cached yet) is run again on the remote pool with a deadline (lookupd.daemon.blocking),
+so a slow or stalled store holds remote calls only, never local ones.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..errors import Unavailable
-from ..log.fileio import StoreWouldWait, mode as io_mode
 from ..rpc import protocol as rpc
 from .buffers import REQUEST_MEMORY_FACTOR
 from .service import MAX_AUTH_FAILURES, NEEDS_THREAD, Session, error_for
@@ -52,18 +51,21 @@ CLOSE_LINGER_S = 1.0
 # hundred bytes, and 300 unauthenticated connections each holding a partial 1 MiB request took 330 MB
 # (Kafka caps requests before authentication likewise: sasl.server.max.receive.size, 512 KiB).
 PRE_AUTH_FRAME_BYTES = 64 << 10
-# Calls that read from the object store at once, in threads of their own (lookupd.daemon.server's
-# remote_limiter): each mostly waits for the store with the GIL released, and decodes on the remote tier's
-# own pool; more would only queue at the store. A stalled store holds these, never the blocking_threads.
-REMOTE_THREADS = 8
-# How long a call that reads from the object store may take before it is answered UNAVAILABLE: a cold remote
-# lookup is three GETs (manifest, indexes, a chunk) of milliseconds each on a healthy store, and this is one
-# request's timeout in lookupd.log.remote.store. Its thread finishes on its own (its GET has its timeouts),
-# keeping its place in the remote pool until then.
-REMOTE_DEADLINE_S = 30.0
 # The clock of connections' idleness: read on every receive, so the cheapest (trio.current_time()
 # is three Python calls around the same clock).
 now = time.perf_counter
+
+
+def admit_unauthenticated(daemon: Daemon, conn) -> None:
+    """Count `conn` among the connections that have not authenticated, at most max_unauthenticated_connections
+    of them whatever their protocol: the oldest is closed to make room."""
+    waiting = daemon.unauthenticated
+    if len(waiting) >= daemon.cfg.max_unauthenticated_connections:
+        oldest = next(iter(waiting))
+        del waiting[oldest]
+        oldest.end_with("UNAVAILABLE", f"closing: the oldest of {len(waiting) + 1} connections that have not "
+                                       f"authenticated (max_unauthenticated_connections)")
+    waiting[conn] = None
 
 
 class Action(enum.Enum):
@@ -191,13 +193,7 @@ class Connection:
         self.protocol.frame_limit = min(PRE_AUTH_FRAME_BYTES, self.protocol.max_frame_bytes)
         self.protocol.frame_limit_note = " before auth (send auth [token] first)"
         self.scope.deadline = trio.current_time() + self.cfg.auth_timeout_s
-        waiting = self.daemon.unauthenticated
-        if len(waiting) >= self.cfg.max_unauthenticated_connections:
-            oldest = next(iter(waiting))
-            del waiting[oldest]
-            oldest.end_with("UNAVAILABLE", f"closing: the oldest of {len(waiting) + 1} connections that have not "
-                                           f"authenticated (max_unauthenticated_connections)")
-        waiting[self] = None
+        admit_unauthenticated(self.daemon, self)
 
     def _lift_pre_auth_limits(self) -> None:
         """Authenticated: full-size frames, no deadline, no longer among the unauthenticated."""
@@ -429,10 +425,10 @@ class Connection:
                     await share.acquire()
                 try:
                     await self.buffers.wait_to_start(self.holding)
-                    data, error = await trio.to_thread.run_sync(self._call_packed, req, limiter=self.daemon.limiter,
-                                                                abandon_on_cancel=True)
-                    if data is None:  # it would wait for the object store
-                        data, error = await self._remote_call(req)
+                    try:
+                        data, error = await self.daemon.blocking(lambda: self._call_packed(req), req.method)
+                    except Unavailable as err:  # the object store did not answer in time
+                        data, error = self._pack_answer(req, error_for(err, req.method), None)
                 finally:
                     share.release()
             finally:
@@ -446,28 +442,12 @@ class Connection:
         finally:
             self.slots.release()
 
-    async def _remote_call(self, req: rpc.Request) -> tuple[bytes, dict | None]:
-        """The call again, on the remote pool, answered UNAVAILABLE past REMOTE_DEADLINE_S."""
-        with trio.move_on_after(REMOTE_DEADLINE_S):
-            return await trio.to_thread.run_sync(self._call_packed, req, False, limiter=self.daemon.remote_limiter,
-                                                 abandon_on_cancel=True)
-        error = error_for(Unavailable(f"{req.method} did not get its answer from the object store within "
-                                      f"{REMOTE_DEADLINE_S:g} s (REMOTE_DEADLINE_S); the store is slow or "
-                                      "stalled: try again later"), req.method)
-        return self._pack_answer(req, error, None)
-
-    def _call_packed(self, req: rpc.Request, local_only: bool = True) -> tuple[bytes | None, dict | None]:
-        """In a worker thread: the call's answer as bytes, and its error map (None on success). `local_only`:
-        (None, None) where the call would wait for the object store (the caller runs it on the remote pool)."""
-        io_mode.local_only = local_only
+    def _call_packed(self, req: rpc.Request) -> tuple[bytes, dict | None]:
+        """In a worker thread: the call's answer as bytes, and its error map (None on success)."""
         try:
             result, error = self.service.call(req.method, req.params, self.session), None
-        except StoreWouldWait:
-            return None, None
         except Exception as err:  # noqa: BLE001 - every failure becomes an error response
             result, error = None, error_for(err, req.method)
-        finally:
-            io_mode.local_only = False
         return self._pack_answer(req, error, result)
 
     def _pack_answer(self, req: rpc.Request, error: dict | None, result: Any) -> tuple[bytes, dict | None]:

@@ -42,6 +42,7 @@ class Bound:
     label: str
     tls: bool = False  # connections start with a TLS handshake (lookupd.daemon.tls)
     remove_path: str | None = None  # the socket file we created, removed at exit
+    protocol: str = "msgpack"  # what its connections speak: msgpack-rpc, or "kafka" (lookupd.daemon.kafkaconn)
 
 
 def activated_sockets() -> list[socket.socket]:
@@ -136,6 +137,23 @@ def open_listeners(cfg: Config, token: str | None) -> list[Bound]:
             _require_auth(host, token, cfg)
             b = bind_tcp(host, port)
             b.tls = cfg.tls
+            bound.append(b)
+    except BaseException:
+        close_listeners(bound)
+        raise
+    return bound
+
+
+def open_kafka_listeners(cfg: Config, token: str | None) -> list[Bound]:
+    """The [kafka] listen addresses, under the TCP listener's rules: TLS off loopback (or allow_plaintext_tcp),
+    and there a way to authenticate (SASL/PLAIN against the token files, or mutual TLS)."""
+    bound = []
+    try:
+        for spec in cfg.kafka.listen:
+            host, port = parse_host_port(spec)
+            _require_auth(host, token, cfg)
+            b = bind_tcp(host, port)
+            b.tls, b.protocol, b.label = cfg.tls, "kafka", "kafka " + b.label
             bound.append(b)
     except BaseException:
         close_listeners(bound)

@@ -13,7 +13,7 @@ from ..errors import InvalidArgument
 from ..log.cache import IndexCache
 from ..log.logmanager import LogManager
 from .config import Config, read_token, read_tokens
-from .listeners import Bound, close_listeners, open_listeners
+from .listeners import Bound, close_listeners, open_kafka_listeners, open_listeners
 from .server import Daemon
 from .tls import TlsServer
 from .workers import supervise
@@ -79,6 +79,11 @@ def build(cfg: Config, remote: bool = True) -> tuple[LogManager, list[Bound], st
     manager = open_manager(cfg, remote)
     try:
         listeners = open_listeners(cfg, token or tokens)
+        try:
+            listeners += open_kafka_listeners(cfg, token or tokens)
+        except BaseException:
+            close_listeners(listeners)
+            raise
     except BaseException:
         manager.close()
         raise
@@ -89,7 +94,8 @@ def run(args) -> int:
     """`lookupd serve`: serve until SIGTERM/SIGINT, then exit 0 (with `workers` > 1: the supervisor)."""
     if not args.verbose:
         logging.getLogger("lookupd").setLevel(logging.INFO)  # a daemon's journal wants the INFO lines
-    cfg = Config.load(args.config, log_dirs=args.log_dirs, socket=args.socket, tcp=args.tcp, workers=args.workers)
+    cfg = Config.load(args.config, kafka_listen=getattr(args, "kafka_listen", None), log_dirs=args.log_dirs,
+                      socket=args.socket, tcp=args.tcp, workers=args.workers)
     # With workers, the supervisor checks the log dirs (the [remote] table was checked with the config) but
     # makes no object-store client: each worker makes its own after the fork.
     manager, listeners, token = build(cfg, remote=cfg.workers == 1)
@@ -110,7 +116,13 @@ def run(args) -> int:
 
 
 def _serve_worker(cfg: Config, listeners: list[Bound], token: str | None, worker: int, ready) -> int:
-    """One worker process: its own LogManager and event loop on the shared listening sockets."""
+    """One worker process: its own LogManager and event loop on the shared listening sockets. The Kafka
+    listener is worker 0's alone: one group coordinator, and one view of the groups' commits."""
+    if worker != 0:
+        for b in listeners:
+            if b.protocol == "kafka":
+                b.sock.close()
+        listeners = [b for b in listeners if b.protocol != "kafka"]
     manager = open_manager(cfg)
     daemon = Daemon(cfg, manager, listeners, token=token, fd_limit=nofile_limit(), worker=worker, on_ready=ready)
     try:

@@ -33,7 +33,7 @@ import logging
 import signal
 import socket
 import struct
-from typing import Callable
+from typing import Callable, TypeVar
 
 import trio
 
@@ -47,7 +47,9 @@ from .authlimit import AuthThrottle, source_key
 from .buffers import Buffers
 from .clientlog import ClientLog
 from .config import Config, read_tokens
-from .connection import REMOTE_THREADS, Connection, now
+from .blocking import REMOTE_THREADS, run_blocking
+from .connection import Connection, now
+from .kafkaconn import METRIC_NAMES as KAFKA_METRIC_NAMES, KafkaConnection
 from .listeners import Bound
 from .metrics import Collector, RequestMetrics, serve_metrics
 from .reactor import Reactor
@@ -55,6 +57,7 @@ from .service import METHODS, Counters, Service, Session
 from .tls import TlsServer, TlsSession, TlsStream
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # accept() failing for want of descriptors or memory is the machine's state, not this listener's:
 # wait a little (as trio.serve_listeners does) and accept again, instead of ending the daemon.
@@ -90,7 +93,8 @@ class Daemon:
         self.acl = Acl.from_config(cfg.acl)
         self.service = Service(manager, limits=cfg.limits, counters=self.counters, token=token,
                                tokens=read_tokens(cfg.auth_tokens_file) if cfg.auth_tokens_file else None,
-                               acl=self.acl, inline_hot_lookups=cfg.inline_hot_lookups, worker=worker)
+                               acl=self.acl, inline_hot_lookups=cfg.inline_hot_lookups, worker=worker,
+                               offsets_topic_partitions=cfg.offsets_topic_partitions)
         # The TCP listener's TLS context (reloaded on SIGHUP), or None for plaintext.
         self.tls = TlsServer(cfg.tls_cert_file, cfg.tls_key_file, cfg.tls_client_ca_file) if cfg.tls else None
         self.worker = worker
@@ -100,7 +104,9 @@ class Daemon:
         self.remote_limiter = trio.CapacityLimiter(REMOTE_THREADS)  # calls that wait for the object store
         self.reactor: Reactor | None = None  # reads every connection that waits for requests (while serving)
         # Per-method request counts and latencies for Prometheus; None (no cost per request) when off.
-        self.request_metrics = RequestMetrics(METHODS) if cfg.metrics else None
+        self.request_metrics = RequestMetrics((*METHODS, *KAFKA_METRIC_NAMES)) if cfg.metrics else None
+        # The Kafka listener's broker (lookupd.daemon.kafkabroker) and group coordinator, when it has sockets.
+        self.kafka, self.kafka_groups = _kafka_broker(cfg, manager, self.acl, listeners)
         self.metrics_server = None
         self.fd_limit = fd_limit  # the soft RLIMIT_NOFILE (lookupd.daemon.main)
         self._watchdog_s = watchdog_s  # keep-alives to systemd's watchdog this often, when it asks
@@ -117,6 +123,11 @@ class Daemon:
         self._next_id = 0
 
     # ------------------------------------------------------------------ lifecycle
+
+    async def blocking(self, fn: Callable[[], T], what: str) -> T:
+        """fn() in a worker thread (blocking_threads), never waiting for the object store there: a call that would
+        runs on the remote pool (lookupd.daemon.blocking); Unavailable when the store does not answer in time."""
+        return await run_blocking(fn, self.limiter, self.remote_limiter, what)
 
     def stop(self) -> None:
         """Begin a graceful shutdown (callable from the event loop)."""
@@ -147,6 +158,8 @@ class Daemon:
             root.start_soon(self._rescan_loop)
             root.start_soon(self._idle_sweep)
             root.start_soon(self._give_back_memory)
+            if self.kafka_groups is not None:
+                root.start_soon(self.kafka_groups.run)
             if self.request_metrics is not None:
                 host, port = parse_host_port(self.cfg.metrics)
                 spec = f"{host}:{port + self.worker if port else 0}"  # worker N serves port + N
@@ -256,12 +269,12 @@ class Daemon:
                 except OSError:  # already gone again
                     peer = f"tcp#{self._next_id}"
             if self.counters.connections >= self.cfg.max_connections:
-                conns.start_soon(self._refuse, stream, peer,
+                conns.start_soon(self._refuse, stream, peer, bound,
                                  f"too many connections (max_connections={self.cfg.max_connections})")
                 continue
             if stream.socket.fileno() >= self._connection_fd_ceiling():
                 # Descriptors are handed out lowest first: this one's number is how many are open.
-                conns.start_soon(self._refuse, stream, peer,
+                conns.start_soon(self._refuse, stream, peer, bound,
                                  f"out of file descriptors ({stream.socket.fileno() + 1} of {self.fd_limit} open)")
                 continue
             self.counters.connections += 1
@@ -271,7 +284,8 @@ class Daemon:
                 session = Session(trusted=False, source=source or peer)
             if bound.tls:
                 stream = TlsStream(stream, TlsSession(stream.socket, self.tls.context))
-            conns.start_soon(self._connection, stream, session, peer)
+            serve = self._kafka_connection if bound.protocol == "kafka" else self._connection
+            conns.start_soon(serve, stream, session, peer)
 
     def _unix_principal(self, stream: trio.SocketStream) -> str:
         """`unix:<uid>` of the peer (SO_PEERCRED), when ACLs need it."""
@@ -289,9 +303,12 @@ class Daemon:
         cache = self.manager.cache
         return self.fd_limit - FD_RESERVE - max(0, cache.max_open - cache.open_count)
 
-    async def _refuse(self, stream: trio.SocketStream, peer: str, why: str) -> None:
+    async def _refuse(self, stream: trio.SocketStream, peer: str, bound: Bound, why: str) -> None:
         self.client_log.line(logging.WARNING, f"{peer}: refused: {why}")
         conn = rpc.Connection("server")
+        if bound.protocol == "kafka":  # a Kafka client has no way to hear why: the close says it
+            await trio.aclose_forcefully(stream)
+            return
         with trio.move_on_after(REFUSE_GRACE_S):
             try:
                 await stream.send_all(conn.send_error(rpc.ProtocolError("UNAVAILABLE", f"{why}; retry later",
@@ -303,6 +320,12 @@ class Daemon:
     async def _connection(self, stream: trio.SocketStream, session: Session, peer: str) -> None:
         """One connection (lookupd.daemon.connection), known to the daemon while it is served."""
         conn = Connection(self, stream, session, peer)
+        self.connections.add(conn)
+        await conn.serve()
+
+    async def _kafka_connection(self, stream: trio.SocketStream, session: Session, peer: str) -> None:
+        """One connection of the Kafka listener (lookupd.daemon.kafkaconn)."""
+        conn = KafkaConnection(self, stream, session, peer)
         self.connections.add(conn)
         await conn.serve()
 
@@ -323,3 +346,23 @@ class Daemon:
                     self.client_log.line(logging.INFO, f"{conn.peer}: idle for {idle:.0f} s; closing")
                     conn.nursery.cancel_scope.cancel()
 
+
+
+def _kafka_broker(cfg: Config, manager: LogManager, acl: Acl | None, listeners: list[Bound]):
+    """The Kafka listener's broker and group coordinator, (None, None) without a Kafka socket. Metadata names
+    `advertised`, else the first Kafka socket's address as bound."""
+    kafka = [b for b in listeners if b.protocol == "kafka"]
+    if not kafka:
+        return None, None
+    from .kafkabroker import Endpoint, KafkaBroker
+    from .kafkasettings import identity
+
+    node_id, cluster_id = identity(cfg.kafka, cfg.log_dirs)
+    if cfg.kafka.advertised:
+        host, port = parse_host_port(cfg.kafka.advertised)
+    else:
+        host, port = kafka[0].sock.getsockname()[:2]
+    from .kafkagroups import KafkaGroups
+
+    broker = KafkaBroker(manager, acl, Endpoint(node_id, host, port), cluster_id)
+    return broker, KafkaGroups(broker, cfg.kafka.state_dir)

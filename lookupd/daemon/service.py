@@ -24,8 +24,17 @@ Methods (params are positional):
     lookup_offsets [topic, partition, [offset...], mode]      -> {segment: [...], offset: [...], position: [...]}
     resolve_offsets [topic, partition, [offset...]]           -> {segment, base_offset, last_offset, position, size: [...]}
     offsets_for_timestamps [topic, partition, [timestamp...]] -> {offset, timestamp, segment, position: [...]}
+    groups []                                                 -> {groups: [{group, type, protocol_type, state,
+                                                                  coordinator_partition, members, ...}], warnings}
+    group_offsets [group, isolation]                          -> {group, type, state, coordinator_partition, isolation,
+                                                                  offsets: {topic, partition, committed_offset, leader_epoch,
+                                                                  metadata, commit_timestamp, pending_transaction,
+                                                                  log_start_offset, log_end_offset, last_stable_offset,
+                                                                  lag, out_of_range: [...]}, warnings}
 
-mode is "floor" or "ceiling"; columnar answers hold -1 where nothing matches.
+mode is "floor" or "ceiling"; columnar answers hold -1 where nothing matches. isolation is
+"read_uncommitted" (lag to the log end) or "read_committed" (to the last stable offset). Groups are
+replayed from `__consumer_offsets` (lookupd.log.coordinators), kept current by replaying what was appended.
 """
 
 from __future__ import annotations
@@ -42,7 +51,8 @@ from ..errors import InvalidArgument, LookupdError, TooLarge, Unauthorized, Unav
 from ..log.fileio import CAN_READ_NOWAIT, WouldBlock, mode as nonblocking_mode
 from ..log.bulk import int64_array
 from ..log.logmanager import LogManager
-from .acl import ANONYMOUS, DESCRIBE, METHOD_OPERATIONS, Acl
+from ..log.positions import coordinators_of, group_offset_columns, groups
+from .acl import ANONYMOUS, DESCRIBE, GROUP_METHOD_OPERATIONS, METHOD_OPERATIONS, Acl
 from .hints import unknown_partition_hint
 
 log = logging.getLogger(__name__)
@@ -120,8 +130,10 @@ class Service:
 
     def __init__(self, manager: LogManager, *, limits: Limits | None = None, counters: Counters | None = None,
                  token: str | None = None, tokens: dict[str, str] | None = None, acl: Acl | None = None,
-                 inline_hot_lookups: bool = True, worker: int = 0):
+                 inline_hot_lookups: bool = True, worker: int = 0, offsets_topic_partitions: int = 50):
         self.manager = manager
+        # the groups' replays, shared with any other part of this process reading the same LogManager
+        self.coordinators = coordinators_of(manager, offsets_topic_partitions)
         self.worker = worker  # which worker process this is (workers = N), for stats
         self.limits = limits or Limits()
         self.counters = counters or Counters()
@@ -184,6 +196,10 @@ class Service:
                 return [p for p in m.handler(self, params) if self.acl.allowed(session.principal, p["topic"], DESCRIBE)]
             if op is not None:
                 self.acl.check(session.principal, params[0], op)
+            elif name in GROUP_METHOD_OPERATIONS:
+                return self._group_call(m, name, params, session)
+        if name in GROUP_METHOD_OPERATIONS:  # (its UNKNOWN_PARTITION names the group's partition: no topic hint)
+            return m.handler(self, params)
         try:
             return m.handler(self, params)
         except UnknownPartition as err:
@@ -197,6 +213,21 @@ class Service:
             raise WouldBlock
         may = (lambda t: True) if self.acl is None else (lambda t: self.acl.allowed(session.principal, t, DESCRIBE))
         return unknown_partition_hint(topic, ((llog.topic, llog.partition) for llog in logs), may)
+
+    def _group_call(self, m: Method, name: str, params: list, session: Session) -> Any:
+        """A group method under ACLs: groups the principal may not describe are left out of `groups` and
+        refused by `group_offsets`, whose answer keeps only the topics it may describe (as OffsetFetch)."""
+        principal = session.principal
+        if name == "groups":
+            answer = m.handler(self, params)
+            answer["groups"] = [g for g in answer["groups"] if self.acl.allowed_group(principal, g["group"], DESCRIBE)]
+            return answer
+        self.acl.check_group(principal, params[0], GROUP_METHOD_OPERATIONS[name])
+        answer = m.handler(self, params)
+        cols = answer["offsets"]
+        keep = [i for i, topic in enumerate(cols["topic"]) if self.acl.allowed(principal, topic, DESCRIBE)]
+        answer["offsets"] = {name: [values[i] for i in keep] for name, values in cols.items()}
+        return answer
 
     def _auth(self, session: Session, token: Any) -> bool:
         if not isinstance(token, (str, bytes)):
@@ -335,6 +366,15 @@ def _offsets_for_timestamps(s: Service, p: list) -> dict:
                     ("offset", "timestamp", "segment", "position"))
 
 
+def _groups(s: Service, p: list) -> dict:
+    listing, warnings = groups(s.coordinators)
+    return {"groups": listing, "warnings": warnings}
+
+
+def _group_offsets(s: Service, p: list) -> dict:
+    return group_offset_columns(s.coordinators, p[0], p[1])
+
+
 _TP = ("topic", "partition")
 METHODS: dict[str, Method] = {
     "ping": Method(_ping, (), INLINE),
@@ -351,6 +391,9 @@ METHODS: dict[str, Method] = {
     "lookup_offsets": Method(_lookup_offsets, _TP + ("offsets", "mode"), THREAD),
     "resolve_offsets": Method(_resolve_offsets, _TP + ("offsets",), THREAD),
     "offsets_for_timestamps": Method(_offsets_for_timestamps, _TP + ("timestamps",), THREAD),
+    "groups": Method(_groups, (), THREAD),
+    # warm (nothing appended, or what was is in the page cache) on the event loop, else in a thread
+    "group_offsets": Method(_group_offsets, ("group", "isolation"), HOT),
 }
 
 

@@ -87,6 +87,13 @@ def sound_batches(buf) -> None:
     return None
 
 
+def commit_runs(buf, start: int, end: int, table) -> tuple[int, int, list, list, None]:
+    return start, -1, [], [], None  # no batch taken: the caller replays the next one
+
+
+CommitTable = None  # the C table of committed offsets (lookupd.format.internal.group_state.DictCommits: its reference)
+
+
 def decompress(codec: int, data, max_size: int) -> None:
     return None
 
@@ -134,6 +141,8 @@ if extension is not None:
     find_timestamp = extension.find_timestamp  # noqa: F811
     find_timestamp_batch = extension.find_timestamp_batch  # noqa: F811
     sound_batches = extension.sound_batches  # noqa: F811
+    commit_runs = extension.commit_runs  # noqa: F811
+    CommitTable = extension.CommitTable  # noqa: F811
     decompress = extension.decompress  # noqa: F811
     codecs = extension.codecs  # noqa: F811
     validity_bitmap = extension.validity_bitmap  # noqa: F811

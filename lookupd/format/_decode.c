@@ -62,6 +62,9 @@ static PyMethodDef methods[] = {
      "nonempty_bitmap(ends) -> (Arrow validity bitmap or None, empty count): the lists of int32 offsets that hold items."},
     {"spread_flag", spread_flag, METH_VARARGS,
      "spread_flag(facts, flag) -> int32 per record: 1 where its batch's flags have `flag` (see _bitmaps.c)."},
+    {"commit_runs", commit_runs, METH_VARARGS,
+     "commit_runs(buffer, start, end, table) -> (stop, next offset, tombstoned, groups, transactional): the "
+     "offset commits from start applied to a CommitTable (see _offsets.c)."},
     {"crc32c", py_crc32c, METH_O, "crc32c(data) -> the CRC32C (Castagnoli) of the bytes."},
     {"decode_v2", decode_v2, METH_VARARGS,
      "decode_v2(records, count, base_offset, base_timestamp, fixed_timestamp, has_fixed, headers, *columns) -> "
@@ -77,5 +80,10 @@ PyMODINIT_FUNC
 PyInit__decode(void)
 {
     crc32c_init();
-    return PyModule_Create(&module);
+    if (PyType_Ready(&CommitTableType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddObjectRef(m, "CommitTable", (PyObject *)&CommitTableType) < 0)
+        Py_CLEAR(m);
+    return m;
 }

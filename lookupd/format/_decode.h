@@ -9,6 +9,7 @@
  *   _json.c        JSON lines from the columns
  *   _timestamps.c  the timestamp scan of one batch
  *   _bitmaps.c     Arrow validity bitmaps, and a batch flag spread over its records
+ *   _offsets.c     __consumer_offsets' committed offsets (CommitTable) and its plain commits applied to them
  *
  * Kafka's format constants and the big-endian and varint readers are in _kafka.h (shared with
  * lookupd/log/_native.c); the codecs are _codecs.c.
@@ -92,5 +93,7 @@ PyObject *find_timestamp_batch(PyObject *self, PyObject *args);    /* _timestamp
 PyObject *validity_bitmap(PyObject *self, PyObject *arg);          /* _bitmaps.c */
 PyObject *nonempty_bitmap(PyObject *self, PyObject *arg);          /* _bitmaps.c */
 PyObject *spread_flag(PyObject *self, PyObject *args);             /* _bitmaps.c */
+PyObject *commit_runs(PyObject *self, PyObject *args);             /* _offsets.c */
+extern PyTypeObject CommitTableType;                               /* _offsets.c */
 
 #endif

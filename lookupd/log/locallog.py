@@ -336,6 +336,21 @@ class LocalLog:
         """One past the last offset in the log (the active segment's next offset)."""
         return v.log_end_offset
 
+    def offset_range(self) -> tuple[int, int]:
+        """(log start offset, log end offset) of one listing: both ends at once (a group's lag needs both,
+        for each of its partitions: SegmentList's answers, without making one unless a segment vanished)."""
+        bases = self._bases
+        if bases:
+            try:
+                return _log_start(bases, self.checkpointed_log_start), self.segment(bases[-1]).read_next_offset()
+            except FileNotFoundError:
+                pass
+        return self._offset_range()
+
+    @_one_listing
+    def _offset_range(self, v: SegmentList) -> tuple[int, int]:
+        return v.log_start_offset, v.log_end_offset
+
     def _check_offset(self, offset: object, what: str = "offset") -> int:
         if type(offset) is int and 0 <= offset <= INT64_MAX:  # the usual case, without check_int64's call
             return offset

@@ -220,6 +220,12 @@ class LogManager:
                                    f"({', '.join(self.log_dirs)})")
         return llog
 
+    @property
+    def listing(self) -> dict[tuple[str, int], LocalLog]:
+        """(topic, partition) -> log as of the last rescan: replaced by each rescan, never changed in place
+        (so a reader may keep what it derived from one until `listing` is another object)."""
+        return self._logs
+
     def logs(self) -> list[LocalLog]:
         """All partitions, sorted by topic and partition."""
         return [self._logs[k] for k in sorted(self._logs)]

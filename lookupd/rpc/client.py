@@ -182,6 +182,12 @@ class _Methods:
     def offsets_for_timestamps(self, topic: str, partition: int, timestamps: list[int]):
         return self.call("offsets_for_timestamps", topic, partition, list(timestamps))
 
+    def groups(self):
+        return self.call("groups")
+
+    def group_offsets(self, group: str, isolation: str = "read_uncommitted"):
+        return self.call("group_offsets", group, isolation)
+
 
 # ====================================================================== blocking
 

@@ -19,6 +19,8 @@ PARAMS: dict[str, tuple[str, ...]] = {
     "lookup_offsets": _TP + ("offsets", "mode"),
     "resolve_offsets": _TP + ("offsets",),
     "offsets_for_timestamps": _TP + ("timestamps",),
+    "groups": (),
+    "group_offsets": ("group", "isolation"),
 }
 
 

@@ -1,4 +1,4 @@
-"""The `lookupd` command: dump, verify, demo-data, recover, restore, serve, query.
+"""The `lookupd` command: dump, verify, demo-data, recover, restore, groups, transactions, serve, query.
 
 Each subcommand's code is imported only when it runs, so `lookupd query` starts fast.
 Errors end with one line naming what was wrong, never a traceback (`-v` shows more).
@@ -125,10 +125,37 @@ def _build_parser() -> argparse.ArgumentParser:
                     help="check every restored segment's indexes against its log (as dump --verify-index-only)")
     rs.set_defaults(run="lookupd.tools.restore:run")
 
+    def coordinator_options(c: argparse.ArgumentParser, topic: str, setting: str) -> None:
+        c.add_argument("--log-dir", action="append", dest="log_dirs", metavar="DIR", required=True,
+                       help="a broker log dir (repeatable)")
+        c.add_argument("--json", action="store_true", help="JSON instead of a table")
+        c.add_argument("--partitions", type=_positive, default=50, metavar="N",
+                       help=f"{topic}'s partition count ({setting}, default 50)")
+
+    gr = command("groups", help="consumer groups, their committed offsets and lag, from __consumer_offsets")
+    coordinator_options(gr, "__consumer_offsets", "offsets.topic.num.partitions")
+    gr.add_argument("--group", metavar="G", default=None,
+                    help="one group's offsets per topic-partition, with log end offset and lag")
+    gr.add_argument("--isolation", choices=("read_uncommitted", "read_committed"), default="read_uncommitted",
+                    help="lag to the log end offset (default) or to the last stable offset")
+    gr.set_defaults(run="lookupd.tools.coordinators:run_groups")
+
+    tx = command("transactions", help="transactional ids and their state, from __transaction_state")
+    coordinator_options(tx, "__transaction_state", "transaction.state.log.num.partitions")
+    tx.add_argument("--hanging", action="store_true",
+                    help="list the transactions open in data partitions that the transaction log shows as "
+                         "complete or missing, or that are older than their timeout")
+    tx.add_argument("--max-transaction-timeout-ms", type=_positive, default=900_000, metavar="MS",
+                    help="the age past which an open transaction whose id is not found counts as hanging when "
+                         "not every __transaction_state partition is here (transaction.max.timeout.ms, default 900000)")
+    tx.set_defaults(run="lookupd.tools.coordinators:run_transactions")
+
     s = command("serve", help="run the lookup daemon in the foreground")
     s.add_argument("--log-dir", action="append", dest="log_dirs", metavar="DIR", help="a broker log dir (repeatable)")
     s.add_argument("--socket", metavar="PATH", default=None, help=f"Unix socket path (default {DEFAULT_SOCKET})")
     s.add_argument("--tcp", metavar="HOST:PORT", default=None, help="also listen on TCP (host defaults to 127.0.0.1)")
+    s.add_argument("--kafka-listen", action="append", dest="kafka_listen", metavar="HOST:PORT", default=None,
+                   help="also serve the Kafka protocol here, read-only (repeatable; [kafka] listen in the config)")
     s.add_argument("--config", metavar="FILE", default=None, help="TOML config file (see docs/configuration.md)")
     s.add_argument("--workers", type=int, default=None, metavar="N",
                    help="processes serving the same sockets (default 1, or the config file's workers)")

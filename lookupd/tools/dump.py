@@ -20,6 +20,10 @@ from ..format.names import INDEX_SUFFIX, LOG_SUFFIX, SEGMENT_SUFFIXES, TIME_INDE
     parse_partition_dir, parse_segment_file, segment_file_name
 from .progress import Progress
 from ..format.records import decode_batch
+from ..format.internal.metadata import decode_control
+from ..format.internal.schema import MessageError
+from ..format.internal.topics import decode_record, decode_text, dumps, internal_topic, jsonable
+from ..format.records import control_record
 from ..format.render import batch_json, batch_line, record_json, record_line, record_lines
 from ..log.segment import LogSegment
 from .remotedump import RemoteSegments, is_remote, remote_segments, split_url
@@ -176,6 +180,8 @@ class Dumper:
         done = 0
         # Each record's line in --json output starts with its type and file, then the record's fields.
         head = json.dumps({"type": "record", "file": path}, separators=(",", ":"))[:-1].encode("ascii") + b","
+        # Kafka's internal topics, known by their directory's name, are decoded as kafka-dump-log's decoders do.
+        topic = internal_topic(os.path.basename(os.path.dirname(os.path.abspath(path))))
         for buf, off, pos, batch_size in seg.log.frames(0, end, strict=not seg.live and end == size):
             data = buf[off:off + batch_size] if off + batch_size <= len(buf) else seg.log.read(pos, batch_size)
             h = parse_header(data, 0, pos, path)
@@ -185,6 +191,8 @@ class Dumper:
                 self._filtered(path, h, data)
             elif not self._batch(path, h, data):
                 pass  # a corrupt batch: its records are not read
+            elif self.args.print_data and topic is not None:
+                self.internal_records(path, topic, h, data)
             elif self.args.print_data and self.args.json:
                 try:
                     lines = record_lines(h, data, path, head)
@@ -208,6 +216,34 @@ class Dumper:
         if self.args.max_bytes is None and done < size:
             self.emit(f"Found {size - done} invalid bytes at the end of {os.path.basename(path)}",
                       {"type": "trailing_bytes", "file": path, "bytes": size - done})
+
+    def internal_records(self, path: str, topic: str, h, data) -> None:
+        """The records of a batch of an internal topic, each with its key and value decoded (`decoded`, or
+        `decode_error` naming the record when it does not decode: the dump goes on)."""
+        try:
+            records = decode_batch(h, data, path=path)
+        except CorruptDataError as err:
+            self.error(path, str(err))
+            return
+        for r in records:
+            decoded, text, problem = None, "", None
+            try:
+                if h.is_control:
+                    kind = control_record(r, path=path, position=h.position).type
+                    decoded = decode_control(kind, r.value)
+                    text = "" if decoded is None else f" payload: {dumps(decoded)}"
+                else:
+                    decoded = decode_record(topic, r.key, r.value)
+                    text = " " + decode_text(topic, decoded)
+            except (MessageError, CorruptDataError) as err:
+                problem = f"{path} at byte {h.position}: record at offset {r.offset}: {err}"
+                self.error(path, problem)
+            if self.args.json:
+                obj = {"type": "record", "file": path, **record_json(r, h)}
+                obj["decoded" if problem is None else "decode_error"] = jsonable(decoded) if problem is None else problem
+                self.emit(None, obj)
+            else:
+                self.emit(record_line(r, h, print_data=False) + text, None)
 
     def _batch(self, path: str, h: BatchHeader, data) -> bool:
         """The batch's line, and an error when its CRC is wrong; whether it is valid."""

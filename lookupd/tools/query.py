@@ -1,6 +1,6 @@
 """`lookupd query METHOD ARG...`: call one daemon method and print the answer as JSON.
 
-Arguments are read by the param they fill (lookupd.rpc.methods): a topic, mode or token is the
+Arguments are read by the param they fill (lookupd.rpc.methods): a topic, mode, token, group or isolation is the
 text as given (a topic named 2024 stays "2024"); a timestamp is any time of lookupd.format.times
 (epoch milliseconds, ISO 8601, -1h, now, earliest, latest, max); a list of timestamps is a JSON
 list whose strings are such times. Every other argument, and every argument of a method this
@@ -23,7 +23,7 @@ from ..rpc.address import default_address
 from ..rpc.client import BYTES_MARKER, Client
 from ..rpc.methods import PARAMS
 
-TEXT_PARAMS = frozenset({"topic", "mode", "token"})
+TEXT_PARAMS = frozenset({"topic", "mode", "token", "group", "isolation"})
 # Integers in this range read as epoch seconds from 2001-09-09 to the year 5138, but as milliseconds
 # they are instants of 1970-01-12 to 1973-03-03, before Kafka existed: almost surely seconds.
 EPOCH_SECONDS = range(10**9, 10**11)

@@ -1,0 +1,93 @@
+"""The `[kafka]` table: the Kafka-protocol listener (lookupd.daemon.kafkaconn), off while `listen` is empty.
+
+Identity defaults come from the log dirs' own `meta.properties` (node.id, cluster.id), as a broker's do.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from ..errors import InvalidArgument
+from ..log.remote.config import typed
+from ..rpc.address import parse_host_port
+
+META_PROPERTIES = "meta.properties"
+# A Kafka cluster id: 22 characters of base64url (Uuid.toString) in KRaft; older ZooKeeper clusters used
+# other strings, so any short printable id is taken.
+_CLUSTER_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+DEFAULT_CLUSTER_ID = "lookupd-read-only-cluster"
+
+
+@dataclass
+class KafkaSettings:
+    listen: list = field(default_factory=list)  # ["HOST:PORT", ...] to serve the Kafka protocol on; [] = off
+    advertised: str = ""                # "HOST:PORT" Metadata names as the broker; "" = the first listen address
+    node_id: int = -1                   # the broker id clients see; -1 = node.id of meta.properties, else 0
+    cluster_id: str = ""                # "" = cluster.id of meta.properties, else DEFAULT_CLUSTER_ID
+    state_dir: str = ""                 # where consumer-group commits are kept; "" = in memory until the daemon stops
+
+    @classmethod
+    def from_table(cls, table: Any, path: str | None) -> "KafkaSettings":
+        where = f" in {path}" if path else ""
+        if isinstance(table, KafkaSettings):
+            return table
+        if not isinstance(table, dict):
+            raise InvalidArgument(f"kafka{where} must be a table ([kafka]), got {table!r}")
+        out = cls()
+        known = {f.name for f in fields(cls)}
+        for key, value in table.items():
+            if key not in known:
+                raise InvalidArgument(f"unknown config key 'kafka.{key}'{where}; known keys: {', '.join(sorted(known))}")
+            if key == "listen" and isinstance(value, str):
+                value = [value]
+            setattr(out, key, typed(f"kafka.{key}", value, getattr(out, key), path))
+        return out
+
+    def check(self) -> None:
+        for spec in self.listen:
+            parse_host_port(spec)  # InvalidArgument naming the value
+        if self.advertised:
+            host, port = parse_host_port(self.advertised)
+            if not port:
+                raise InvalidArgument(f"kafka.advertised {self.advertised!r} needs a port")
+        if self.node_id < -1 or self.node_id > 0x7FFFFFFF:
+            raise InvalidArgument(f"kafka.node_id must be a broker id >= 0 (or -1 for meta.properties'), "
+                                  f"got {self.node_id}")
+        if self.cluster_id and not _CLUSTER_ID.fullmatch(self.cluster_id):
+            raise InvalidArgument(f"kafka.cluster_id {self.cluster_id!r:.80} must be 1-64 letters, digits, '_', '-', "
+                                  f"'.' or ':'")
+
+
+def read_meta_properties(log_dirs: list[str]) -> dict[str, str]:
+    """The first log dir's `meta.properties` (`key=value` lines), {} when none has one."""
+    for d in log_dirs:
+        try:
+            with open(os.path.join(d, META_PROPERTIES), encoding="utf-8", errors="replace") as f:
+                text = f.read(1 << 16)
+        except OSError:
+            continue
+        out = {}
+        for line in text.splitlines():
+            line = line.strip()
+            if line and not line.startswith("#") and "=" in line:
+                k, _, v = line.partition("=")
+                out[k.strip()] = v.strip()
+        return out
+    return {}
+
+
+def identity(settings: KafkaSettings, log_dirs: list[str]) -> tuple[int, str]:
+    """(node id, cluster id) the listener names: the settings', else meta.properties', else 0 and a fixed id."""
+    meta = read_meta_properties(log_dirs)
+    node_id = settings.node_id
+    if node_id < 0:
+        raw = meta.get("node.id", meta.get("broker.id", ""))
+        node_id = int(raw) if raw.isdigit() and int(raw) <= 0x7FFFFFFF else 0
+    cluster_id = settings.cluster_id
+    if not cluster_id:
+        raw = meta.get("cluster.id", "")
+        cluster_id = raw if _CLUSTER_ID.fullmatch(raw) else DEFAULT_CLUSTER_ID
+    return node_id, cluster_id

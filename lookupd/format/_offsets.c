@@ -1,0 +1,730 @@
+/*
+ * The committed offsets of a __consumer_offsets partition, kept in C, and the plain offset commits of its
+ * batches applied to them in C (lookupd.format.internal.group_state).
+ *
+ * CommitTable: key fields (an OffsetCommit key after its record type: group, topic, partition, both
+ * strings valid UTF-8) -> (offset of the commit record, its value bytes), and each group's keys. Keys
+ * and values live in one arena; a value is written over the last one of its key when it fits, and
+ * the table is rebuilt when more than half of the arena is dead. A removed key keeps its slot (marked
+ * absent) until then. Methods: get(fields) -> (record offset, value) | None, offset_of(fields) ->
+ * record offset | -1, put(fields, record offset, value), remove(fields) -> whether it was there,
+ * group(name bytes) -> [(fields, record offset)] of the group's keys, len().
+ *
+ * commit_runs(buffer, start, end, table) -> (stop, next_offset, tombstoned, groups, transactional)
+ *
+ * Walks the batches in buffer[start:end] and takes each one that is whole, v2, CRC32C-sound, not a
+ * control batch, written with no producer id (-1), and whose records are all OffsetCommit records:
+ * a key of type 0 or 1 whose fields read, and a null value (a tombstone) or an OffsetCommitValue of
+ * version 0-4 that reads, with group and topic valid UTF-8 (others are the Python replay's, which makes
+ * them so). Their records are applied to `table` in order (a value sets its key, a tombstone removes
+ * it), and it answers what GroupCoordinatorState.apply_commits needs besides:
+ *
+ *     tombstoned  [key fields] with a tombstone (each once)
+ *     groups      [group name bytes] with a value (each once)
+ *
+ * A batch of such records written with a producer id (a transactional commit) ends the walk: it is
+ * checked the same way and answered, unapplied, as `transactional`, (producer id, [(key fields, record
+ * offset, value bytes or None)]), for the caller's pending offsets (None when the walk ended otherwise).
+ *
+ * Stops at the first batch it does not take and returns where it starts (`end` when all were taken)
+ * and the offset after the last batch taken (-1 if none). A batch is taken whole or not at all (its
+ * records are all checked before any is applied); the caller's Python replay takes the batch it
+ * stopped at, and names any fault in it.
+ */
+#include "_decode.h"
+#include "_codecs.h"
+
+#include <stdlib.h>
+
+/* ------------------------------------------------------------------ a hash table over an arena */
+
+typedef struct {
+    uint64_t hash;
+    Py_ssize_t key_at, key_len;         /* in the arena */
+    Py_ssize_t value_at, value_len;     /* value_len -1: absent (removed, or never had a value) */
+    Py_ssize_t value_cap;               /* bytes at value_at this entry may write over */
+    int64_t offset;                     /* (in a table of groups: the first of its keys, index + 1) */
+    Py_ssize_t group_next;              /* the next key of its group, index + 1; 0: none */
+} Entry;
+
+typedef struct {
+    uint8_t *arena;
+    Py_ssize_t arena_len, arena_cap, dead;  /* dead: arena bytes no entry uses any more */
+    Entry *entries;
+    Py_ssize_t n_entries, entries_cap, live;
+    Py_ssize_t *slots;                  /* index into entries + 1; 0 is free */
+    Py_ssize_t n_slots;                 /* a power of two, kept at most half full */
+} Table;
+
+static void
+table_free(Table *t)
+{
+    free(t->arena);
+    free(t->entries);
+    free(t->slots);
+    memset(t, 0, sizeof *t);
+}
+
+static int
+arena_put(Table *t, const uint8_t *p, Py_ssize_t n, Py_ssize_t *at)
+{
+    if (t->arena_len + n > t->arena_cap) {
+        Py_ssize_t cap = t->arena_cap ? t->arena_cap * 2 : 1 << 16;
+        while (cap < t->arena_len + n)
+            cap *= 2;
+        uint8_t *a = realloc(t->arena, (size_t)cap);
+        if (a == NULL)
+            return -1;
+        t->arena = a;
+        t->arena_cap = cap;
+    }
+    if (n)
+        memcpy(t->arena + t->arena_len, p, (size_t)n);
+    *at = t->arena_len;
+    t->arena_len += n;
+    return 0;
+}
+
+static uint64_t
+hash_bytes(const uint8_t *p, Py_ssize_t n)
+{
+    uint64_t h = 1469598103934665603ULL;   /* FNV-1a */
+    for (Py_ssize_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 1099511628211ULL;
+    return h ^ (h >> 29);
+}
+
+static int
+table_rehash(Table *t, Py_ssize_t n)
+{
+    Py_ssize_t *slots = calloc((size_t)n, sizeof *slots);
+    if (slots == NULL)
+        return -1;
+    for (Py_ssize_t i = 0; i < t->n_entries; i++) {
+        Py_ssize_t s = (Py_ssize_t)(t->entries[i].hash & (uint64_t)(n - 1));
+        while (slots[s])
+            s = (s + 1) & (n - 1);
+        slots[s] = i + 1;
+    }
+    free(t->slots);
+    t->slots = slots;
+    t->n_slots = n;
+    return 0;
+}
+
+/* The entry of key k[0:n], made (absent) when `create`; NULL when there is none, or on no memory
+ * (*oom set). */
+static Entry *
+table_find(Table *t, const uint8_t *k, Py_ssize_t n, int create, int *oom)
+{
+    if (create && (t->n_entries + 1) * 2 > t->n_slots && table_rehash(t, t->n_slots ? t->n_slots * 2 : 1024) < 0) {
+        *oom = 1;
+        return NULL;
+    }
+    if (t->n_slots == 0)
+        return NULL;
+    uint64_t h = hash_bytes(k, n);
+    Py_ssize_t s = (Py_ssize_t)(h & (uint64_t)(t->n_slots - 1));
+    while (t->slots[s]) {
+        Entry *x = &t->entries[t->slots[s] - 1];
+        if (x->hash == h && x->key_len == n && memcmp(t->arena + x->key_at, k, (size_t)n) == 0)
+            return x;
+        s = (s + 1) & (t->n_slots - 1);
+    }
+    if (!create)
+        return NULL;
+    if (t->n_entries == t->entries_cap) {
+        Py_ssize_t cap = t->entries_cap ? t->entries_cap * 2 : 256;
+        Entry *es = realloc(t->entries, (size_t)cap * sizeof *es);
+        if (es == NULL) {
+            *oom = 1;
+            return NULL;
+        }
+        t->entries = es;
+        t->entries_cap = cap;
+    }
+    Entry *e = &t->entries[t->n_entries];
+    memset(e, 0, sizeof *e);
+    e->hash = h;
+    e->value_len = -1;
+    if (arena_put(t, k, n, &e->key_at) < 0) {
+        *oom = 1;
+        return NULL;
+    }
+    e->key_len = n;
+    t->slots[s] = ++t->n_entries;
+    return e;
+}
+
+/* Set an entry's value; 1 if it was absent, 0 if not, -1 on no memory. */
+static int
+entry_set(Table *t, Entry *e, int64_t offset, const uint8_t *v, Py_ssize_t n)
+{
+    int was_absent = e->value_len < 0;
+    if (n <= e->value_cap) {
+        if (n)
+            memcpy(t->arena + e->value_at, v, (size_t)n);
+    } else {
+        Py_ssize_t at;
+        if (arena_put(t, v, n, &at) < 0)
+            return -1;
+        t->dead += e->value_cap;
+        e->value_at = at;
+        e->value_cap = n;
+    }
+    e->value_len = n;
+    e->offset = offset;
+    t->live += was_absent;
+    return was_absent;
+}
+
+static int
+entry_remove(Table *t, Entry *e)
+{
+    if (e->value_len < 0)
+        return 0;
+    e->value_len = -1;
+    t->live--;
+    return 1;
+}
+
+/* ------------------------------------------------------------------ the CommitTable type */
+
+typedef struct {
+    PyObject_HEAD
+    Table t;                            /* key fields -> commit */
+    Table groups;                       /* group name -> its first key (offset: index + 1 into t) */
+} CommitTable;
+
+static void
+ct_dealloc(CommitTable *self)
+{
+    table_free(&self->t);
+    table_free(&self->groups);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The key's entry, made (absent, linked into its group's keys) when `create`; NULL if none or on no
+ * memory (*oom set). The fields are known to read (a group string first). */
+static Entry *
+ct_entry(CommitTable *self, const uint8_t *k, Py_ssize_t n, int create, int *oom)
+{
+    Py_ssize_t before = self->t.n_entries;
+    Entry *e = table_find(&self->t, k, n, create, oom);
+    if (e == NULL || self->t.n_entries == before)
+        return e;
+    Entry *g = table_find(&self->groups, k + 2, (int16_t)be16(k), 1, oom);
+    if (g == NULL)
+        return NULL;
+    e->group_next = (Py_ssize_t)g->offset;
+    g->offset = self->t.n_entries;      /* the new entry's index + 1 */
+    return e;
+}
+
+/* Rebuild the tables with the present keys only, in a new arena (when most of the old one is dead). */
+static int
+ct_maybe_compact(CommitTable *self)
+{
+    Table *t = &self->t;
+    if (!(t->arena_len > (1 << 20) && (t->dead > t->arena_len / 2 || t->n_entries - t->live > t->live)))
+        return 0;
+    CommitTable fresh = {0};
+    int oom = 0;
+    for (Py_ssize_t i = 0; i < t->n_entries; i++) {
+        Entry *e = &t->entries[i];
+        if (e->value_len < 0)
+            continue;
+        Entry *x = ct_entry(&fresh, t->arena + e->key_at, e->key_len, 1, &oom);
+        if (x == NULL || entry_set(&fresh.t, x, e->offset, t->arena + e->value_at, e->value_len) < 0) {
+            table_free(&fresh.t);
+            table_free(&fresh.groups);
+            return -1;
+        }
+    }
+    table_free(&self->t);
+    table_free(&self->groups);
+    self->t = fresh.t;
+    self->groups = fresh.groups;
+    return 0;
+}
+
+static Entry *
+ct_lookup(CommitTable *self, PyObject *key)
+{
+    char *k;
+    Py_ssize_t n;
+    if (PyBytes_AsStringAndSize(key, &k, &n) < 0)
+        return NULL;
+    int oom = 0;
+    Entry *e = table_find(&self->t, (const uint8_t *)k, n, 0, &oom);
+    return e != NULL && e->value_len >= 0 ? e : NULL;
+}
+
+static PyObject *
+ct_get(CommitTable *self, PyObject *key)
+{
+    Entry *e = ct_lookup(self, key);
+    if (e == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    return Py_BuildValue("(Ly#)", (long long)e->offset, (const char *)self->t.arena + e->value_at, e->value_len);
+}
+
+static PyObject *
+ct_offset_of(CommitTable *self, PyObject *key)
+{
+    Entry *e = ct_lookup(self, key);
+    if (e == NULL && PyErr_Occurred())
+        return NULL;
+    return PyLong_FromLongLong(e == NULL ? -1 : (long long)e->offset);
+}
+
+static PyObject *
+ct_put(CommitTable *self, PyObject *args)
+{
+    Py_buffer key, value;
+    long long offset;
+    if (!PyArg_ParseTuple(args, "y*Ly*", &key, &offset, &value))
+        return NULL;
+    int oom = 0;
+    int r = -1;
+    if (key.len < 2 || (int16_t)be16(key.buf) < 0 || (int16_t)be16(key.buf) > key.len - 2) {
+        PyErr_SetString(PyExc_ValueError, "fields must start with the group, an int16-length string");
+    } else {
+        Entry *e = ct_entry(self, key.buf, key.len, 1, &oom);
+        r = e == NULL ? -1 : entry_set(&self->t, e, offset, value.buf, value.len);
+    }
+    PyBuffer_Release(&key);
+    PyBuffer_Release(&value);
+    if (r < 0 || ct_maybe_compact(self) < 0)
+        return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+ct_remove(CommitTable *self, PyObject *key)
+{
+    Entry *e = ct_lookup(self, key);
+    if (e == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_FALSE;
+    }
+    entry_remove(&self->t, e);
+    Py_RETURN_TRUE;
+}
+
+static PyObject *
+ct_group(CommitTable *self, PyObject *name)
+{
+    char *g;
+    Py_ssize_t n;
+    if (PyBytes_AsStringAndSize(name, &g, &n) < 0)
+        return NULL;
+    PyObject *out = PyList_New(0);
+    int oom = 0;
+    Entry *head = out == NULL ? NULL : table_find(&self->groups, (const uint8_t *)g, n, 0, &oom);
+    for (Py_ssize_t i = head == NULL ? 0 : (Py_ssize_t)head->offset; out != NULL && i; ) {
+        Entry *e = &self->t.entries[i - 1];
+        i = e->group_next;
+        if (e->value_len < 0)
+            continue;
+        PyObject *item = Py_BuildValue("(y#L)", (const char *)self->t.arena + e->key_at, e->key_len,
+                                       (long long)e->offset);
+        if (item == NULL || PyList_Append(out, item) < 0)
+            Py_CLEAR(out);
+        Py_XDECREF(item);
+    }
+    return out;
+}
+
+static Py_ssize_t
+ct_len(CommitTable *self)
+{
+    return self->t.live;
+}
+
+static PyMethodDef ct_methods[] = {
+    {"get", (PyCFunction)ct_get, METH_O, "get(fields) -> (record offset, value bytes) | None"},
+    {"offset_of", (PyCFunction)ct_offset_of, METH_O, "offset_of(fields) -> the commit's record offset, -1 if none"},
+    {"put", (PyCFunction)ct_put, METH_VARARGS, "put(fields, record offset, value bytes)"},
+    {"remove", (PyCFunction)ct_remove, METH_O, "remove(fields) -> whether it was there"},
+    {"group", (PyCFunction)ct_group, METH_O, "group(name bytes) -> [(fields, record offset)] of the group's keys"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods ct_sequence = {.sq_length = (lenfunc)ct_len};
+
+PyTypeObject CommitTableType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "lookupd.format._decode.CommitTable",
+    .tp_doc = "Committed offsets by OffsetCommit key fields: (record offset, value bytes) (see _offsets.c).",
+    .tp_basicsize = sizeof(CommitTable),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = (destructor)ct_dealloc,
+    .tp_methods = ct_methods,
+    .tp_as_sequence = &ct_sequence,
+};
+
+/* ------------------------------------------------------------------ the OffsetCommit key and value */
+
+typedef struct {                    /* one record of the batch being checked */
+    const uint8_t *key, *value;     /* key: its fields (after the record type); value NULL: a tombstone */
+    Py_ssize_t key_len, value_len;
+    int64_t offset;
+} Commit;
+
+static int
+take(const uint8_t **p, const uint8_t *end, Py_ssize_t n)
+{
+    if (n < 0 || end - *p < n)
+        return -1;
+    *p += n;
+    return 0;
+}
+
+/* A non-nullable int16-length string. */
+static int
+string16(const uint8_t **p, const uint8_t *end)
+{
+    if (end - *p < 2)
+        return -1;
+    int16_t n = (int16_t)be16(*p);
+    *p += 2;
+    return n < 0 ? -1 : take(p, end, n);
+}
+
+/* Kafka's readUnsignedVarint, as the Java int it returns (lookupd.format.internal.schema.uvarint). */
+static int
+uvarint(const uint8_t **pp, const uint8_t *end, int32_t *out)
+{
+    const uint8_t *p = *pp;
+    uint32_t v = 0;
+    for (int shift = 0; shift < 35; shift += 7) {
+        if (p >= end)
+            return -1;
+        uint8_t b = *p++;
+        v |= (uint32_t)(b & 0x7F) << shift;
+        if (b < 0x80) {
+            *out = (int32_t)v;
+            *pp = p;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Whether s[0:n] is valid UTF-8 (Python's rules: no surrogates, no overlong forms, at most U+10FFFF). */
+static int
+utf8(const uint8_t *s, Py_ssize_t n)
+{
+    Py_ssize_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        int len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 ? 2 : 0;
+        if (len == 0 || c > 0xF4 || i + len > n)
+            return 0;
+        for (int j = 1; j < len; j++)
+            if ((s[i + j] & 0xC0) != 0x80)
+                return 0;
+        uint8_t d = s[i + 1];
+        if ((c == 0xE0 && d < 0xA0) || (c == 0xED && d >= 0xA0) || (c == 0xF0 && d < 0x90) || (c == 0xF4 && d >= 0x90))
+            return 0;
+        i += len;
+    }
+    return 1;
+}
+
+/* A non-nullable int16-length string that is valid UTF-8. */
+static int
+utf8_string16(const uint8_t **p, const uint8_t *end)
+{
+    const uint8_t *at = *p + 2;
+    return string16(p, end) < 0 || !utf8(at, *p - at) ? -1 : 0;
+}
+
+/* The length of the key's fields (after its int16 record type), or -1 when it is not an OffsetCommit key
+ * that reads with group and topic valid UTF-8. Bytes after the partition are ignored, as
+ * GroupCoordinatorRecordSerde ignores them. */
+static Py_ssize_t
+commit_key(const uint8_t *k, Py_ssize_t n)
+{
+    if (n < 2)
+        return -1;
+    int16_t type = (int16_t)be16(k);
+    if (type != 0 && type != 1)
+        return -1;
+    const uint8_t *p = k + 2, *end = k + n;
+    if (utf8_string16(&p, end) < 0 || utf8_string16(&p, end) < 0 || take(&p, end, 4) < 0)
+        return -1;
+    return (p - k) - 2;
+}
+
+/* Whether value[0:n] is an OffsetCommitValue of a version this decoder knows that reads (trailing bytes
+ * ignored, as the serde ignores them). */
+static int
+commit_value(const uint8_t *v, Py_ssize_t n)
+{
+    if (n < 2)
+        return 0;
+    int16_t version = (int16_t)be16(v);
+    const uint8_t *p = v + 2, *end = v + n;
+    if (version < 0 || version > 4)
+        return 0;
+    if (take(&p, end, 8) < 0)                                    /* offset */
+        return 0;
+    if (version >= 3 && take(&p, end, 4) < 0)                    /* leaderEpoch */
+        return 0;
+    if (version < 4) {
+        if (string16(&p, end) < 0)                               /* metadata */
+            return 0;
+    } else {
+        int32_t len;
+        if (uvarint(&p, end, &len) < 0 || len - 1 < 0 || len - 1 > 0x7FFF || take(&p, end, len - 1) < 0)
+            return 0;
+    }
+    if (take(&p, end, version == 1 ? 16 : 8) < 0)                /* commitTimestamp (, expireTimestamp) */
+        return 0;
+    if (version >= 4) {                                          /* tagged fields: none known */
+        int32_t count, tag, size;
+        if (uvarint(&p, end, &count) < 0)
+            return 0;
+        for (int32_t i = 0; i < count; i++)
+            if (uvarint(&p, end, &tag) < 0 || uvarint(&p, end, &size) < 0 || take(&p, end, size) < 0)
+                return 0;
+    }
+    return 1;
+}
+
+/* The `count` records of data[0:n] into `out` when every one is an OffsetCommit that reads; 0 otherwise. */
+static int
+batch_commits(const uint8_t *data, Py_ssize_t n, int64_t count, int64_t base_offset, Commit *out)
+{
+    const uint8_t *p = data, *end = data + n;
+    for (int64_t i = 0; i < count; i++) {
+        int64_t length, ts_delta, offset_delta, key_len, value_len, headers, hl;
+        if (read_varint(&p, end, &length) < 0 || length < 0 || end - p < length)
+            return 0;
+        const uint8_t *rec_end = p + length;
+        if (rec_end - p < 1)
+            return 0;
+        p++;                                                     /* attributes */
+        if (read_varlong(&p, rec_end, &ts_delta) < 0 || read_varint(&p, rec_end, &offset_delta) < 0 ||
+            read_varint(&p, rec_end, &key_len) < 0 || key_len < 0 || rec_end - p < key_len)
+            return 0;
+        const uint8_t *key = p;
+        p += key_len;
+        if (read_varint(&p, rec_end, &value_len) < 0 || (value_len >= 0 && rec_end - p < value_len))
+            return 0;
+        const uint8_t *value = value_len >= 0 ? p : NULL;
+        if (value_len > 0)
+            p += value_len;
+        if (read_varint(&p, rec_end, &headers) < 0 || headers < 0)
+            return 0;
+        for (int64_t h = 0; h < headers; h++) {
+            if (read_varint(&p, rec_end, &hl) < 0 || hl < 0 || rec_end - p < hl)
+                return 0;
+            p += hl;
+            if (read_varint(&p, rec_end, &hl) < 0 || (hl >= 0 && rec_end - p < hl))
+                return 0;
+            if (hl > 0)
+                p += hl;
+        }
+        if (p != rec_end)
+            return 0;
+        Py_ssize_t fields = commit_key(key, (Py_ssize_t)key_len);
+        if (fields < 0 || (value != NULL && !commit_value(value, (Py_ssize_t)value_len)))
+            return 0;
+        if (__builtin_add_overflow(base_offset, offset_delta, &out[i].offset))
+            return 0;
+        out[i].key = key + 2;
+        out[i].key_len = fields;
+        out[i].value = value;
+        out[i].value_len = value_len;
+    }
+    return p == end;
+}
+
+/* ------------------------------------------------------------------ commit_runs */
+
+/* What a call notes besides the table: keys tombstoned, groups with a value. */
+typedef struct {
+    PyObject *tombstoned, *groups;
+    Table seen;                         /* what was noted (as keys: fields, and a group's name behind a 0xFF) */
+    const uint8_t *last_group;          /* the group noted last (a batch's records are mostly one group's) */
+    Py_ssize_t last_group_len;
+} Notes;
+
+/* Note p[0:n] in `list` once per call (`tag` tells fields from group names apart in `seen`). */
+static int
+note_once(Notes *notes, PyObject *list, uint8_t tag, const uint8_t *p, Py_ssize_t n)
+{
+    uint8_t small[512];
+    uint8_t *k = n + 1 <= (Py_ssize_t)sizeof small ? small : malloc((size_t)n + 1);
+    if (k == NULL)
+        return -1;
+    k[0] = tag;
+    memcpy(k + 1, p, (size_t)n);
+    int oom = 0;
+    Py_ssize_t before = notes->seen.n_entries;
+    Entry *e = table_find(&notes->seen, k, n + 1, 1, &oom);
+    if (k != small)
+        free(k);
+    if (e == NULL)
+        return -1;
+    if (notes->seen.n_entries == before)
+        return 0;
+    PyObject *b = PyBytes_FromStringAndSize((const char *)p, n);
+    int err = b == NULL || PyList_Append(list, b) < 0;
+    Py_XDECREF(b);
+    return err ? -1 : 0;
+}
+
+/* Apply one checked commit to the table and note it. */
+static int
+apply(CommitTable *ct, Notes *notes, const Commit *c)
+{
+    int oom = 0;
+    Entry *e = ct_entry(ct, c->key, c->key_len, c->value != NULL, &oom);
+    if (oom)
+        return -1;
+    if (c->value == NULL) {  /* a tombstone, for a key committed or not (pending offsets go either way) */
+        if (e != NULL)
+            entry_remove(&ct->t, e);
+        return note_once(notes, notes->tombstoned, 0, c->key, c->key_len);
+    }
+    if (entry_set(&ct->t, e, c->offset, c->value, c->value_len) < 0)
+        return -1;
+    Py_ssize_t glen = (int16_t)be16(c->key);
+    if (notes->last_group != NULL && notes->last_group_len == glen && memcmp(notes->last_group, c->key + 2, glen) == 0)
+        return 0;
+    notes->last_group = c->key + 2;
+    notes->last_group_len = glen;
+    return note_once(notes, notes->groups, 0xFF, c->key + 2, glen);
+}
+
+/* A transactional batch's checked records, for the caller: (producer id, [(fields, offset, value | None)]). */
+static PyObject *
+transactional(int64_t producer_id, const Commit *recs, int64_t count)
+{
+    PyObject *list = PyList_New(count);
+    for (int64_t i = 0; list != NULL && i < count; i++) {
+        const Commit *c = &recs[i];
+        PyObject *item = c->value == NULL ?
+            Py_BuildValue("(y#LO)", (const char *)c->key, c->key_len, (long long)c->offset, Py_None) :
+            Py_BuildValue("(y#Ly#)", (const char *)c->key, c->key_len, (long long)c->offset,
+                          (const char *)c->value, c->value_len);
+        if (item == NULL)
+            Py_CLEAR(list);
+        else
+            PyList_SET_ITEM(list, i, item);
+    }
+    return list == NULL ? NULL : Py_BuildValue("(LN)", (long long)producer_id, list);
+}
+
+PyObject *
+commit_runs(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t start, stop;
+    CommitTable *ct;
+    if (!PyArg_ParseTuple(args, "y*nnO!", &view, &start, &stop, &CommitTableType, &ct))
+        return NULL;
+    if (start < 0 || stop > view.len || start > stop) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "start and end must lie within the buffer");
+        return NULL;
+    }
+    const uint8_t *buf = (const uint8_t *)view.buf;
+    Notes notes = {PyList_New(0), PyList_New(0), {0}, NULL, 0};
+    PyObject *txn = NULL;
+    Commit *recs = NULL;
+    Py_ssize_t recs_cap = 0;
+    Py_ssize_t pos = start;
+    int64_t next_offset = -1;
+    int err = notes.tombstoned == NULL || notes.groups == NULL;
+    while (!err && stop - pos >= V2_HEADER) {
+        const uint8_t *b = buf + pos;
+        int64_t length = (int32_t)be32(b + LENGTH_AT);
+        Py_ssize_t size = (Py_ssize_t)length + LOG_OVERHEAD;
+        if (length < V2_HEADER - LOG_OVERHEAD || size > stop - pos || b[MAGIC_AT] != 2)
+            break;
+        uint16_t attrs = be16(b + ATTRIBUTES_AT);
+        int64_t count = (int32_t)be32(b + RECORD_COUNT_AT), last_offset;
+        int64_t base_offset = (int64_t)be64(b + BASE_OFFSET_AT), producer_id = (int64_t)be64(b + PRODUCER_ID_AT);
+        if ((attrs & ATTR_CONTROL) || count < 0 ||
+            __builtin_add_overflow(base_offset, (int64_t)(int32_t)be32(b + LAST_OFFSET_DELTA_AT), &last_offset) ||
+            crc32c_of(b + CRC_START, (size_t)(size - CRC_START)) != be32(b + CRC_AT))
+            break;
+        if (count > 0) {
+            const uint8_t *records = b + V2_HEADER;
+            Py_ssize_t records_len = size - V2_HEADER;
+            if (attrs & ATTR_CODEC) {
+                uint8_t *out;
+                records_len = codecs_decompress(attrs & ATTR_CODEC, records, (size_t)records_len, MAX_DECOMPRESSED, &out);
+                if (records_len < 0)
+                    break;
+                records = out;
+            }
+            if (count > records_len)   /* every record takes at least a byte */
+                break;
+            if (count > recs_cap) {
+                Commit *c = realloc(recs, (size_t)count * sizeof *c);
+                if (c == NULL) {
+                    PyErr_NoMemory();
+                    err = 1;
+                    break;
+                }
+                recs = c;
+                recs_cap = count;
+            }
+            if (!batch_commits(records, records_len, count, base_offset, recs))
+                break;
+            if (producer_id != -1) {
+                txn = transactional(producer_id, recs, count);
+                err = txn == NULL;
+                if (!err) {
+                    next_offset = last_offset + 1;
+                    pos += size;
+                }
+                break;
+            }
+            for (int64_t i = 0; i < count && !err; i++)
+                err = apply(ct, &notes, &recs[i]) < 0;
+            if (err)
+                break;
+        } else if (producer_id != -1) {
+            txn = transactional(producer_id, recs, 0);
+            err = txn == NULL;
+            if (!err) {
+                next_offset = last_offset + 1;
+                pos += size;
+            }
+            break;
+        }
+        next_offset = last_offset + 1;
+        pos += size;
+    }
+    PyBuffer_Release(&view);
+    free(recs);
+    table_free(&notes.seen);
+    if (!err && ct_maybe_compact(ct) < 0)
+        err = 1;
+    if (err) {
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        Py_XDECREF(notes.tombstoned);
+        Py_XDECREF(notes.groups);
+        Py_XDECREF(txn);
+        return NULL;
+    }
+    return Py_BuildValue("(nLNNN)", pos, (long long)next_offset, notes.tombstoned, notes.groups,
+                         txn == NULL ? Py_NewRef(Py_None) : txn);
+}

@@ -1,0 +1,126 @@
+"""Fetch (API key 1), versions 4-17, written by hand: the response goes out as pieces, with each partition's
+records a `Region` of a segment file that the listener sends with sendfile where it can, so the bytes are
+never copied through Python. Field layouts are those of FetchRequest.json and FetchResponse.json
+(lookupd.kafka.messages declares them; tests check both codecs give the same bytes).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, NamedTuple
+
+from . import wire
+from .messages import FETCH_REQUEST
+
+MIN_VERSION, MAX_VERSION = 4, 17
+FLEXIBLE = 12  # first flexible version
+TOPIC_IDS = 13  # first version naming topics by id
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+
+_HEAD_V7 = struct.Struct(">ihi")  # throttle time, error code, session id
+_PARTITION = struct.Struct(">ihqqq")  # partition, error code, high watermark, last stable offset, log start offset
+_PARTITION_V4 = struct.Struct(">ihqq")  # (no log start offset before v5)
+_ABORTED = struct.Struct(">qq")
+_I32 = struct.Struct(">i")
+_NO_READ_REPLICA = _I32.pack(-1)
+
+
+class Region(NamedTuple):
+    """`size` bytes of an open file from `position`: a partition's records, sent from the file itself.
+    `handle` keeps the descriptor open (its `fd`) until the response is written."""
+
+    handle: Any
+    position: int
+    size: int
+
+    def __len__(self) -> int:
+        return self.size
+
+
+class PartitionData(NamedTuple):
+    partition: int
+    error_code: int
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    aborted: list[tuple[int, int]] | None = None  # (producer id, first offset); None: not read_committed
+    records: bytes | Region = b""
+
+
+class FetchPartition(NamedTuple):
+    partition: int
+    fetch_offset: int
+    partition_max_bytes: int
+    current_leader_epoch: int
+
+
+class FetchTopic(NamedTuple):
+    topic: str  # "" where the request names it by id
+    topic_id: bytes  # wire.ZERO_UUID where the request names it by name
+    partitions: list[FetchPartition]
+
+
+class FetchRequest(NamedTuple):
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    isolation_level: int
+    session_id: int
+    session_epoch: int
+    topics: list[FetchTopic]
+    forgotten: int  # partitions the client asks a session to forget (none without sessions)
+
+
+def decode_request(body: bytes, at: int, version: int) -> FetchRequest:
+    """A Fetch request (MalformedRequest if it breaks the schema)."""
+    d = FETCH_REQUEST.decode(body, version, at)
+    topics = [FetchTopic(t["topic"], t["topic_id"],
+                         [FetchPartition(p["partition"], p["fetch_offset"], p["partition_max_bytes"],
+                                         p["current_leader_epoch"]) for p in t["partitions"]])
+              for t in d["topics"]]
+    forgotten = sum(len(t["partitions"]) for t in d["forgotten_topics_data"])
+    return FetchRequest(d["max_wait_ms"], d["min_bytes"], d["max_bytes"], d["isolation_level"], d["session_id"],
+                        d["session_epoch"], topics, forgotten)
+
+
+def encode_response(version: int, topics: list[tuple[str, bytes, list[PartitionData]]], *, error_code: int = 0,
+                    session_id: int = 0) -> list:
+    """The response body as pieces: bytes, and a Region per partition whose records come from a file.
+    `topics`: (name, topic id, partitions) in the request's order."""
+    flex = version >= FLEXIBLE
+    out: list = []
+    head = bytearray(_HEAD_V7.pack(0, error_code, session_id) if version >= 7 else _I32.pack(0))
+    head += wire.length(len(topics), flex)
+    for name, topic_id, partitions in topics:
+        head += topic_id if version >= TOPIC_IDS else wire.string(name, flex)
+        head += wire.length(len(partitions), flex)
+        for p in partitions:
+            if version >= 5:
+                head += _PARTITION.pack(p.partition, p.error_code, p.high_watermark, p.last_stable_offset,
+                                        p.log_start_offset)
+            else:
+                head += _PARTITION_V4.pack(p.partition, p.error_code, p.high_watermark, p.last_stable_offset)
+            if p.aborted is None:
+                head += wire.length(-1, flex)
+            else:
+                head += wire.length(len(p.aborted), flex)
+                for pid, first in p.aborted:
+                    head += _ABORTED.pack(pid, first)
+                    if flex:
+                        head += wire.NO_TAGS
+            if version >= 11:
+                head += _NO_READ_REPLICA
+            records = p.records
+            head += wire.length(len(records), flex)
+            if records:  # its own piece: a Region is sent from its file, bytes without a copy into `head`
+                out.append(bytes(head))
+                out.append(records)
+                head = bytearray()
+            if flex:
+                head += wire.NO_TAGS
+        if flex:
+            head += wire.NO_TAGS
+    if flex:
+        head += wire.NO_TAGS
+    out.append(bytes(head))
+    return out

@@ -1,0 +1,197 @@
+"""Kafka's internal topics decode as Kafka decoded them: every record of the coordinator corpus (written
+by Kafka's serdes, answers from its JsonConverters), and the interpreter's rules on hand-made bytes."""
+
+from __future__ import annotations
+
+import base64
+import struct
+
+import pytest
+
+import reference as R
+from coordinator_writer import uvarint
+from lookupd.format.internal import consumer_protocol, groups, metadata, remote, transactions
+from lookupd.format.internal.schema import MessageError, UnknownRecordType, UnsupportedVersion, message
+from lookupd.format.internal.topics import decode_record, java_hash, partition_for
+
+LOGS = ["__consumer_offsets-7", "__consumer_offsets-41", "__transaction_state-12", "__cluster_metadata-0",
+        "__remote_log_metadata-15"]
+
+
+def b64(s):
+    return None if s is None else base64.b64decode(s)
+
+
+def as_json(x):
+    """Decoded fields as Kafka's JsonConverters write them (bytes base64)."""
+    if isinstance(x, bytes):
+        return base64.b64encode(x).decode()
+    if isinstance(x, dict):
+        return {k: as_json(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [as_json(v) for v in x]
+    return x
+
+
+def assert_like_kafka(ours: dict, theirs: dict, msg, where):
+    """Every field Kafka wrote is ours, equal; a field it left out (a tagged one: its JsonConverter
+    writes those only when set) has the table's default."""
+    assert set(theirs) <= set(ours), where
+    for k, v in theirs.items():
+        assert ours[k] == v, (where, k)
+    defaults = {f.name: f.default for f in msg.struct.fields if f.tag is not None}
+    for k in set(ours) - set(theirs):
+        assert k in defaults and ours[k] == defaults[k], (where, k, ours[k])
+
+
+def records(log):
+    return [r for r in R.coordinator_answers(log)["records"] if "control" not in r]
+
+
+@pytest.mark.parametrize("log", ["__consumer_offsets-7", "__consumer_offsets-41"])
+def test_every_group_coordinator_record_decodes_as_kafka_decoded_it(log):
+    seen = set()
+    for r in records(log):
+        rec = groups.decode(b64(r["key_b64"]), b64(r["value_b64"]))
+        where = (log, r["offset"])
+        assert (rec.type, rec.type_name, rec.key, rec.value_version) == \
+               (r["record_type"], r["record_type_name"], r["key"], r["value_version"]), where
+        if r["value"] is None:
+            assert rec.value is None, where
+        else:
+            assert_like_kafka(as_json(rec.value), r["value"], groups.RECORD_TYPES[rec.type].value, where)
+        seen.add((rec.type, rec.value_version))
+    if log.endswith("-7"):  # every OffsetCommit key and value version, every GroupMetadata value version
+        assert {(0, 0), (1, 0), (1, 1), (1, 2), (1, 3), (1, 4)} <= seen and {(2, v) for v in range(5)} <= seen
+
+
+def test_the_transaction_log_decodes_as_kafka_and_its_dump_text_is_kafkas():
+    for r in records("__transaction_state-12"):
+        key_version, key = transactions.decode_key(b64(r["key_b64"]))
+        value_version, value = transactions.decode_value(b64(r["value_b64"]))
+        assert (key_version, key, value_version) == (r["key_version"], r["key"], r["value_version"]), r["offset"]
+        if value is None:
+            assert r["value"] is None
+            continue
+        assert_like_kafka(value, r["value"], transactions.TRANSACTION_LOG_VALUE, r["offset"])
+        meta = transactions.metadata(key["transactionalId"], value)
+        theirs = r["metadata"]
+        assert (meta.producer_id, meta.previous_producer_id, meta.next_producer_id, meta.producer_epoch,
+                meta.txn_timeout_ms, meta.state, sorted(meta.partitions), meta.txn_start_timestamp,
+                meta.txn_last_update_timestamp, meta.client_transaction_version) == \
+               (theirs["producer_id"], theirs["previous_producer_id"], theirs["next_producer_id"],
+                theirs["producer_epoch"], theirs["txn_timeout_ms"], theirs["state"], sorted(theirs["topic_partitions"]),
+                theirs["txn_start_timestamp"], theirs["txn_last_update_timestamp"],
+                theirs["client_transaction_version"]), r["offset"]
+        if len(meta.partitions) < 2:  # Kafka prints a set in its own order
+            assert transactions.format_record(key["transactionalId"], meta) == r["formatRecordKeyAndValue"]
+
+
+def test_the_transaction_log_replays_to_kafkas_transactions():
+    log = transactions.TransactionLog()
+    for r in records("__transaction_state-12"):
+        log.replay(b64(r["key_b64"]), b64(r["value_b64"]))
+    theirs = R.coordinator_answers("__transaction_state-12")["replayed_state"]["transactions"]
+    assert [t.transactional_id for t in log.listing()] == sorted(theirs)
+    for t in log.listing():
+        k = theirs[t.transactional_id]
+        assert (t.producer_id, t.producer_epoch, t.state, sorted(t.partitions), t.txn_timeout_ms) == \
+               (k["producer_id"], k["producer_epoch"], k["state"], sorted(k["topic_partitions"]), k["txn_timeout_ms"])
+
+
+@pytest.mark.parametrize("log,decode,tables", [
+    ("__cluster_metadata-0", metadata.decode, metadata.METADATA_RECORDS),
+    ("__remote_log_metadata-15", remote.decode, remote.REMOTE_LOG_METADATA_RECORDS)])
+def test_metadata_records_decode_as_kafka_decoded_them(log, decode, tables):
+    types = set()
+    for r in records(log):
+        f = decode(b64(r["value_b64"]))
+        assert (f.api_key, f.type_name, f.version) == (r["api_key"], r["record_type"], r["version"]), r["offset"]
+        assert_like_kafka(as_json(f.data), r["data"], tables[f.api_key], (log, r["offset"]))
+        types.add(f.type_name)
+    assert len(types) >= 3
+
+
+def test_raft_control_records_decode():
+    for r in R.coordinator_answers("__cluster_metadata-0")["records"]:
+        if "control" in r:
+            data = metadata.decode_control(r["control"]["type"], b64(r["value_b64"]))
+            assert data["leaderId"] in {v["voterId"] for v in data["voters"]}
+
+
+def test_a_classic_groups_assignment_decodes_from_the_consumer_protocol():
+    r = next(r for r in records("__consumer_offsets-7") if r["record_type"] == 2 and r["value"])
+    value = groups.with_assignments(groups.decode(b64(r["key_b64"]), b64(r["value_b64"])).value)
+    m = value["members"][0]
+    assert m["subscription"]["topics"] and m["assignment"]["assignedPartitions"][0]["partitions"]
+    assert consumer_protocol.decode_assignment(b"\x00") == b"\x00"  # not an assignment: the bytes stay
+
+
+def test_groups_and_transactional_ids_live_where_kafka_put_them():
+    for log in ("__consumer_offsets-7", "__consumer_offsets-41", "__transaction_state-12"):
+        p = int(log.rsplit("-", 1)[1])
+        for r in records(log):
+            ident = r["key"].get("group") or r["key"].get("groupId") or r["key"].get("transactionalId")
+            assert partition_for(ident) == p, ident
+    assert java_hash("") == 0 and java_hash("polygenelubricants") == -(1 << 31)  # String.hashCode's MIN_VALUE
+    assert partition_for("polygenelubricants") == 0  # Kafka's Utils.abs(MIN_VALUE) is 0
+    assert java_hash("\U0001F600") == 0xD83D * 31 + 0xDE00  # a surrogate pair: two chars
+
+
+def test_unknown_types_and_newer_versions_are_errors_naming_them():
+    key = struct.pack(">h", 16) + struct.pack(">h", 1) + b"g"
+    with pytest.raises(UnknownRecordType, match="record type 16"):
+        groups.decode(key, None)
+    commit_key = struct.pack(">hh", 1, 1) + b"g" + struct.pack(">h", 1) + b"t" + struct.pack(">i", 0)
+    with pytest.raises(UnsupportedVersion, match="OffsetCommitValue version 5"):
+        groups.decode(commit_key, struct.pack(">hq", 5, 1))
+    with pytest.raises(MessageError, match="metadata"):  # a v3 value cut off in its metadata string
+        groups.decode(commit_key, struct.pack(">hqih", 3, 1, 0, 10) + b"abc")
+    with pytest.raises(UnknownRecordType, match="record type 99"):
+        metadata.decode(bytes([1, 99, 0]))
+    with pytest.raises(MessageError, match="garbage"):
+        metadata.decode(bytes([1, 20, 0, 0, 7]))  # a NoOpRecord and a byte after it
+    with pytest.raises(MessageError, match="frame version 0"):
+        metadata.decode(bytes([0, 20, 0, 0]))
+    with pytest.raises(UnsupportedVersion, match="TransactionLogValue version 2"):
+        transactions.decode_value(struct.pack(">h", 2) + bytes(40))
+    with pytest.raises(MessageError, match="state id 9"):
+        transactions.metadata("t", {"transactionStatus": 9})
+    assert decode_record("__consumer_offsets", commit_key, None)["value"] is None
+
+
+T = message("T", "0-2", "1+", """
+    a       int32     0+
+    names   []string  0+  null=0+
+    inner   Inner     0+
+      x       int64   0+
+      y       string  1+  null=1+ default=null
+    extra   int64     1+  tag=0@1+ default=-1
+    more    Opt       2+  null=2+ tag=1@2+ default=null
+      z       int16   2+
+""")
+
+
+def test_flexible_versions_read_compact_types_and_tagged_fields():
+    v0 = struct.pack(">ii", 7, 2) + struct.pack(">h", 1) + b"a" + struct.pack(">h", 2) + b"bc" + struct.pack(">q", 9)
+    assert T.read(v0, 0) == ({"a": 7, "names": ["a", "bc"], "inner": {"x": 9}}, len(v0))
+    # v1: compact array and string, the struct's own (empty) tagged fields, then tag 0
+    v1 = struct.pack(">i", 7) + uvarint(0) + struct.pack(">q", 9) + uvarint(3) + b"hi" + uvarint(0) + \
+        uvarint(1) + uvarint(0) + uvarint(8) + struct.pack(">q", 42)
+    assert T.read(v1, 1)[0] == {"a": 7, "names": None, "inner": {"x": 9, "y": "hi"}, "extra": 42}
+    # v2: absent tags keep their defaults; an unknown tag is skipped; a nullable tagged struct
+    v2 = struct.pack(">i", 7) + uvarint(1) + struct.pack(">q", 9) + uvarint(0) + uvarint(0) + \
+        uvarint(2) + uvarint(5) + uvarint(2) + b"zz" + uvarint(1) + uvarint(4) + uvarint(1) + struct.pack(">h", 3) + \
+        uvarint(0)
+    assert T.read(v2, 2)[0] == {"a": 7, "names": [], "inner": {"x": 9, "y": None}, "extra": -1, "more": {"z": 3}}
+    # a tagged field whose size is not what its value takes is an error, not a guess
+    bad = struct.pack(">i", 7) + uvarint(1) + struct.pack(">q", 9) + uvarint(0) + uvarint(0) + \
+        uvarint(1) + uvarint(0) + uvarint(9) + struct.pack(">q", 42) + b"!"
+    with pytest.raises(MessageError, match="tagged field 0 is 9 bytes"):
+        T.read(bad, 1)
+    with pytest.raises(MessageError, match="claims 1000000 elements"):
+        T.read(struct.pack(">ii", 7, 1000000), 0)
+    with pytest.raises(MessageError, match="non-nullable field y"):
+        message("U", "0", "0+", "y string 0+").read(uvarint(0), 0)
+    with pytest.raises(UnsupportedVersion, match="T version 3"):
+        T.read(v0, 3)

@@ -1,0 +1,245 @@
+"""The Kafka listener as Kafka's own rules state it, through raw requests to an in-process daemon: Fetch's
+limits (KIP-74's first batch whole, max_bytes, partition_max_bytes, min_bytes and max_wait_ms), the bytes as
+stored, log start, high watermark and last stable offset, aborted transactions from the .txnindex, offsets
+out of range, declined fetch sessions; ListOffsets' special timestamps; Metadata naming the listener; and
+bad input (oversized, malformed, unknown or unsupported requests) closing one connection, never the daemon."""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import pytest
+import trio
+
+import reference as R
+from daemon_helpers import running, short_dir  # noqa: F401 - fixture
+from test_kafka_clients import free_port
+
+from lookupd.daemon.kafkasettings import KafkaSettings
+from lookupd.kafka import errors as E
+from lookupd.kafka import wire
+from lookupd.kafka.messages import REQUESTS, RESPONSES
+from lookupd.log.locallog import LocalLog
+
+pytestmark = pytest.mark.trio
+
+
+class RawKafka:
+    """A Kafka client of a few lines: framed requests out, responses decoded by lookupd.kafka's schemas."""
+
+    def __init__(self, stream: trio.SocketStream):
+        self.stream = stream
+        self.buf = b""
+        self.correlation = 0
+
+    @classmethod
+    async def connect(cls, port: int) -> "RawKafka":
+        return cls(await trio.open_tcp_stream("127.0.0.1", port))
+
+    async def send_raw(self, data: bytes) -> None:
+        await self.stream.send_all(data)
+
+    async def frame(self) -> bytes | None:
+        """The next response frame, None once the daemon closed the connection."""
+        while True:
+            if len(self.buf) >= 4:
+                n = struct.unpack(">i", self.buf[:4])[0]
+                if len(self.buf) >= 4 + n:
+                    frame, self.buf = self.buf[4:4 + n], self.buf[4 + n:]
+                    return frame
+            try:
+                data = await self.stream.receive_some(1 << 20)
+            except trio.BrokenResourceError:
+                return None
+            if not data:
+                return None
+            self.buf += data
+
+    async def call(self, api_key: int, version: int, value: dict) -> dict:
+        self.correlation += 1
+        m = REQUESTS[api_key]
+        head = struct.pack(">hhi", api_key, version, self.correlation) + wire.string("raw", False)
+        if m.is_flexible(version):
+            head += wire.NO_TAGS
+        body = head + m.encode(value, version)
+        await self.send_raw(struct.pack(">i", len(body)) + body)
+        frame = await self.frame()
+        assert frame is not None, "the daemon closed the connection"
+        assert struct.unpack(">i", frame[:4])[0] == self.correlation
+        at = 5 if m.is_flexible(version) and api_key != 18 else 4
+        return RESPONSES[api_key].decode(frame, version, at)
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+
+def fetch_request(topic: str, offset: int, *, max_bytes=1 << 20, partition_max_bytes=1 << 20, min_bytes=1,
+                  max_wait_ms=0, isolation=0, partitions=None, session_id=0) -> dict:
+    parts = partitions or [(0, offset, partition_max_bytes)]
+    return {"max_wait_ms": max_wait_ms, "min_bytes": min_bytes, "max_bytes": max_bytes, "isolation_level": isolation,
+            "session_id": session_id, "session_epoch": -1, "topics": [
+                {"topic": topic, "partitions": [{"partition": p, "fetch_offset": o, "partition_max_bytes": m}
+                                                for p, o, m in parts]}]}
+
+
+def segment_bytes(name: str, base: int, position: int, size: int) -> bytes:
+    with open(os.path.join(R.log_dir(name), f"{base:020d}.log"), "rb") as f:
+        f.seek(position)
+        return f.read(size)
+
+
+async def _listener(short_dir):  # noqa: F811
+    port = free_port()
+    return port, running(os.path.join(short_dir, "s"), kafka=KafkaSettings(listen=[f"127.0.0.1:{port}"]))
+
+
+async def test_fetch_serves_the_stored_bytes_within_kafkas_limits(short_dir):  # noqa: F811
+    port, daemon = await _listener(short_dir)
+    async with daemon:
+        c = await RawKafka.connect(port)
+        llog = LocalLog(R.log_dir("plain-0"), "plain", 0)
+        try:
+            loc = llog.resolve_offset(1000)
+            # max_bytes of 1: the first batch whole anyway (KIP-74), from the batch holding the offset
+            r = await c.call(1, 12, fetch_request("plain", 1000, max_bytes=1))
+            p = r["responses"][0]["partitions"][0]
+            assert p["error_code"] == E.NONE and p["records"] == segment_bytes("plain-0", loc.segment, loc.position,
+                                                                                loc.size)
+            assert (p["high_watermark"], p["last_stable_offset"], p["log_start_offset"]) == (5000, 5000, 0)
+            # partition_max_bytes: exactly that many bytes (ending mid-batch, as Kafka's slice does)
+            r = await c.call(1, 11, fetch_request("plain", 1000, partition_max_bytes=loc.size + 100))
+            assert r["responses"][0]["partitions"][0]["records"] == segment_bytes("plain-0", loc.segment,
+                                                                                  loc.position, loc.size + 100)
+            # a second partition's limit is what max_bytes has left, with no first-batch exception
+            both = fetch_request("plain", 0, max_bytes=loc.size + 50, partitions=[(0, 1000, 1 << 20)])
+            both["topics"].append({"topic": "compressed", "partitions": [
+                {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]})
+            r = await c.call(1, 12, both)
+            assert len(r["responses"][0]["partitions"][0]["records"]) == loc.size + 50
+            assert r["responses"][1]["partitions"][0]["records"] == b""
+            # out of range, past the end and for an unknown partition
+            for offset in (5001, 10 ** 12):
+                r = await c.call(1, 12, fetch_request("plain", offset))
+                assert r["responses"][0]["partitions"][0]["error_code"] == E.OFFSET_OUT_OF_RANGE
+            r = await c.call(1, 12, fetch_request("nope", 0))
+            assert r["responses"][0]["partitions"][0]["error_code"] == E.UNKNOWN_TOPIC_OR_PARTITION
+            # sessions are declined
+            r = await c.call(1, 12, fetch_request("plain", 0, session_id=7))
+            assert r["error_code"] == E.FETCH_SESSION_ID_NOT_FOUND and r["session_id"] == 0
+        finally:
+            llog.close()
+            await c.aclose()
+
+
+async def test_fetch_at_the_log_end_waits_max_wait_ms_then_answers_empty(short_dir):  # noqa: F811
+    port, daemon = await _listener(short_dir)
+    async with daemon:
+        c = await RawKafka.connect(port)
+        started = trio.current_time()
+        r = await c.call(1, 12, fetch_request("plain", 5000, max_wait_ms=300))
+        waited = trio.current_time() - started
+        assert r["responses"][0]["partitions"][0]["records"] == b"" and waited >= 0.3
+        started = trio.current_time()
+        r = await c.call(1, 12, fetch_request("plain", 4990, max_wait_ms=10_000))  # data: at once
+        assert r["responses"][0]["partitions"][0]["records"] and trio.current_time() - started < 5
+        await c.aclose()
+
+
+async def test_read_committed_stops_at_the_stable_offset_and_lists_the_aborted(short_dir):  # noqa: F811
+    port, daemon = await _listener(short_dir)
+    async with daemon:
+        c = await RawKafka.connect(port)
+        llog = LocalLog(R.log_dir("txn-0"), "txn", 0)
+        try:
+            aborted = [t for seg in llog.segments() for t in seg.txn_index.all_aborted_txns()]
+            offset, seen = 0, set()
+            while offset < llog.log_end_offset:
+                r = await c.call(1, 12, fetch_request("txn", offset, isolation=1, partition_max_bytes=4096))
+                p = r["responses"][0]["partitions"][0]
+                assert p["error_code"] == E.NONE and p["last_stable_offset"] == llog.log_end_offset
+                seen.update((a["producer_id"], a["first_offset"]) for a in p["aborted_transactions"])
+                from lookupd.format.batch import whole_batches
+                whole, offset = whole_batches(p["records"], 0)
+                assert whole
+            assert seen == {(t.producer_id, t.first_offset) for t in aborted}
+        finally:
+            llog.close()
+            await c.aclose()
+
+
+async def test_list_offsets_answers_the_special_timestamps_as_the_log_does(short_dir):  # noqa: F811
+    port, daemon = await _listener(short_dir)
+    async with daemon:
+        c = await RawKafka.connect(port)
+        llog = LocalLog(R.log_dir("ooo-time-0"), "ooo-time", 0)
+        try:
+            for ts in (-1, -2, -3, -4, -5, 0, 1700172771262, 1 << 50):
+                r = await c.call(2, 9, {"replica_id": -1, "topics": [
+                    {"name": "ooo-time", "partitions": [{"partition_index": 0, "timestamp": ts}]}]})
+                got = r["topics"][0]["partitions"][0]
+                want = llog.offset_for_timestamp(ts)
+                assert got["error_code"] == E.NONE
+                assert got["offset"] == (-1 if want is None else want.offset), ts
+                if ts >= 0 and want is not None:
+                    assert got["timestamp"] == want.timestamp
+        finally:
+            llog.close()
+            await c.aclose()
+
+
+async def test_metadata_names_the_listener_as_the_only_broker(short_dir):  # noqa: F811
+    port, daemon = await _listener(short_dir)
+    async with daemon:
+        c = await RawKafka.connect(port)
+        for version in (0, 4, 9, 12):
+            r = await c.call(3, version, {"topics": None if version else []})
+            assert [(b["host"], b["port"]) for b in r["brokers"]] == [("127.0.0.1", port)]
+            topics = {t["name"]: t for t in r["topics"]}
+            assert set(topics) >= {"plain", "txn", "large"}
+            p = topics["plain"]["partitions"][0]
+            assert p["leader_id"] == r["brokers"][0]["node_id"] == p["replica_nodes"][0]
+        await c.aclose()
+
+
+# ---------------------------------------------------------------------- bad input
+
+
+async def _closed_then_served(port: int, data: bytes) -> None:
+    """`data` gets the connection closed, with nothing answered; the daemon goes on serving others."""
+    c = await RawKafka.connect(port)
+    await c.send_raw(data)
+    with trio.fail_after(10):
+        assert await c.frame() is None
+    await c.aclose()
+    ok = await RawKafka.connect(port)
+    r = await ok.call(18, 3, {"client_software_name": "t", "client_software_version": "1"})
+    assert r["error_code"] == E.NONE
+    await ok.aclose()
+
+
+def _frame(api_key: int, version: int, body: bytes, flexible: bool = False) -> bytes:
+    head = struct.pack(">hhi", api_key, version, 1) + wire.string("bad", False) + (wire.NO_TAGS if flexible else b"")
+    return struct.pack(">i", len(head) + len(body)) + head + body
+
+
+async def test_bad_requests_close_their_connection_and_nothing_else(short_dir):  # noqa: F811
+    port, daemon = await _listener(short_dir)
+    async with daemon:
+        await _closed_then_served(port, struct.pack(">i", 200 << 20))  # longer than max_frame_bytes
+        await _closed_then_served(port, struct.pack(">i", 3) + b"abc")  # shorter than a header
+        # a Fetch claiming 2**31 topics in a few bytes
+        await _closed_then_served(port, _frame(1, 12, struct.pack(">iiiibii", -1, 500, 1, 1000, 0, 0, -1)
+                                                + b"\xff\xff\xff\xff\x0f", flexible=True))
+        await _closed_then_served(port, _frame(1, 11, b"\x00" * 5))  # cut short
+        await _closed_then_served(port, _frame(57, 0, b""))  # an API the listener does not speak
+        await _closed_then_served(port, _frame(1, 99, b""))  # a version it does not
+        await _closed_then_served(port, _frame(0, 9, REQUESTS[0].encode({"acks": 0, "topic_data": []}, 9),
+                                               flexible=True))  # acks=0 produce: no answer awaited, so closed
+        # ApiVersions of an unknown version: UNSUPPORTED_VERSION with the versions, in a v0 body (KIP-511)
+        c = await RawKafka.connect(port)
+        await c.send_raw(_frame(18, 9, b""))
+        frame = await c.frame()
+        r = RESPONSES[18].decode(frame, 0, 4)
+        assert r["error_code"] == E.UNSUPPORTED_VERSION and {k["api_key"] for k in r["api_keys"]} >= {0, 1, 2, 3}
+        await c.aclose()
