@@ -352,7 +352,8 @@ class KafkaConnection:
 
     async def _blocking(self, fn: Callable[..., Any], *args, inline: bool = False) -> Any:
         """`fn(*args)` on the event loop in non-blocking mode when `inline` and all it reads is in memory,
-X
+        else in a worker thread that never waits for the object store (lookupd.daemon.service's rule for the
+        msgpack methods, lookupd.daemon.blocking's for the store)."""
         if inline and CAN_READ_NOWAIT and self.daemon.cfg.inline_hot_lookups:
             nonblocking_mode.on = True
             try:
