@@ -298,7 +298,11 @@ class Connection:
             raise InvalidArgument(f"cannot send {method} {list(params)!r}: {err}") from None
 
     def send_response(self, msgid: int, error: Any, result: Any) -> bytes:
-        """Bytes of a response; raises TypeError/ValueError/OverflowError if `result` cannot be packed."""
+        """Bytes of a response; raises TypeError/ValueError/OverflowError if `result` cannot be packed. A map
+        result's Packed values go in as they are (columns packed once, lookupd.rpc.columns)."""
+        if type(result) is dict and any(type(v) is Packed for v in result.values()):
+            return b"".join([b"\x94", _pack(RESPONSE), _pack(msgid), _pack(error), _map_header(len(result)),
+                             *(_pack(k) + (v if type(v) is Packed else _pack(v)) for k, v in result.items())])
         return _pack([RESPONSE, msgid, error, result])
 
     def send_notification(self, method: str, params: list | tuple) -> bytes:
@@ -350,6 +354,16 @@ _READ_SIZE = 16 << 10
 # _PACKER_KEEP_BYTES (a large columnar answer) the thread's Packer is replaced, giving it back.
 _PACKER_KEEP_BYTES = 1 << 20
 _packers = threading.local()
+
+
+class Packed(bytes):
+    """A value already in msgpack form, spliced into a response map as it is (see send_response)."""
+
+
+def _map_header(n: int) -> bytes:
+    if n < 16:
+        return bytes([0x80 | n])
+    return b"\xde" + n.to_bytes(2, "big") if n < 1 << 16 else b"\xdf" + n.to_bytes(4, "big")
 
 
 def _pack(value: Any) -> bytes:
