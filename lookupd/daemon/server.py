@@ -45,10 +45,10 @@ from ..sdnotify import sd_notify
 from . import memory
 from .acl import Acl
 from .authlimit import AuthThrottle, source_key
+from .blocking import REMOTE_THREADS, run_blocking
 from .buffers import Buffers
 from .clientlog import ClientLog
 from .config import Config, read_tokens
-from .blocking import REMOTE_THREADS, run_blocking
 from .connection import Connection, now
 from .kafkaconn import METRIC_NAMES as KAFKA_METRIC_NAMES, KafkaConnection
 from .listeners import Bound

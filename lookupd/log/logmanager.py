@@ -139,7 +139,7 @@ class LogManager:
                     current[key] = llog
                     added += 1
                 elif self._dir_mtimes.get(key) != mtime:
-                    changed += llog.refresh()
+                    changed += llog.refresh_dir()  # a TieredLog's bucket is _refresh_remote's to list
                 llog.checkpointed_log_start = starts.get(key)
                 # A directory changed within the file system's timestamp granularity of this listing may
                 # change again with the same mtime (two files made in one clock tick): listed again next time.
