@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import trio
 
+from ..errors import Unavailable
 from ..kafka import apis, framing
 from ..kafka import errors as E
 from ..kafka import fetch as F
@@ -358,7 +359,8 @@ class KafkaConnection:
 
     async def _blocking(self, fn: Callable[..., Any], *args, inline: bool = False) -> Any:
         """`fn(*args)` on the event loop in non-blocking mode when `inline` and all it reads is in memory,
-        else in a worker thread (lookupd.daemon.service's rule for the msgpack methods)."""
+        else in a worker thread that never waits for the object store (lookupd.daemon.service's rule for the
+        msgpack methods, lookupd.daemon.blocking's for the store)."""
         if inline and CAN_READ_NOWAIT and self.daemon.cfg.inline_hot_lookups:
             nonblocking_mode.on = True
             try:
@@ -367,7 +369,10 @@ class KafkaConnection:
                 pass
             finally:
                 nonblocking_mode.on = False
-        return await trio.to_thread.run_sync(lambda: fn(*args), limiter=self.daemon.limiter, abandon_on_cancel=True)
+        try:
+            return await self.daemon.blocking(lambda: fn(*args), getattr(fn, "__name__", "a Kafka request"))
+        except Unavailable as err:  # the object store did not answer in time: the client retries on a new one
+            raise Closing(str(err)) from None
 
     # ------------------------------------------------------------------ Fetch
 
