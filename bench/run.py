@@ -27,7 +27,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import Figure, machine, print_table  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SUITES = ["index", "decode", "coldstart", "daemon", "fuse", "spark", "remote", "tiered", "spark_tiered", "kafka", "groups"]
+SUITES = ["index", "decode", "coldstart", "daemon", "fuse", "spark", "remote", "tiered", "spark_tiered", "kafka", "groups",
+          "schemas", "hostile"]
 SCHEMA = os.path.join(HERE, "results.schema.json")
 FULL_RUN_OUT = os.path.join(HERE, "results")
 OTHER_RUN_OUT = os.path.join(os.path.dirname(HERE), "run", "bench")

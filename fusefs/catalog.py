@@ -22,6 +22,9 @@ import threading
 import time
 from typing import Any, Callable, Hashable, NamedTuple
 
+from lookupd.format.schemas import Registry
+from lookupd.rpc.client import RemoteError, topic_denial
+
 from .binding import FuseOSError
 from .daemon import DaemonLink
 
@@ -98,6 +101,11 @@ class TTLCache:
                 return entry[1]
             return self._fetch(key, fetch)
 
+    def peek(self, key: Hashable) -> Any:
+        """The value held for `key` (stale or not), None if none."""
+        entry = self._entries.get(key)
+        return None if entry is None else entry[1]
+
     def _fetch(self, key: Hashable, fetch: Callable[[], Any]) -> Any:
         started = time.monotonic()
         value = fetch()
@@ -115,6 +123,10 @@ class TTLCache:
             lock.release()
 
 
+# Topic names whose absence the catalog keeps the reason for (and logs, once each): any name may be asked about.
+MAX_DENIALS_KEPT = 256
+
+
 class Catalog:
     """Partitions and segments, as the daemon lists them (see the module docstring)."""
 
@@ -124,6 +136,10 @@ class Catalog:
         self.same_host = same_host
         self._cache = TTLCache(ttl)
         self._hidden: set[tuple[str, int]] = set()  # partitions left out for an error, as last fetched
+        # topic -> (until when, the daemon's UNAUTHORIZED answer or None): why a topic it does not list is
+        # absent, asked once per ttl; and the topics whose denial was logged (once each)
+        self._denials: dict[str, tuple[float, RemoteError | None]] = {}
+        self._denials_said: set[str] = set()
 
     def _local_dir(self, row: dict) -> str | None:
         name = f"{row['topic']}-{row['partition']}"
@@ -160,15 +176,52 @@ class Catalog:
         return out
 
     def partition(self, topic: str, partition: int) -> PartitionInfo:
-        """The partition, or FuseOSError ENOENT when the daemon does not serve it."""
-        info = self.partitions().get((topic, partition))
+        """The partition, or FuseOSError: ENOENT when the daemon does not serve it, EACCES when its topic is
+        one the daemon's [[acl]] rules do not let this mount describe (`absent`)."""
+        partitions = self.partitions()
+        info = partitions.get((topic, partition))
         if info is None:
+            if not any(t == topic for t, _ in partitions):
+                raise self.absent(topic)
             raise FuseOSError(errno.ENOENT)
         return info
+
+    def absent(self, topic: str) -> FuseOSError:
+        """The error for a topic the daemon does not list: EACCES when its [[acl]] rules deny it (the daemon's
+        reason, naming the principal, the operation and the topic, logged once per topic), else ENOENT."""
+        now = time.monotonic()
+        known = self._denials.get(topic)
+        if known is None or known[0] <= now:
+            known = self._denials[topic] = (now + self._cache.ttl, topic_denial(self.daemon.call, topic))
+            if len(self._denials) > MAX_DENIALS_KEPT:  # any name may be asked about: keep the newest only
+                del self._denials[next(iter(self._denials))]
+            if known[1] is not None and topic not in self._denials_said and len(self._denials_said) < MAX_DENIALS_KEPT:
+                self._denials_said.add(topic)
+                log.warning("topic %r is not shown: the daemon answers %s", topic, known[1])
+        return FuseOSError(errno.ENOENT if known[1] is None else errno.EACCES)
 
     def segments(self, part: PartitionInfo) -> Segments:
         key = ("segments", part.topic, part.partition)
         return self._cache.get(key, lambda: Segments(self.daemon.call("segments", part.topic, part.partition)))
+
+    def schemas(self) -> Registry | None:
+        """The Schema Registry's state as the daemon reads it from its schemas topic (None: not served)."""
+        return self._cache.get("schemas", self._fetch_schemas)
+
+    def _fetch_schemas(self) -> Registry | None:
+        try:
+            answer = self.daemon.call("schemas")
+        except RemoteError as err:
+            if err.code == "UNKNOWN_METHOD":  # a daemon from before schemas
+                return None
+            raise
+        if answer is None:
+            return None
+        old = self._cache.peek("schemas")
+        if old is not None and old.end_offset == answer.get("end_offset") and \
+                len(old.versions) == len(answer.get("versions", ())):
+            return old  # the same state: its decoders and rendered batches stay good
+        return Registry.from_json(answer)
 
     def segment(self, part: PartitionInfo, base_offset: int) -> SegmentInfo:
         """The segment, or FuseOSError ENOENT when the partition has none at that base offset."""

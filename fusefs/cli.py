@@ -66,6 +66,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="the daemon's TOML config: its [remote] table shows the segments in the bucket too, "
                         "named <base>.remote.<suffix> (see docs/fusefs.md)")
 
+    m.add_argument("--no-decode-values", dest="decode_values", action="store_false",
+                   help="show keys and values in Confluent's wire format as bytes (by default they are decoded "
+                        "with the schemas of the daemon's _schemas topic, when it has one)")
+
     u = sub.add_parser("umount", help="unmount a fusefs mount")
     _verbose_after(u)
     u.add_argument("mountpoint", metavar="MOUNTPOINT")
@@ -140,7 +144,7 @@ def mount(args) -> int:
     catalog = Catalog(DaemonLink(address, token=token, timeout=args.timeout, tls=tls), log_dirs=args.log_dirs,
                       same_host=same_host, ttl=args.ttl)
     try:
-        KafkaFUSE(KafkaFS(catalog, remote=remote), mountpoint, raw_fi=True, foreground=args.foreground, ro=True,
+        KafkaFUSE(KafkaFS(catalog, remote=remote, decode_values=args.decode_values), mountpoint, raw_fi=True, foreground=args.foreground, ro=True,
                   default_permissions=True, allow_other=args.allow_other, auto_unmount=True, max_read=MAX_READ,
                   max_idle_threads=MAX_THREADS, fsname="kafka-lookupd", subtype=FS_TYPE)
     except RuntimeError:

@@ -12,7 +12,8 @@ end of the content. A rolled segment's raw files keep the kernel's page cache fr
 open to the next while they are the same file (see `_cache_kept`); the active segment's
 are read through the mount at every open, as it grows. Other files and directories carry the time of the mount.
 
-Errors: unknown paths ENOENT; offsets outside the partition ENOENT; writes of any kind
+Errors: unknown paths ENOENT; offsets outside the partition ENOENT; a topic the daemon's [[acl]] rules
+deny (to describe, or a file to read) EACCES, with the daemon's reason in the log; writes of any kind
 EROFS (the mount is read-only: the kernel refuses them before they reach here); the daemon unreachable or corrupt data: EIO, with the reason in the log (the same
 reason at most every 10 s). A segment deleted by retention is ENOENT from then on, but
 files opened before keep reading: raw files and generated views hold the descriptors of
@@ -36,6 +37,7 @@ from typing import Callable, NamedTuple
 from lookupd.rpc.client import RemoteError
 from lookupd.errors import LookupdError
 from lookupd.format.times import MAX_TIMESTAMP, outside_records
+from lookupd.format.wire import MissingExtra, ValueDecoder, require
 from lookupd.log.fileio import regular_stat
 from lookupd.sdnotify import sd_notify
 
@@ -97,8 +99,12 @@ class KafkaFS(Operations):
     use_ns = True
 
     def __init__(self, catalog: Catalog, handles: Handles | None = None, renders: RenderCache | None = None,
-                 remote: RemoteSegments | None = None):
+                 remote: RemoteSegments | None = None, decode_values: bool = True):
         self.catalog = catalog
+        # Keys and values in Confluent's wire format decoded in the record views, with the schemas of the
+        # daemon's `_schemas` topic (off: `fusefs mount --no-decode-values`, or no such topic).
+        self.decode_values = decode_values
+        self._decoder: ValueDecoder | None = None
         self.remote = remote  # the bucket's segments (fusefs mount --config); None: remote segments not shown
         self.daemon = catalog.daemon
         self.handles = handles or Handles()
@@ -132,6 +138,9 @@ class KafkaFS(Operations):
                 raise FuseOSError(errno.ENOENT) from None
             if err.code == "INVALID_ARGUMENT":
                 raise FuseOSError(errno.EINVAL) from None
+            if err.code == "UNAUTHORIZED":  # the daemon's [[acl]] rules: its message names the topic and operation
+                self._warn(op, args, err, answering="EACCES")
+                raise FuseOSError(errno.EACCES) from None
             self._warn(op, args, err)
         except LookupdError as err:  # the daemon unreachable, corrupt data
             self._warn(op, args, err)
@@ -144,10 +153,10 @@ class KafkaFS(Operations):
             log.exception("%s %s failed", op, args[0] if args else "")
         raise FuseOSError(errno.EIO)
 
-    def _warn(self, op: str, args: tuple, err: Exception) -> None:
+    def _warn(self, op: str, args: tuple, err: Exception, answering: str = "EIO") -> None:
         reason = f"{type(err).__name__}: {err}"
         if self._first_in_a_while(reason):
-            log.warning("%s %s: %s; answering EIO", op, args[0] if args else "", reason)
+            log.warning("%s %s: %s; answering %s", op, args[0] if args else "", reason, answering)
 
     def _first_in_a_while(self, key: str) -> bool:
         """Whether `key` was not logged in the last WARN_EVERY_S (and is now)."""
@@ -330,14 +339,61 @@ class KafkaFS(Operations):
         self._check_exists(node)
         return self._attrs(stat.S_IFREG | 0o444)
 
+    def decoder(self) -> ValueDecoder | None:
+        """The decoder the record views open now use: over the registry the catalog holds, None when
+        decoding is off, there are no schemas, or the packages that decode are missing (said once)."""
+        if not self.decode_values:
+            return None
+        reg = self._schemas_or_none("decode")
+        if reg is None:
+            return None
+        dec = self._decoder
+        if dec is None or dec.registry is not reg:
+            try:
+                require()
+            except MissingExtra as err:
+                log.warning("records are shown undecoded: %s", err)
+                self.decode_values = False
+                return None
+            dec = self._decoder = ValueDecoder(reg)
+        return dec
+
+    def _schemas_or_none(self, op: str):
+        """The catalog's registry; None when there is none, or it cannot be had now (said in the log): the
+        records are then shown undecoded, and the root lists no __schemas."""
+        try:
+            return self.catalog.schemas()
+        except (LookupdError, RemoteError, OSError) as err:
+            self._warn(op, (tree.SCHEMAS,), err)
+            return None
+
+    def _registry(self):
+        reg = self.catalog.schemas()
+        if reg is None:
+            raise FuseOSError(errno.ENOENT)
+        return reg
+
+    def _schema_version(self, node: tree.SchemaFile):
+        """The version a schema file names; ENOENT unless it is there under exactly that name."""
+        sv = self._registry().version(node.subject, node.version)
+        if sv is None or tree.schema_file_name(sv.version, sv.schema_type, sv.deleted) != node.name:
+            raise FuseOSError(errno.ENOENT)
+        return sv
+
     def _partitions_of(self, topic: str) -> list[int]:
         partitions = self.catalog.topics().get(topic)
         if partitions is None:
-            raise FuseOSError(errno.ENOENT)
+            raise self.catalog.absent(topic)  # ENOENT, or EACCES for a topic the [[acl]] rules deny
         return partitions
 
     def _subdirectories(self, node: tree.Node) -> int:
         """How many directories `node` holds (for st_nlink); ENOENT when it does not exist."""
+        if isinstance(node, tree.SchemasDir):
+            return len(self._registry().subjects(include_deleted=True))
+        if isinstance(node, tree.SubjectDir):
+            if node.subject not in self._registry().subjects(include_deleted=True):
+                raise FuseOSError(errno.ENOENT)
+            return 0
         if isinstance(node, tree.GroupsDir):
             if tree.CONSUMER_OFFSETS not in self.catalog.topics():
                 raise FuseOSError(errno.ENOENT)  # no group to show (or none this principal may see)
@@ -366,6 +422,15 @@ class KafkaFS(Operations):
         if isinstance(node, tree.Root):
             topics = self.catalog.topics()
             names = [n for n in topics if n != tree.GROUPS] + ([tree.GROUPS] if tree.CONSUMER_OFFSETS in topics else [])
+            if self._schemas_or_none("readdir") is not None:  # (a topic named __schemas is shadowed)
+                names = [n for n in names if n != tree.SCHEMAS] + [tree.SCHEMAS]
+        elif isinstance(node, tree.SchemasDir):
+            names = [tree.key_file_name(s.encode(), "") for s in self._registry().subjects(include_deleted=True)]
+        elif isinstance(node, tree.SubjectDir):
+            versions = self._registry().subjects(include_deleted=True).get(node.subject)
+            if versions is None:
+                raise FuseOSError(errno.ENOENT)
+            names = [tree.schema_file_name(sv.version, sv.schema_type, sv.deleted) for sv in versions]
         elif isinstance(node, tree.GroupsDir):
             groups = self.daemon.call("groups")["groups"]
             return [(tree.group_file_name(g["group"]), self._attrs(stat.S_IFREG | 0o444)) for g in groups]
@@ -434,6 +499,9 @@ class KafkaFS(Operations):
         return self.daemon.call("group_offsets", group, "read_uncommitted")
 
     def _check_exists(self, node: tree.Node) -> None:
+        if isinstance(node, tree.SchemaFile):
+            self._schema_version(node)
+            return
         if isinstance(node, tree.GroupFile):
             self._group_offsets(node.group)
             return
@@ -456,7 +524,7 @@ class KafkaFS(Operations):
                 starts.append(Cursor(bases[0], 0, bases[0]))
         if not sources:
             return _nothing, None
-        return functools.partial(key_lines, sources, starts, node.key), (0, starts[0])
+        return functools.partial(key_lines, sources, starts, node.key, decoder=self.decoder()), (0, starts[0])
 
     def _resolve_offset(self, part: PartitionInfo, offset: int) -> dict | None:
         return self.daemon.call("resolve_offset", part.topic, part.partition, offset)
@@ -469,6 +537,8 @@ class KafkaFS(Operations):
         opened before retention deletes its segment reads on as if it had not (ENOENT once it has)."""
         if isinstance(node, tree.ByKey):
             return self._key_producer(node)
+        if isinstance(node, tree.SchemaFile):
+            return functools.partial(_once, self._schema_version(node).schema.encode()), None
         if isinstance(node, tree.GroupFile):
             answer = self._group_offsets(node.group)
             cols = answer["offsets"]  # the daemon's columns, shown a partition a row (as lookupd groups --json)
@@ -482,7 +552,8 @@ class KafkaFS(Operations):
             if node.suffix == "records.jsonl":
                 if isinstance(source, LocalSource):
                     source.pin(node.base_offset)
-                produce = functools.partial(record_lines, source, self.renders, None, None, False)
+                produce = functools.partial(record_lines, source, self.renders, None, None, False,
+                                            decoder=self.decoder())
                 return produce, Cursor(node.base_offset, 0, node.base_offset)
             active = self.catalog.segment(part, node.base_offset).active
             if node.remote:
@@ -507,7 +578,7 @@ class KafkaFS(Operations):
                 self._explain_empty(path, part, node)
         if at is None:  # the log end, or no record that late
             return _nothing, None
-        produce = functools.partial(record_lines, source, self.renders, first, end, True)
+        produce = functools.partial(record_lines, source, self.renders, first, end, True, decoder=self.decoder())
         return produce, Cursor(at["segment"], at["position"], first)
 
     def _explain_empty(self, path: str, part: PartitionInfo, node: tree.AtTime) -> None:

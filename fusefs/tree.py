@@ -25,6 +25,9 @@
     /__groups/<group>.json              a consumer group's committed offsets, log end offsets and lag (the
                                         daemon's group_offsets), for each group in __consumer_offsets
                                         (there when the daemon serves a partition of __consumer_offsets)
+    /__schemas/                         the Schema Registry's subjects (from its `_schemas` topic)
+        <subject>/<version>.avsc        each version's schema text: .avsc (Avro), .proto, .json (JSON
+                                        Schema); a soft-deleted version is <version>.deleted.<ext>
 
 `<base>` is the segment's base offset as 20 digits, as in the log dir. Navigation files
 start exactly at their offset: records before it in the batch that holds it are skipped
@@ -38,7 +41,7 @@ record). Times are those of lookupd.format.times: epoch milliseconds, ISO-8601
 (`2026-01-01T10:00:00Z`, `2026-01-01T10:00:00.250+00:00`, `2026-01-01`; no zone means UTC), a
 time before now (`-1h`) or `now`, and ListOffsets' `earliest`, `latest`, `max`.
 
-A key is named by its text when it is valid UTF-8 and a legal file name (not "." or "..", no
+A key (and a subject) is named by its text when it is valid UTF-8 and a legal file name (not "." or "..", no
 "/" or NUL, at most 255 bytes with ".jsonl", not starting with "base64:"); any other key is
 `base64:` and the key in URL-safe base64 (RFC 4648 section 5; padding optional). Records
 without a key have no file. `by-key/` is never listed: names are resolved on lookup.
@@ -171,13 +174,39 @@ class GroupFile(NamedTuple):
     group: str
 
 
+class SchemasDir(NamedTuple):
+    """`__schemas/`: one directory per subject."""
+
+
+class SubjectDir(NamedTuple):
+    subject: str
+
+
+class SchemaFile(NamedTuple):
+    """One version of a subject's schema; `deleted`: named as a soft-deleted version."""
+
+    subject: str
+    version: int
+    ext: str
+    deleted: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.version}{'.deleted' if self.deleted else ''}.{self.ext}"
+
+
+SCHEMAS = "__schemas"
+SCHEMA_EXTENSIONS = {"AVRO": "avsc", "PROTOBUF": "proto", "JSON": "json"}  # by schemaType
+_SCHEMA_FILE = re.compile(r"([1-9][0-9]{0,9})(\.deleted)?\.(avsc|proto|json)")
+
 Node = Root | Topic | Partition | SegmentFile | PartitionJson | NavDir | AtOffset | AtTime | ByKeyDir | ByKey | \
-    GroupsDir | GroupFile
-DIRECTORIES = (Root, Topic, Partition, NavDir, ByKeyDir, GroupsDir)
+    GroupsDir | GroupFile | SchemasDir | SubjectDir | SchemaFile
+DIRECTORIES = (Root, Topic, Partition, NavDir, ByKeyDir, GroupsDir, SchemasDir, SubjectDir)
 
 
 def key_file_name(key: bytes, suffix: str = JSONL) -> str:
-    """The file name of a key's by-key file, or with suffix `.json` of a group's (see the module docstring)."""
+    """The file name of a key's by-key file, with suffix `.json` of a group's, with suffix "" of a subject's
+    directory (see the module docstring)."""
     try:
         text = key.decode("utf-8")
     except UnicodeDecodeError:
@@ -192,11 +221,16 @@ def group_file_name(group: str) -> str:
     return key_file_name(group.encode("utf-8", "surrogateescape"), JSON)
 
 
+def schema_file_name(version: int, schema_type: str, deleted: bool) -> str:
+    return f"{version}{'.deleted' if deleted else ''}.{SCHEMA_EXTENSIONS[schema_type]}"
+
+
 def parse_key_name(name: str, suffix: str = JSONL) -> bytes:
-    """The key a by-key file name (a group file name, with suffix `.json`) names; ENOENT for one that names none."""
+    """The key a by-key file name names (a group file name with suffix `.json`, a subject's directory with
+    suffix ""); ENOENT for one that names none."""
     if not name.endswith(suffix) or name == suffix:
         raise _missing()
-    stem = name[:-len(suffix)]
+    stem = name[:-len(suffix)] if suffix else name
     if not stem.startswith(KEY_BASE64):
         return stem.encode("utf-8", "surrogateescape")
     text = stem[len(KEY_BASE64):]
@@ -256,6 +290,8 @@ def parse(path: str) -> Node:
     parts = [p for p in path.split("/") if p]
     if not parts:
         return Root()
+    if parts[0] == SCHEMAS:
+        return _schemas(parts)
     if parts[0] == GROUPS:
         if len(parts) == 1:
             return GroupsDir()
@@ -296,6 +332,21 @@ def parse(path: str) -> Node:
     if len(parts) == 4 and name in NAV_DIRS:
         return _nav(topic, partition, name, parts[3])
     raise _missing()
+
+
+def _schemas(parts: list[str]) -> SchemasDir | SubjectDir | SchemaFile:
+    if len(parts) == 1:
+        return SchemasDir()
+    try:
+        subject = parse_key_name(parts[1], "").decode("utf-8")
+    except UnicodeDecodeError:
+        raise _missing() from None
+    if len(parts) == 2:
+        return SubjectDir(subject)
+    m = _SCHEMA_FILE.fullmatch(parts[2])
+    if len(parts) > 3 or m is None:
+        raise _missing()
+    return SchemaFile(subject, int(m[1]), m[3], m[2] is not None)
 
 
 PARTITION_EXTRAS = [PARTITION_JSON, *NAV_DIRS]

@@ -21,6 +21,7 @@ import numpy as np
 
 from lookupd.format.batch import COMPRESSION_MASK, BatchHeader, ensure_valid
 from lookupd.format import render as json_lines
+from lookupd.format.wire import ValueDecoder
 from lookupd.log.segment import LogSegment
 
 from .catalog import PartitionInfo, Segments
@@ -42,9 +43,9 @@ class Rendered(json_lines.JsonLines):
         return self.data[self.starts[i]:self.starts[max(i, j)]], j < len(self.offsets)
 
 
-def render(header: BatchHeader, data: memoryview, where: str) -> Rendered:
+def render(header: BatchHeader, data: memoryview, where: str, decoder: ValueDecoder | None = None) -> Rendered:
     ensure_valid(header, data, where)
-    return Rendered(*json_lines.record_lines(header, data, where))
+    return Rendered(*json_lines.record_lines(header, data, where, decoder=decoder))
 
 
 class RenderCache:
@@ -56,13 +57,16 @@ class RenderCache:
         self._items: OrderedDict[tuple, Rendered] = OrderedDict()
         self._bytes = 0
 
-    def get(self, key: tuple, header: BatchHeader, data: memoryview, where: str) -> Rendered:
+    def get(self, key: tuple, header: BatchHeader, data: memoryview, where: str,
+            decoder: ValueDecoder | None = None) -> Rendered:
+        if decoder is not None:  # rendered with these schemas: another registry state renders again
+            key = (*key, decoder.registry.end_offset)
         with self._lock:
             hit = self._items.get(key)
             if hit is not None:
                 self._items.move_to_end(key)
                 return hit
-        rendered = render(header, data, where)
+        rendered = render(header, data, where, decoder)
         with self._lock:
             if key not in self._items:
                 self._items[key] = rendered
@@ -73,22 +77,24 @@ class RenderCache:
 
 
 def record_lines(source: LocalSource | RemoteSource, cache: RenderCache, first: int | None, end: int | None,
-                 follow: bool, cursor: Cursor) -> Pieces:
+                 follow: bool, cursor: Cursor, *, decoder: ValueDecoder | None = None) -> Pieces:
     """Producer: JSON lines of the records with first <= offset < end, from the batch at `cursor`
-    to the end of its segment, or of the partition if `follow`."""
+    to the end of its segment, or of the partition if `follow`; with a `decoder`, keys and values in
+    Confluent's wire format decoded (lookupd.format.render.decoded_field)."""
     part = source.part
     for header, data, after in source.batches(cursor, follow):
         if first is not None and header.last_offset < first:
             yield b"", after
             continue
         key = (part.topic, part.partition, after.segment, header.position, header.crc)
-        piece, past_end = cache.get(key, header, data, source.log_name(after.segment)).between(first, end)
+        piece, past_end = cache.get(key, header, data, source.log_name(after.segment), decoder).between(first, end)
         yield piece, after
         if past_end or end is not None and header.last_offset >= end - 1:
             return
 
 
-def key_lines(sources: list, starts: list[Cursor], key: bytes, cursor: tuple[int, Cursor]) -> Pieces:
+def key_lines(sources: list, starts: list[Cursor], key: bytes, cursor: tuple[int, Cursor], *,
+              decoder: ValueDecoder | None = None) -> Pieces:
     """Producer: JSON lines (as `.records.jsonl` has them) of every record whose key is `key`, partition
     after partition, each in offset order, from `cursor` = (partition number in `sources`, batch).
     Found lines come out as soon as their batch is scanned, so `head -1` stops at the first match.
@@ -102,7 +108,7 @@ def key_lines(sources: list, starts: list[Cursor], key: bytes, cursor: tuple[int
                 continue
             where = source.log_name(after.segment)
             ensure_valid(header, data, where)
-            yield json_lines.record_lines(header, data, where, key=key).data, (i, after)
+            yield json_lines.record_lines(header, data, where, key=key, decoder=decoder).data, (i, after)
         i += 1
         if i < len(sources):
             at = starts[i]

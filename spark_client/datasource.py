@@ -15,6 +15,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from .decoded import Decoding, columns, fetch_registry, value_subject
 from .errors import OptionError
 from .options import ReadOptions, parse_options, parse_stream_options
 from .planner import plan
@@ -44,38 +45,55 @@ class KafkaSegmentsDataSource(DataSource):
             except OptionError:
                 pass
             else:
-                return kafka_schema(options.include_headers)
+                return self._schema(options)
             raise
-        return kafka_schema(options.include_headers)
+        return self._schema(options)
+
+    def _schema(self, options: ReadOptions) -> StructType:
+        """Kafka's columns, and lookupd.decodeValues' (whose struct type the schemas topic gives)."""
+        decoding = self._decoding(options)
+        value_type = decoding.value_type() if decoding is not None else None
+        return StructType(kafka_schema(options.include_headers).fields + columns(options.decode_values, value_type))
+
+    def _decoding(self, options: ReadOptions) -> Decoding | None:
+        """The schemas the read decodes with (fetched from the daemons once per load), None without the option."""
+        if options.decode_values is None:
+            return None
+        held = getattr(self, "_decoding_held", None)
+        if held is None:
+            with Daemons(read_token(options.token_file), tls=dict(options.tls)) as daemons:
+                registry = fetch_registry(options, daemons)
+            subject = value_subject(options) if options.decode_values == "struct" else None
+            held = self._decoding_held = Decoding(options.decode_values, registry, subject)
+        return held
 
     def reader(self, schema: StructType) -> "KafkaSegmentsReader":
         options = parse_options(self.options)
-        _check_schema(schema, options)
-        return KafkaSegmentsReader(options, schema)
+        self._check_schema(schema, options)
+        return KafkaSegmentsReader(options, schema, self._decoding(options))
 
     def streamReader(self, schema: StructType) -> KafkaSegmentsStreamReader:
         options = parse_stream_options(self.options)
-        _check_schema(schema, options)
-        return KafkaSegmentsStreamReader(options, read_settings(options, schema))
+        self._check_schema(schema, options)
+        return KafkaSegmentsStreamReader(options, read_settings(options, schema, self._decoding(options)))
+
+    def _check_schema(self, schema: StructType, options: ReadOptions) -> None:
+        if schema != self._schema(options):
+            raise OptionError("Kafka source has a fixed schema and cannot be set with a custom one")
 
 
-def _check_schema(schema: StructType, options: ReadOptions) -> None:
-    if schema != kafka_schema(options.include_headers):
-        raise OptionError("Kafka source has a fixed schema and cannot be set with a custom one")
-
-
-def read_settings(options: ReadOptions, schema: StructType) -> ReadSettings:
+def read_settings(options: ReadOptions, schema: StructType, decoding: Decoding | None = None) -> ReadSettings:
     """What every split of a batch read or micro-batch shares."""
     return ReadSettings(read_committed=options.read_committed, include_headers=options.include_headers,
                         read_from=options.read_from, fail_on_data_loss=options.fail_on_data_loss,
                         token=read_token(options.token_file), arrow_schema=arrow_schema(schema),
-                        tls=dict(options.tls))
+                        tls=dict(options.tls), decoding=decoding)
 
 
 class KafkaSegmentsReader(DataSourceReader):
-    def __init__(self, options: ReadOptions, schema: StructType):
+    def __init__(self, options: ReadOptions, schema: StructType, decoding: Decoding | None = None):
         self.options = options
-        self.settings = read_settings(options, schema)
+        self.settings = read_settings(options, schema, decoding)
 
     def partitions(self) -> Sequence[InputPartition]:
         with Daemons(self.settings.token, tls=self.settings.tls) as daemons:

@@ -31,6 +31,14 @@ class DataLossError(RuntimeError):
         self.reason = reason
 
 
+class TopicAuthorizationError(PermissionError):
+    """Topics the daemon's [[acl]] rules do not let this client describe (Spark's TopicAuthorizationException)."""
+
+    def __init__(self, topics: list[str], reason: str):
+        super().__init__(f"Not authorized to access topics: [{', '.join(topics)}]: {reason}")
+        self.topics = topics
+
+
 class SegmentsChanged(OptionError):
     """Segments were rolled or deleted while a read was planned: planning again gives a consistent plan."""
 

@@ -102,6 +102,8 @@ class ReadOptions:
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int = 0
     remote: RemoteOptions = RemoteOptions()
+    # lookupd.decodeValues: None, "json" or "struct" (spark_client.decoded)
+    decode_values: str | None = None
 
 
 ASSIGN, SUBSCRIBE, SUBSCRIBE_PATTERN = "assign", "subscribe", "subscribepattern"
@@ -206,9 +208,23 @@ def _settings(opts: dict[str, str]) -> dict:
         address=parse_address(opts.get(ADDRESS)), token_file=opts.get("lookupd.tokenfile") or None,
         read_from=_choice(opts, "lookupd.readfrom", "lookupd.readFrom", READ_FROM, "auto"),
         remote=_remote(opts),
+        decode_values=_decode_values(opts),
         tls=tuple((f"tls_{part}", opts[f"lookupd.tls.{part}"]) for part in ("ca", "cert", "key")
                   if opts.get(f"lookupd.tls.{part}")),
     )
+
+
+DECODE_VALUES = ("json", "struct")
+
+
+def _decode_values(opts: dict[str, str]) -> str | None:
+    """lookupd.decodeValues: keys and values in Confluent's wire format decoded (spark_client.decoded)."""
+    value = opts.get("lookupd.decodevalues")
+    if value is None or value.strip().lower() in ("", "none", "false"):
+        return None
+    if value.strip().lower() not in DECODE_VALUES:
+        raise OptionError(f"lookupd.decodeValues must be json or struct; got '{value}'")
+    return value.strip().lower()
 
 
 def _remote(opts: dict[str, str]) -> RemoteOptions:

@@ -17,9 +17,9 @@ import re
 from dataclasses import replace
 from concurrent.futures import ThreadPoolExecutor
 
-from lookupd.rpc.client import RemoteError
+from lookupd.rpc.client import RemoteError, topic_denial
 
-from .errors import DataLossError, OptionError, SegmentsChanged
+from .errors import DataLossError, OptionError, SegmentsChanged, TopicAuthorizationError
 from .options import EARLIEST, LATEST, Bound, ReadOptions, TopicPartition, tp_name, tp_names
 from .remote import resolve_location
 from .routing import Daemons, PartitionInfo, addresses, columnar, discover, route
@@ -33,7 +33,7 @@ PLANNING_THREADS = 16
 def plan(options: ReadOptions, daemons: Daemons) -> list[Split]:
     """The splits of a batch read, in topic, partition and offset order."""
     routes = discover(options.address, daemons)
-    infos = [route(routes, tp, options.address) for tp in select(options, routes)]
+    infos = [route(routes, tp, options.address) for tp in select(options, routes, daemons)]
     options = starting_from_group(options, daemons, infos)
     check_partitions(options, [i.tp for i in infos])
     with ThreadPoolExecutor(min(PLANNING_THREADS, max(len(infos), 1))) as pool:
@@ -59,22 +59,39 @@ def plan_ranges(options: ReadOptions, daemons: Daemons, bounds: list[tuple[Parti
         return [s for splits in pool.map(cut, ranges, counts) for s in splits]
 
 
-def select(options: ReadOptions, routes: dict[TopicPartition, PartitionInfo], *,
+def select(options: ReadOptions, routes: dict[TopicPartition, PartitionInfo], daemons: Daemons, *,
            need_topics: bool = True) -> list[TopicPartition]:
     """The partitions the strategy names, sorted (assign: exactly those; subscribe: all of each topic).
 
+    A named topic that no daemon lists because its [[acl]] rules deny it is TopicAuthorizationError;
     need_topics=False (streams): a subscribed topic that does not exist yet is no error."""
     s = options.strategy
     if s.kind == "assign":
+        check_authorized(options, daemons, {t for t, _ in s.partitions}.difference(t for t, _ in routes))
         return list(s.partitions)
     if s.kind == "subscribe":
         missing = sorted(set(s.topics).difference(t for t, _ in routes))
+        check_authorized(options, daemons, missing)
         if missing and need_topics:
             raise OptionError(f"topic(s) {', '.join(missing)} not found: no partition of them is served by lookupd "
                               f"at {', '.join(addresses(options.address))}")
         return sorted(tp for tp in routes if tp[0] in s.topics)
     pattern = re.compile(s.pattern)
     return sorted(tp for tp in routes if pattern.fullmatch(tp[0]))
+
+
+def check_authorized(options: ReadOptions, daemons: Daemons, topics) -> None:
+    """TopicAuthorizationError, with the daemon's reason (its principal, the operation, the topic), for the
+    named topics that no daemon lists because its [[acl]] rules deny them (Spark's Kafka source fails so)."""
+    denied: dict[str, str] = {}
+    for topic in sorted(topics):
+        for address in addresses(options.address):
+            err = topic_denial(daemons.client(address).call, topic)
+            if err is not None:
+                denied[topic] = f"lookupd at {address} answers {err}"
+                break
+    if denied:
+        raise TopicAuthorizationError(list(denied), "; ".join(denied.values()))
 
 
 def starting_from_group(options: ReadOptions, daemons: Daemons, infos: list[PartitionInfo]) -> ReadOptions:

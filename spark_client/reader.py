@@ -68,7 +68,7 @@ class ReadSettings:
     """What every split of a read shares (picklable)."""
 
     def __init__(self, *, read_committed: bool, include_headers: bool, read_from: str, fail_on_data_loss: bool,
-                 token: str | None, arrow_schema: pa.Schema, tls: dict[str, str] | None = None):
+                 token: str | None, arrow_schema: pa.Schema, tls: dict[str, str] | None = None, decoding=None):
         self.read_committed = read_committed
         self.include_headers = include_headers
         self.read_from = read_from
@@ -76,6 +76,7 @@ class ReadSettings:
         self.token = token
         self.arrow_schema = arrow_schema
         self.tls = tls or {}  # the Client's tls_ca/tls_cert/tls_key (lookupd.tls.*)
+        self.decoding = decoding  # lookupd.decodeValues: spark_client.decoded.Decoding, or None
 
 
 def read_split(split: Split, settings: ReadSettings) -> Iterator[pa.RecordBatch]:
@@ -111,7 +112,7 @@ class _SplitReader:
     def record_batches(self) -> Iterator[pa.RecordBatch]:
         s = self.split
         rows = ColumnRows(self.settings.arrow_schema, s.topic, s.partition, self.settings.include_headers,
-                          s.start, s.end, self._aborted)
+                          s.start, s.end, self._aborted, self.settings.decoding)
         for buf, start, end, position, where in self.chunks():
             if rows.full(end - start):
                 yield rows.flush()
@@ -279,8 +280,9 @@ class ColumnRows:
     read_committed, aborted transactions are applied as masks over the columns."""
 
     def __init__(self, schema: pa.Schema, topic: str, partition: int, include_headers: bool, start: int, end: int,
-                 aborted: dict[int, list[tuple[int, int]]]):
+                 aborted: dict[int, list[tuple[int, int]]], decoding=None):
         self.schema = schema
+        self.decoding = decoding
         self.topic = pa.scalar(topic, pa.string())
         self.partition = pa.scalar(partition, pa.int32())
         self.headers_type = schema.field("headers").type if include_headers else None
@@ -314,5 +316,7 @@ class ColumnRows:
                    pa.array(ts * 1000, fields[5]), cols["timestamp_type"]]
         if self.headers_type is not None:
             columns.append(cols["headers"])
+        if self.decoding is not None:
+            columns += self.decoding.arrays(cols["key"], cols["value"], self.schema.field("decodedValue").type)
         batch = pa.RecordBatch.from_arrays(columns, schema=self.schema)
         return batch if keep.all() else batch.filter(pa.array(keep))

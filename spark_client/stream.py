@@ -87,7 +87,7 @@ class KafkaSegmentsStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
             with Daemons(self.settings.token, tls=self.settings.tls) as daemons:
                 routes = discover(self.options.address, daemons)
                 infos = [route(routes, tp, self.options.address)
-                         for tp in select(self.options, routes, need_topics=False)]
+                         for tp in select(self.options, routes, daemons, need_topics=False)]
                 options = starting_from_group(self.options, daemons, infos)
                 check_partitions(options, [i.tp for i in infos])
                 self._initial = to_json({i.tp: resolve_bounds(options, daemons.client(i.address), i)[0]
@@ -143,7 +143,7 @@ class KafkaSegmentsStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         """The partitions the strategy names that the daemons serve now (new ones included)."""
         routes = discover(self.options.address, daemons)
         return {tp: route(routes, tp, self.options.address)
-                for tp in select(self.options, routes, need_topics=False) if tp in routes}
+                for tp in select(self.options, routes, daemons, need_topics=False) if tp in routes}
 
     # ------------------------------------------------------------- micro-batches
 

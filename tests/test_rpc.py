@@ -227,6 +227,49 @@ def test_any_chunking_frames_as_the_incremental_unpacker_does(values, tail, cuts
     assert _events(rpc.Connection(max_frame_bytes=frame), chunks, eof) == want
 
 
+# ------------------------------------------------------------------ int64 columns packed from numpy
+
+_EDGES = sorted({v + d for b in (0, 31, 32, 127, 128, 255, 256, 65535, 65536, (1 << 31) - 1, 1 << 31, (1 << 32) - 1,
+                                 1 << 32, (1 << 63) - 1)
+                 for v in (b, -b) for d in (-1, 0, 1) if -(1 << 63) <= v + d < 1 << 63} | {-(1 << 63)})
+
+
+def test_columns_pack_as_msgpack_packs_their_lists():
+    """Issue 40: columnar answers are packed straight from numpy (lookupd.rpc.columns), byte for byte what
+    msgpack-python makes of the same list of ints, at every boundary of its integer encodings."""
+    import numpy as np
+    from lookupd.rpc.columns import pack_int64_array, pack_int64_array_reference
+
+    for values in ([], [0], _EDGES, _EDGES * 700, list(range(-40, 300)) * 300):
+        a = np.array(values, dtype=np.int64)
+        assert pack_int64_array(a) == pack_int64_array_reference(a) == msgpack.packb(values)
+    assert pack_int64_array(np.array([1, 2, 3], dtype=np.uint32)) == msgpack.packb([1, 2, 3])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-(1 << 63), (1 << 63) - 1), max_size=40), st.integers(0, 70_000))
+def test_columns_pack_like_msgpack_for_any_int64s(values, repeat):
+    import numpy as np
+    from lookupd.rpc.columns import pack_int64_array
+
+    values = values * (repeat // max(len(values), 1) if len(values) else 0) or values
+    assert pack_int64_array(np.array(values, dtype=np.int64)) == msgpack.packb(values)
+
+
+def test_a_response_with_packed_columns_is_the_response_with_their_lists():
+    import numpy as np
+    from lookupd.rpc.columns import pack_int64_array
+    from lookupd.rpc.protocol import Packed
+
+    conn = rpc.Connection("server")
+    columns = [np.arange(20) * 1000, np.arange(70_000) - 5, [None, "bad"]]
+    for n in (1, 3, 17):  # a map header of each size class
+        values = {f"k{i}": columns[i % 3] for i in range(n)}
+        plain = {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in values.items()}
+        packed = {k: Packed(pack_int64_array(v)) if isinstance(v, np.ndarray) else v for k, v in values.items()}
+        assert conn.send_response(7, None, packed) == conn.send_response(7, None, plain)
+
+
 def test_a_packed_result_is_sent_as_the_same_bytes():
     """A result packed once (`rpc.pack`) makes the response bytes packing it with the response would."""
     conn = rpc.Connection("server")

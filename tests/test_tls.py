@@ -10,6 +10,7 @@ import json
 import os
 import random
 import re
+import select
 import signal
 import socket
 import ssl
@@ -91,6 +92,11 @@ topics = ["plain"]
 operations = ["describe"]
 
 [[acl]]
+principal = "CN=admin,O=ops"
+topics = ["compressed"]
+operations = ["describe", "read"]
+
+[[acl]]
 principal = "token:ops"
 topics = ["compressed"]
 operations = ["describe"]
@@ -146,6 +152,19 @@ def test_mutual_tls_principal_and_acl(mtls, certs):
     # The Unix socket: principal unix:<uid>, allowed everything by its rule; nothing else changed there.
     err, parts = blocking_call(mtls.sock, "partitions")
     assert err is None and {p["topic"] for p in parts} > {"plain", "large", "compressed"}
+
+
+def test_a_subject_is_never_taken_for_another(mtls, certs):
+    """Issue 40: the common name `admin,O=ops` joined unescaped was the principal `CN=admin,O=ops` and read what
+    that subject may. As Kafka writes it (RFC 2253, lookupd.daemon.principal) it is `CN=admin\\,O\\=ops`."""
+    with Client(mtls.address, **certs.client("admin")) as c:  # subject O=ops, CN=admin
+        assert c.read("compressed", 0, 0, 1)["records"]
+    with Client(mtls.address, **certs.client("lookalike")) as c:
+        with pytest.raises(RemoteError) as e:
+            c.read("compressed", 0, 0, 1)
+        assert e.value.code == "UNAUTHORIZED"
+        assert e.value.message.startswith("CN=admin\\,O\\=ops may not read topic 'compressed'"), e.value.message
+        assert c.partitions() == []  # it may describe nothing either
 
 
 def test_named_token_inside_tls_is_the_principal(mtls, certs):
@@ -433,6 +452,49 @@ def test_metrics_endpoint_is_bounded(tmp_path):
         d.stop()
 
 
+def test_metrics_scrapes_are_answered_beside_dribbling_clients(tmp_path):
+    """Issue 40: four clients each sending their request a byte at a time held all four slots (a timeout per
+    read never fired): 0 of 5 scrapes answered. Each connection now gets METRICS_DEADLINE_S in all, and a
+    scrape waits for the first slot freed, so all 5 are answered although the dribblers reconnect at once."""
+    from lookupd.daemon.metrics import METRICS_DEADLINE_S, METRICS_MAX_THREADS
+
+    d = Daemon(str(tmp_path), 'metrics = "127.0.0.1:0"\n')
+    stop, cut = threading.Event(), [0]
+
+    def dribble() -> None:
+        """One byte of a request every 0.5 s; reconnects the moment the daemon closes the connection."""
+        while not stop.is_set():
+            with socket.create_connection(("127.0.0.1", d.metrics_port)) as s:
+                try:
+                    for byte in b"GET /metrics HTTP/1.1\r\nHost: x\r\n" * 100:
+                        s.sendall(bytes([byte]))
+                        if select.select([s], [], [], 0.5)[0] and not s.recv(1):
+                            raise ConnectionResetError("closed by the daemon")
+                        if stop.is_set():
+                            return
+                except OSError:
+                    cut[0] += 1  # straight back in
+
+    dribblers = [threading.Thread(target=dribble) for _ in range(METRICS_MAX_THREADS)]
+    try:
+        for t in dribblers:
+            t.start()
+        time.sleep(1.0)  # every slot held by a dribbler
+        url = f"http://127.0.0.1:{d.metrics_port}/metrics"
+        answered = []
+        for _ in range(5):
+            started = time.monotonic()
+            answered.append(b"lookupd_requests_total" in urllib.request.urlopen(url, timeout=20).read())
+            assert time.monotonic() - started < 2 * METRICS_DEADLINE_S + 5  # waited for one slot, not more
+        assert answered == [True] * 5
+        assert cut[0] >= METRICS_MAX_THREADS, cut  # the dribblers were cut, not served
+    finally:
+        stop.set()
+        for t in dribblers:
+            t.join(10)
+        d.stop()
+
+
 # ---------------------------------------------------------------------------------- Spark and FUSE
 
 
@@ -465,6 +527,44 @@ def test_fuse_mount_over_mutual_tls(mtls, certs, tmp_path):
                         certs.key("expired")], capture_output=True, text=True, timeout=60,
                        env=dict(os.environ, PYTHONPATH=REPO))
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+
+
+def test_acl_denials_name_the_topic_and_the_permission_in_every_client(mtls, certs, spark, tmp_path):
+    """Issue 40: a Spark read of a topic the ACLs deny said "topic(s) compressed not found", and the mount had no
+    such directory: each client now says which topic and which operation its principal may not have."""
+    from test_fusefs_helpers import Mount, require_fuse
+
+    # Spark: CN=spark-etl may not describe `compressed`, so the daemon does not list it
+    with pytest.raises(Exception, match=r"TopicAuthorizationError: Not authorized to access topics: \[compressed\]: "
+                                        r".*UNAUTHORIZED: CN=spark-etl may not describe topic 'compressed'"):
+        (spark.read.format("kafka-segments").option("lookupd.address", mtls.address)
+         .option("lookupd.tls.ca", certs.pem("ca")).option("lookupd.tls.cert", certs.pem("etl"))
+         .option("lookupd.tls.key", certs.key("etl")).option("subscribe", "plain,compressed").load().count())
+    # the CLI: the daemon's answer, as it is
+    r = subprocess.run([sys.executable, "-m", "lookupd", "query", "--socket", mtls.address, "--tls-ca", certs.pem("ca"),
+                        "--tls-cert", certs.pem("etl"), "--tls-key", certs.key("etl"), "segments", "compressed", "0"],
+                       capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=REPO))
+    assert r.returncode == 1 and "UNAUTHORIZED: CN=spark-etl may not describe topic 'compressed'" in r.stderr, r.stderr
+    # the mount: EACCES, not ENOENT, and the daemon's reason in its log; a topic that is allowed but not to read
+    # (CN=reader on `plain`) lists, and its files refuse reads with EACCES
+    require_fuse()
+    for cert, paths, topic, operation in (("etl", (("compressed",), ("compressed", "0")), "compressed", "describe"),
+                                          ("reader", (("plain", "0", "00000000000000000000.log"),), "plain", "read")):
+        m = Mount(mtls.address, str(tmp_path / cert), "--tls-ca", certs.pem("ca"), "--tls-cert", certs.pem(cert),
+                  "--tls-key", certs.key(cert)).start()
+        try:
+            for path in paths:
+                with pytest.raises(PermissionError):
+                    if operation == "read":
+                        with open(m.path(*path), "rb") as f:
+                            f.read(100)
+                    else:
+                        os.stat(m.path(*path))
+            assert f"may not {operation} topic '{topic}'" in m.log, m.log[-2000:]
+            with pytest.raises(FileNotFoundError):  # a partition the allowed topic does not have is still ENOENT
+                os.stat(m.path("plain", "7"))
+        finally:
+            m.stop()
 
 
 # ---------------------------------------------------------------------------------- pure logic and config

@@ -150,3 +150,61 @@ def test_entries_the_broker_writes_after_a_truncation_are_picked_up(tmp_path):
     assert all(llog.lookup_offset(o, "floor").position in starts for o in range(0, 150, 7))
     assert llog.segment(0).offset_index.valid_entries(limit=llog.segment(0).size()) > entries_before
     lm.close()
+
+
+def test_a_lookup_that_began_before_a_roll_is_not_taken_for_corruption(tmp_path):
+    """Issue 40 row 10, the chaos test's CORRUPT_DATA (`entry 6 ... points to position 2493, past the end of the log
+    (2225 bytes)`): a lookup measures the active segment's `.log`, then the broker appends (an index entry past
+    that size), rolls, and the rescan marks the segment rolled; the lookup then searches with the size it measured.
+    That limit is stale, not the segment corrupt: the lookup answers from the entries within it, and no fault is
+    left on the index for every later lookup to fail on (as it was, until the index was mapped again)."""
+    d = str(tmp_path / "t-0")
+    w = LogWriter(d, segment_bytes=1 << 20, index_interval_bytes=INTERVAL)
+    for b in range(10):
+        w.append(_batch(b * PER_BATCH, 20))
+    lm = LogManager([str(tmp_path)])
+    llog = lm.get("t", 0)
+    seg = llog.segment(0)
+    want = llog.resolve_offset(22)
+    measured = seg.size()  # what a lookup measured, while the segment was active
+    entries = seg.offset_index.entries_array(limit=measured)[0].size
+    for b in range(10, 20):  # the broker appends (new index entries past `measured`) and rolls
+        w.append(_batch(b * PER_BATCH, 20))
+    w.roll()
+    w.append(_batch(20 * PER_BATCH, 20))
+    llog.refresh()
+    assert not seg.live and seg.size() > measured
+    # the lookup goes on with its limit: the entries within it, no error
+    assert seg.offset_index.lookup(22, limit=measured) == seg.offset_index.lookup(22, limit=seg.size())
+    assert seg.offset_index.entries_array(limit=measured)[0].size == entries
+    assert seg.offset_index.fault is None
+    assert llog.resolve_offset(22) == want and llog.resolve_offset(90) is not None  # every later lookup answers
+    # a rolled segment's index really past its `.log` is still corruption
+    os.truncate(seg.log.path, measured)
+    assert seg.size() == measured
+    with pytest.raises(Exception, match="past the end of the log"):
+        seg.offset_index.lookup(22, limit=measured)
+    w.close()
+    lm.close()
+
+
+def test_a_segment_made_in_the_clock_tick_of_the_last_rescan_is_seen(tmp_path):
+    """Issue 40 row 10: a rescan re-lists a partition only when its directory's mtime changed, and directory
+    times tick coarsely. A segment rolled in the same tick as a change the last rescan saw left the mtime as
+    recorded, and the daemon did not see it until the next change (the chaos test's truncate step changes no
+    directory): its checks then met a daemon behind the files. Here the tick is made so with os.utime."""
+    d = tmp_path / "t-0"
+    w = LogWriter(str(d), segment_bytes=1 << 20, index_interval_bytes=INTERVAL)
+    for b in range(5):
+        w.append(_batch(b * PER_BATCH, 20))
+    tick = os.stat(d).st_mtime_ns
+    lm = LogManager([str(tmp_path)])
+    assert lm.get("t", 0).base_offsets == [0]
+    w.roll()  # a new segment, in the same tick as far as the directory's mtime tells
+    w.append(_batch(5 * PER_BATCH, 20))
+    os.utime(d, ns=(tick, tick))
+    lm.refresh()
+    assert lm.get("t", 0).base_offsets == [0, 5 * PER_BATCH]
+    assert lm.get("t", 0).resolve_offset(5 * PER_BATCH + 1) is not None
+    w.close()
+    lm.close()

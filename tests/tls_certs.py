@@ -44,12 +44,14 @@ def _ca(cn: str):
     return cert, key
 
 
-def _leaf(ca, cn: str, *, server: bool = False, expired: bool = False):
+def _leaf(ca, cn: str | x509.Name, *, server: bool = False, expired: bool = False):
+    """A certificate `ca` signed for the common name `cn` (or the whole subject `cn`)."""
     ca_cert, ca_key = ca
     key = _key()
     start, end = (_NOW - datetime.timedelta(days=10), _NOW - datetime.timedelta(days=1)) if expired else \
         (_NOW - datetime.timedelta(days=1), _NOW + datetime.timedelta(days=30))
-    b = (x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(ca_cert.subject).public_key(key.public_key())
+    subject = _name(cn) if isinstance(cn, str) else cn
+    b = (x509.CertificateBuilder().subject_name(subject).issuer_name(ca_cert.subject).public_key(key.public_key())
          .serial_number(x509.random_serial_number()).not_valid_before(start).not_valid_after(end)
          .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True))
     if server:
@@ -85,7 +87,8 @@ class Certs:
 
 def make_certs(directory: str) -> Certs:
     """ca, server (CN=lookupd), etl (CN=spark-etl), reader (CN=reader), expired (CN=spark-etl, expired),
-    other-ca and stranger (CN=spark-etl, signed by other-ca)."""
+    other-ca and stranger (CN=spark-etl, signed by other-ca); admin (O=ops, CN=admin: the principal
+    `CN=admin,O=ops`) and lookalike (the one common name `admin,O=ops`: `CN=admin\\,O\\=ops`)."""
     os.makedirs(directory, exist_ok=True)
     ca, other = _ca("lookupd test CA"), _ca("another CA")
     _write(os.path.join(directory, "ca.pem"), ca[0])
@@ -95,6 +98,9 @@ def make_certs(directory: str) -> Certs:
     _write(os.path.join(directory, "reader.pem"), *_leaf(ca, "reader"))
     _write(os.path.join(directory, "expired.pem"), *_leaf(ca, "spark-etl", expired=True))
     _write(os.path.join(directory, "stranger.pem"), *_leaf(other, "spark-etl"))
+    _write(os.path.join(directory, "admin.pem"), *_leaf(ca, x509.Name([
+        x509.NameAttribute(NameOID.ORGANIZATION_NAME, "ops"), x509.NameAttribute(NameOID.COMMON_NAME, "admin")])))
+    _write(os.path.join(directory, "lookalike.pem"), *_leaf(ca, "admin,O=ops"))
     certs = Certs(directory)
     certs._ca = ca
     return certs

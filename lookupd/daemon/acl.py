@@ -4,7 +4,8 @@ to which topics and consumer groups.
 Pure logic, no I/O: the config gives the `[[acl]]` tables, the daemon names each connection's
 principal, and `Acl.check` says whether a call on a topic is allowed (`check_group`, on a group).
 
-Principals: `CN=<name>` (the client certificate's subject under mutual TLS), `token:<name>`
+Principals: the client certificate's subject under mutual TLS, as Kafka writes it (RFC 2253:
+`CN=etl,O=acme`, lookupd.daemon.principal), `token:<name>`
 (a named token from auth_tokens_file; `token:default` for the single auth_token_file),
 `unix:<uid>` (a Unix socket peer, from SO_PEERCRED) and `anonymous` (TCP with neither).
 A rule's principal, topics and groups are literal, or a prefix when they end in `*` (`*` alone: all).
@@ -39,6 +40,7 @@ METHOD_OPERATIONS: dict[str, str] = {
     "lookup_offsets": READ,
     "resolve_offsets": READ,
     "offsets_for_timestamps": READ,
+    "read_decoded": READ,  # and READ on the schemas topic, as `schemas` (lookupd.daemon.service)
 }
 # Which operation each group-scoped method is (its first param is a group, not a topic).
 GROUP_METHOD_OPERATIONS: dict[str, str] = {

@@ -66,6 +66,7 @@ class Config:
     metrics: str = ""                   # "HOST:PORT" (or "PORT": loopback) to serve Prometheus metrics; "" = off
     metrics_tls: bool = False           # serve metrics over TLS with tls_cert_file/tls_key_file
     workers: int = 1                    # processes serving the same sockets (one event loop each)
+    schemas_topic: str = "_schemas"     # the Schema Registry's topic (its kafkastore.topic): `schemas`, decoded reads
     offsets_topic_partitions: int = 50  # __consumer_offsets' partition count (offsets.topic.num.partitions):
                                         # which partition holds a group
     remote: RemoteSettings = field(default_factory=RemoteSettings)  # [remote]: the tiered segments' bucket

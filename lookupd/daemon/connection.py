@@ -11,7 +11,9 @@ Where work runs (see Service.call_inline): a single lookup whose data is all in 
 event loop (microseconds; a trip through trio.to_thread costs ~100-200 us on 2 cores:
 bench/bench_daemon.py); one that would wait for the disk, and every listing and columnar call, runs
 in a worker thread under a CapacityLimiter of `blocking_threads`, so a cold index on a slow disk
-stalls only its caller.
+stalls only its caller. Those threads never wait for the object store: a call that would (a remote
+segment's bytes not cached yet) is run again on the remote pool with a deadline (lookupd.daemon.blocking),
+so a slow or stalled store holds remote calls only, never local ones.
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from ..errors import Unavailable
 from ..rpc import protocol as rpc
 from .buffers import REQUEST_MEMORY_FACTOR
-from .service import MAX_AUTH_FAILURES, NEEDS_THREAD, Session, error_for
+from .service import MAX_AUTH_FAILURES, NEEDS_THREAD, Session, compact_targets, error_for
 from .tls import TlsError, TlsStream
 
 if TYPE_CHECKING:
@@ -127,6 +130,15 @@ class Connection:
         """Close the connection from outside its tasks, telling the peer why (before the close)."""
         if self.ending is None:
             self.ending = (code, why)
+        self.scope.cancel()
+
+    def hung_up(self) -> None:
+        """The peer closed (or reset) the connection while it was not being read (the daemon's hang-up sweep):
+        nothing more can reach it, so what it still waits for is dropped now rather than run for nobody."""
+        self.gone = True
+        self.daemon.client_log.line(logging.INFO, f"{self.peer}: went away; dropping its "
+                                                  f"{self.cfg.max_in_flight_per_connection - self.slots.value} "
+                                                  f"requests in flight")
         self.scope.cancel()
 
     def _end_unavailable(self, why: str) -> None:
@@ -308,6 +320,7 @@ class Connection:
             except Exception as err:  # noqa: BLE001 - every failure becomes an error response
                 result, error = None, error_for(err, event.method)
             if result is NEEDS_THREAD:
+                compact_targets(event.method, event.params)  # a long list of targets waits as an array
                 size = self.protocol.frame_bytes * REQUEST_MEMORY_FACTOR
                 if self.slots.value == 0:
                     self.deferred, self.deferred_size = event, size
@@ -422,8 +435,10 @@ class Connection:
                     await share.acquire()
                 try:
                     await self.buffers.wait_to_start(self.holding)
-                    data, error = await trio.to_thread.run_sync(self._call_packed, req, limiter=self.daemon.limiter,
-                                                                abandon_on_cancel=True)
+                    try:
+                        data, error = await self.daemon.blocking(lambda: self._call_packed(req), req.method)
+                    except Unavailable as err:  # the object store did not answer in time
+                        data, error = self._pack_answer(req, error_for(err, req.method), None)
                 finally:
                     share.release()
             finally:
@@ -440,7 +455,7 @@ class Connection:
     def _call_packed(self, req: rpc.Request) -> tuple[bytes, dict | None]:
         """In a worker thread: the call's answer as bytes, and its error map (None on success)."""
         try:
-            result, error = self.service.call(req.method, req.params, self.session), None
+            result, error = self.service.call(req.method, req.params, self.session, packed=True), None
         except Exception as err:  # noqa: BLE001 - every failure becomes an error response
             result, error = None, error_for(err, req.method)
         return self._pack_answer(req, error, result)

@@ -12,6 +12,7 @@ import bisect
 import logging
 import socket
 import threading
+import time
 from typing import Any, Callable, Iterable
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
@@ -31,12 +32,17 @@ OTHER_METHOD = "other"
 # one at a time: without a cap, idle connections each held a thread, and under systemd's TasksMax the
 # daemon could not start the threads lookups need.
 METRICS_MAX_THREADS = 4
-# A connection accepted while every slot is busy waits this long for one, then is closed: long enough
-# that a scrape right behind a burst of closed connections is served, short enough that the accept
-# loop (and the daemon's shutdown, which waits for it) is never held for long.
-METRICS_SLOT_WAIT_S = 1.0
-# A metrics connection (and its TLS handshake) silent this long is closed, giving its thread back.
-METRICS_TIMEOUT_S = 10.0
+# A metrics connection, from getting its slot through the TLS handshake and the request to the last byte of the
+# answer, gets this long in all, then is cut: a scrape takes milliseconds (Prometheus's own timeout is
+# 10 s), and a client sending a byte every few seconds could hold a slot for ever under a timeout per read.
+METRICS_DEADLINE_S = 2.0
+# A connection accepted while every slot is busy waits this long for one, then is closed: past the
+# deadline, so a scrape behind connections that hold every slot gets the first one freed. The accept
+# loop waits meanwhile; the connections it accepts next are queued behind the scrape.
+METRICS_SLOT_WAIT_S = METRICS_DEADLINE_S + 0.5
+# How often connections past their deadline are looked for (by the accept loop, also while it waits
+# for a slot): a connection is cut at most this late.
+METRICS_CHECK_S = 0.1
 # Connections the kernel queues for the metrics accept(): enough that a burst is accepted (and the
 # excess closed at once) rather than left retrying its SYN.
 METRICS_BACKLOG = 64
@@ -132,15 +138,16 @@ def _bound(b: float) -> str:
 
 
 class _QuietHandler(WSGIRequestHandler):
-    timeout = METRICS_TIMEOUT_S  # socketserver sets it on the connection: every read and write is bounded
+    timeout = METRICS_DEADLINE_S  # socketserver sets it on the connection; the whole connection is bounded too
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # a scrape every few seconds is not news
 
 
 class MetricsServer(WSGIServer):
-    """A WSGI server with at most METRICS_MAX_THREADS connections at once, each bounded by METRICS_TIMEOUT_S,
-    over TLS when given the daemon's TlsServer (its current context: a SIGHUP reload applies here too)."""
+    """A WSGI server with at most METRICS_MAX_THREADS connections at once, each cut METRICS_DEADLINE_S after
+    it got its slot, over TLS when given the daemon's TlsServer (its current context: a SIGHUP reload applies
+    here too)."""
 
     daemon_threads = True
     request_queue_size = METRICS_BACKLOG
@@ -149,26 +156,67 @@ class MetricsServer(WSGIServer):
         self.address_family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
         self._tls = tls
         self._slots = threading.BoundedSemaphore(METRICS_MAX_THREADS)
+        # Connections being served -> when each must be done (time.monotonic()); cut by `_cut_late` under
+        # the lock, which `_serve_one` takes to drop its connection before closing it (no descriptor reuse).
+        self._deadlines: dict[socket.socket, float] = {}
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
         super().__init__((host, port), _QuietHandler)
         self.set_app(app)
-        self._thread = threading.Thread(target=self.serve_forever, name="lookupd-metrics", daemon=True)
+        self._thread = threading.Thread(target=self.serve_forever, args=(METRICS_CHECK_S,), name="lookupd-metrics",
+                                        daemon=True)
         self._thread.start()
 
+    def shutdown(self) -> None:
+        self._closing.set()  # a wait for a slot ends now
+        super().shutdown()
+
+    def service_actions(self) -> None:
+        self._cut_late()  # serve_forever calls it every METRICS_CHECK_S
+
     def process_request(self, request: socket.socket, client_address: Any) -> None:
-        if not self._slots.acquire(timeout=METRICS_SLOT_WAIT_S):
-            self.shutdown_request(request)  # every slot still busy: closed, nothing held
-            return
+        give_up = time.monotonic() + METRICS_SLOT_WAIT_S
+        while not self._slots.acquire(timeout=METRICS_CHECK_S):
+            self._cut_late()
+            if self._closing.is_set() or time.monotonic() >= give_up:
+                self.shutdown_request(request)  # every slot still busy: closed, nothing held
+                return
+        with self._lock:
+            self._deadlines[request] = time.monotonic() + METRICS_DEADLINE_S
         threading.Thread(target=self._serve_one, args=(request, client_address), daemon=True).start()
 
+    def _cut_late(self) -> None:
+        """Shut down the sockets of connections past their deadline: the thread serving one is woken from
+        its read or write, and its slot comes back (SSLSocket's own shutdown is bypassed: it would drop the
+        TLS state the serving thread is using)."""
+        at = time.monotonic()
+        with self._lock:
+            for sock, deadline in list(self._deadlines.items()):
+                if at >= deadline:
+                    del self._deadlines[sock]
+                    try:
+                        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+                    except OSError:
+                        pass  # already gone
+
     def _serve_one(self, request: socket.socket, client_address: Any) -> None:
+        raw = request
         try:
-            request.settimeout(METRICS_TIMEOUT_S)
+            request.settimeout(METRICS_DEADLINE_S)
             if self._tls is not None:
-                request = self._tls.context.wrap_socket(request, server_side=True)
+                with self._lock:  # the TLS socket takes over the descriptor, and the deadline with it
+                    deadline = self._deadlines.pop(raw, None)
+                    request = self._tls.context.wrap_socket(raw, server_side=True, do_handshake_on_connect=False)
+                    if deadline is not None:
+                        self._deadlines[request] = deadline
+                request.do_handshake()
             self.finish_request(request, client_address)
-        except OSError as err:  # ssl.SSLError, a timeout, a reset: this connection's, logged and dropped
+        except OSError as err:  # ssl.SSLError, a timeout, a reset, a cut: this connection's, logged and dropped
             log.debug("metrics connection from %s: %s", client_address, err)
         finally:
+            with self._lock:
+                self._deadlines.pop(request, None)
+                self._deadlines.pop(raw, None)
             self.shutdown_request(request)
             self._slots.release()
 

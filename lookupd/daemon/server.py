@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import errno
 import logging
+import select
 import signal
 import socket
 import struct
-from typing import Callable
+from typing import Callable, TypeVar
 
 import trio
 
@@ -44,6 +45,7 @@ from ..sdnotify import sd_notify
 from . import memory
 from .acl import Acl
 from .authlimit import AuthThrottle, source_key
+from .blocking import REMOTE_THREADS, run_blocking
 from .buffers import Buffers
 from .clientlog import ClientLog
 from .config import Config, read_tokens
@@ -56,6 +58,7 @@ from .service import METHODS, Counters, Service, Session
 from .tls import TlsServer, TlsSession, TlsStream
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # accept() failing for want of descriptors or memory is the machine's state, not this listener's:
 # wait a little (as trio.serve_listeners does) and accept again, instead of ending the daemon.
@@ -72,6 +75,12 @@ IDLE_SWEEP_MIN_S = 0.05
 # every TRIM_CHECK_S. Below that the allocator's reuse is worth more than the memory.
 TRIM_AFTER_BYTES = 32 << 20
 TRIM_CHECK_S = 1.0
+TRIM_FOLLOW_UPS = 60
+# A connection that is not being read (it holds too much, or waits for a thread slot) does not see its peer
+# close: every HANGUP_CHECK_S the daemon asks the kernel which of them hung up (one poll() for all), and
+# drops their waiting requests at once. Before, a client that sent a burst of columnar calls and left had
+# them all run for nobody, its memory held meanwhile: the issue's 1.1 GB still held 20 s after.
+HANGUP_CHECK_S = 0.25
 # Descriptors never given to connections: stdio, the listeners, a rescan's directory listings,
 # sockets to systemd, and the one a refused client holds while it reads why. The index cache's
 # room (open .log and index files, at most half the limit) is kept free for it as well.
@@ -92,6 +101,7 @@ class Daemon:
         self.service = Service(manager, limits=cfg.limits, counters=self.counters, token=token,
                                tokens=read_tokens(cfg.auth_tokens_file) if cfg.auth_tokens_file else None,
                                acl=self.acl, inline_hot_lookups=cfg.inline_hot_lookups, worker=worker,
+                               schemas_topic=cfg.schemas_topic,
                                offsets_topic_partitions=cfg.offsets_topic_partitions)
         # The TCP listener's TLS context (reloaded on SIGHUP), or None for plaintext.
         self.tls = TlsServer(cfg.tls_cert_file, cfg.tls_key_file, cfg.tls_client_ca_file) if cfg.tls else None
@@ -99,6 +109,7 @@ class Daemon:
         # Under a supervisor (workers > 1) readiness goes to it, and systemd hears from it alone.
         self._on_ready = on_ready
         self.limiter = trio.CapacityLimiter(cfg.blocking_threads)
+        self.remote_limiter = trio.CapacityLimiter(REMOTE_THREADS)  # calls that wait for the object store
         self.reactor: Reactor | None = None  # reads every connection that waits for requests (while serving)
         # Per-method request counts and latencies for Prometheus; None (no cost per request) when off.
         self.request_metrics = RequestMetrics((*METHODS, *KAFKA_METRIC_NAMES)) if cfg.metrics else None
@@ -120,6 +131,11 @@ class Daemon:
         self._next_id = 0
 
     # ------------------------------------------------------------------ lifecycle
+
+    async def blocking(self, fn: Callable[[], T], what: str) -> T:
+        """fn() in a worker thread (blocking_threads), never waiting for the object store there: a call that would
+        runs on the remote pool (lookupd.daemon.blocking); Unavailable when the store does not answer in time."""
+        return await run_blocking(fn, self.limiter, self.remote_limiter, what)
 
     def stop(self) -> None:
         """Begin a graceful shutdown (callable from the event loop)."""
@@ -150,6 +166,7 @@ class Daemon:
             root.start_soon(self._rescan_loop)
             root.start_soon(self._idle_sweep)
             root.start_soon(self._give_back_memory)
+            root.start_soon(self._hangup_sweep)
             if self.kafka_groups is not None:
                 root.start_soon(self.kafka_groups.run)
             if self.request_metrics is not None:
@@ -224,13 +241,36 @@ class Daemon:
                 log.info("rescan: %(added)d partitions added, %(removed)d removed, %(changed)d changed", counts)
 
     async def _give_back_memory(self) -> None:
-        """After connections held much and let go of most of it, return the freed memory to the system."""
-        buffers = self.buffers
+        """After connections held much and let go of most of it, return the freed memory to the system; again
+        each TRIM_CHECK_S while worker threads still run (calls of clients that left finish, and free what they
+        made, after their connections are gone), for up to TRIM_FOLLOW_UPS checks, and once after they end."""
+        buffers, owed = self.buffers, 0
         while True:
             await trio.sleep(TRIM_CHECK_S)
             if buffers.high >= TRIM_AFTER_BYTES and buffers.total <= buffers.high // 4:
                 buffers.high = buffers.total
+                owed = TRIM_FOLLOW_UPS + 1
+            if owed:
+                busy = self.limiter.borrowed_tokens  # before the trim: what ends meanwhile is trimmed next time
                 await trio.to_thread.run_sync(memory.give_back)
+                owed = owed - 1 if busy else 0
+
+    async def _hangup_sweep(self) -> None:
+        """End the connections whose peer hung up while they were not being read (see HANGUP_CHECK_S).
+        POLLHUP and POLLERR only: a peer that closed just its sending side (a FIN) still gets its answers."""
+        while True:
+            await trio.sleep(HANGUP_CHECK_S)
+            reactor = self.reactor
+            unread = {c.fd: c for c in self.connections if not c.gone and not reactor.parked(c.fd)}
+            if not unread:
+                continue
+            poller = select.poll()
+            for fd in unread:
+                poller.register(fd, 0)  # POLLHUP and POLLERR are reported whatever is asked
+            for fd, events in poller.poll(0):
+                conn = unread.get(fd)
+                if conn is not None and events & (select.POLLHUP | select.POLLERR):
+                    conn.hung_up()
 
     async def _watchdog(self, interval: float) -> None:
         while True:

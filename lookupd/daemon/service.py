@@ -31,6 +31,8 @@ Methods (params are positional):
                                                                   metadata, commit_timestamp, pending_transaction,
                                                                   log_start_offset, log_end_offset, last_stable_offset,
                                                                   lag, out_of_range: [...]}, warnings}
+    schemas []                                                -> {topic, end_offset, skipped, versions: [...]} | nil
+    read_decoded [topic, partition, offset, max_bytes]        -> {segment, position, next_offset, records: [{...}]}
 
 mode is "floor" or "ceiling"; columnar answers hold -1 where nothing matches. isolation is
 "read_uncommitted" (lag to the log end) or "read_committed" (to the last stable offset). Groups are
@@ -48,12 +50,19 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from ..errors import InvalidArgument, LookupdError, TooLarge, Unauthorized, Unavailable, UnknownPartition
+from ..format.batch import ensure_valid, parse_header, whole_frames
+from ..format.records import decode_batch
+from ..format.render import record_json
+from ..format.schemas import DEFAULT_TOPIC as DEFAULT_SCHEMAS_TOPIC, Registry
+from ..format.wire import ValueDecoder, require
 from ..log.fileio import CAN_READ_NOWAIT, WouldBlock, mode as nonblocking_mode
 from ..log.bulk import int64_array
 from ..log.logmanager import LogManager
 from ..log.positions import coordinators_of, group_offset_columns, groups
+from ..log.schemastore import SchemaStore
+from ..rpc.columns import pack_column
 from ..rpc.protocol import Packed, pack
-from .acl import ANONYMOUS, DESCRIBE, GROUP_METHOD_OPERATIONS, METHOD_OPERATIONS, Acl
+from .acl import ANONYMOUS, DESCRIBE, GROUP_METHOD_OPERATIONS, METHOD_OPERATIONS, READ, Acl
 from .hints import unknown_partition_hint
 
 log = logging.getLogger(__name__)
@@ -134,10 +143,14 @@ class Service:
 
     def __init__(self, manager: LogManager, *, limits: Limits | None = None, counters: Counters | None = None,
                  token: str | None = None, tokens: dict[str, str] | None = None, acl: Acl | None = None,
-                 inline_hot_lookups: bool = True, worker: int = 0, offsets_topic_partitions: int = 50):
+                 inline_hot_lookups: bool = True, worker: int = 0, offsets_topic_partitions: int = 50,
+                 schemas_topic: str = DEFAULT_SCHEMAS_TOPIC):
         self.manager = manager
         # the groups' replays, shared with any other part of this process reading the same LogManager
         self.coordinators = coordinators_of(manager, offsets_topic_partitions)
+        self.schemas_topic = schemas_topic  # the Schema Registry's topic (`schemas`, `read_decoded`)
+        self._schemas: tuple[object, SchemaStore] | None = None  # (the log it reads, the store)
+        self._decoder: ValueDecoder | None = None
         self.worker = worker  # which worker process this is (workers = N), for stats
         self.limits = limits or Limits()
         self.counters = counters or Counters()
@@ -184,10 +197,14 @@ class Service:
         finally:
             nonblocking_mode.on = False
 
-    def call(self, name: str, params: list, session: Session) -> Any:
-        """Run one method (in a worker thread: it may block); raises LookupdError for caller mistakes."""
+    def call(self, name: str, params: list, session: Session, *, packed: bool = False) -> Any:
+        """Run one method (in a worker thread: it may block); raises LookupdError for caller mistakes.
+        A columnar answer's columns are lists, or with `packed` their msgpack bytes (Columns)."""
         self.authorize(session, name)
-        return self._run(self.method(name), name, params, session)
+        result = self._run(self.method(name), name, params, session)
+        if type(result) is Columns:
+            return result.packed() if packed else result.plain()
+        return result
 
     def _run(self, m: Method, name: str, params: list, session: Session) -> Any:
         """An authorized call of method `m` (`call_inline` looks it up only once)."""
@@ -200,6 +217,8 @@ class Service:
             op = METHOD_OPERATIONS.get(name)
             if name == "partitions":
                 return [p for p in m.handler(self, params) if self.acl.allowed(session.principal, p["topic"], DESCRIBE)]
+            if name in ("schemas", "read_decoded"):  # the schemas are the schemas topic's records
+                self.acl.check(session.principal, self.schemas_topic, READ)
             if op is not None:
                 self.acl.check(session.principal, params[0], op)
             elif name in GROUP_METHOD_OPERATIONS:
@@ -257,18 +276,76 @@ class Service:
     def _log(self, params: list):
         return self.manager.get(params[0], params[1])
 
+    def registry(self) -> Registry | None:
+        """The Schema Registry's state from the schemas topic's partition 0 (None when it is not served),
+        brought up to its log end."""
+        try:
+            llog = self.manager.get(self.schemas_topic, 0)
+        except UnknownPartition:
+            return None
+        held = self._schemas
+        if held is None or held[0] is not llog:
+            held = self._schemas = (llog, SchemaStore(llog))
+        return held[1].registry()
+
+    def decoder(self) -> ValueDecoder | None:
+        """A decoder over `registry()` (a new one when the registry changed), None without schemas."""
+        reg = self.registry()
+        if reg is None:
+            return None
+        dec = self._decoder
+        if dec is None or dec.registry is not reg:
+            require()
+            dec = self._decoder = ValueDecoder(reg)
+        return dec
+
     def _targets(self, values: Any, what: str) -> np.ndarray:
-        """A list of int64 values as an array; TOO_LARGE past max_batch_lookups."""
-        if isinstance(values, list) and len(values) > self.limits.max_batch_lookups:
+        """A list of int64 values (or the array `targets_array` made of one) as an array; TOO_LARGE past
+        max_batch_lookups."""
+        if isinstance(values, (list, np.ndarray)) and len(values) > self.limits.max_batch_lookups:
             raise TooLarge(f"{len(values)} {what} in one call; the limit is {self.limits.max_batch_lookups} "
                            f"(max_batch_lookups): split the list")
         return int64_array(values, what)
 
 
-def _columns(cols: dict[str, np.ndarray], keys: tuple[str, ...]) -> dict[str, list]:
-    """numpy columns -> plain int lists (`tolist` is the fastest way into msgpack: see bench); the
-    `error` column (a message or nil per row) when corrupt data failed some rows."""
-    out = {k: cols[k].tolist() for k in keys}
+# Columnar calls' lists of targets (their third param) at least this long are held as int64 arrays from
+# the moment they are read (`compact_targets`): 100,000 targets are 3.2 MB of Python ints (and 0.8 MB of
+# list) while the call waits for a thread, and 0.8 MB as an array; ints freed at once leave no arena behind.
+COMPACT_TARGETS_MIN = 1024
+_TARGETS_PARAM = {"lookup_offsets": ("offsets", 2), "resolve_offsets": ("offsets", 2),
+                  "offsets_for_timestamps": ("timestamps", 2)}
+
+
+def compact_targets(method: str, params: Any) -> None:
+    """Replace a columnar call's long list of targets by the int64 array it will be read as (in place); a
+    list that is not one (floats, nesting, too large a value) stays, for the call to refuse as it would."""
+    where = _TARGETS_PARAM.get(method)
+    if where is None or not isinstance(params, list) or len(params) <= where[1]:
+        return
+    values = params[where[1]]
+    if isinstance(values, list) and len(values) >= COMPACT_TARGETS_MIN:
+        try:
+            params[where[1]] = int64_array(values, where[0])
+        except InvalidArgument:
+            pass
+
+
+class Columns(dict):
+    """A columnar answer as the core gives it: int64 numpy columns by name, and the `error` column (a message
+    or nil per row) when corrupt data failed some rows. `Service.call` hands out `plain()` (lists), or
+    `packed()`, the wire form, for the daemon's connections."""
+
+    def plain(self) -> dict[str, list]:
+        return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in self.items()}
+
+    def packed(self) -> dict[str, Any]:
+        """Each int64 column as msgpack bytes made straight from the array (lookupd.rpc.columns: no Python
+        int per value, whose scattered survivors kept the small-object allocator's arenas after bursts)."""
+        return {k: Packed(pack_column(v)) if isinstance(v, np.ndarray) else v for k, v in self.items()}
+
+
+def _columns(cols: dict[str, np.ndarray], keys: tuple[str, ...]) -> Columns:
+    out = Columns((k, cols[k]) for k in keys)
     if "error" in cols:
         out["error"] = cols["error"]
     return out
@@ -354,6 +431,26 @@ def _read(s: Service, p: list) -> dict:
     return dict(zip(r._fields, r))
 
 
+def _schemas(s: Service, p: list) -> dict | None:
+    reg = s.registry()
+    return None if reg is None else {"topic": s.schemas_topic, **reg.to_json()}
+
+
+def _read_decoded(s: Service, p: list) -> dict:
+    """`read`'s batches as records (`.records.jsonl`'s form), keys and values in the wire format decoded."""
+    r = _read(s, p)
+    decoder = s.decoder()
+    where = f"{p[0]}-{p[1]}/{r['segment']:020d}.log"
+    records = []
+    data = r["records"]
+    for off, size in whole_frames(data, r["position"], where):
+        header = parse_header(data, off, r["position"] + off, where)
+        batch = memoryview(data)[off:off + size]
+        ensure_valid(header, batch, where)
+        records += [record_json(rec, header, decoder) for rec in decode_batch(header, batch, path=where)]
+    return {"segment": r["segment"], "position": r["position"], "next_offset": r["next_offset"], "records": records}
+
+
 def _lookup_offsets(s: Service, p: list) -> dict:
     llog = s._log(p)
     return _columns(llog.lookup_offsets(s._targets(p[2], "offsets"), p[3]), ("segment", "offset", "position"))
@@ -410,6 +507,8 @@ METHODS: dict[str, Method] = {
     "groups": Method(_groups, (), THREAD),
     # warm (nothing appended, or what was is in the page cache) on the event loop, else in a thread
     "group_offsets": Method(_group_offsets, ("group", "isolation"), HOT),
+    "schemas": Method(_schemas, (), THREAD),
+    "read_decoded": Method(_read_decoded, _TP + ("offset", "max_bytes"), THREAD),
 }
 
 

@@ -14,12 +14,11 @@ from __future__ import annotations
 import logging
 import os
 import ssl
-from typing import Any
-
 import trio
 
 from ..errors import InvalidArgument
 from ..rpc.tls import tls12_or_newer
+from .principal import principal_of
 
 log = logging.getLogger(__name__)
 
@@ -29,9 +28,6 @@ HANDSHAKE_TIMEOUT_S = 10.0
 RECEIVE_BYTES = 64 * 1024
 # How long a refused client is given to read the alert that says why.
 ALERT_GRACE_S = 0.1
-# Short names of the subject attributes in a principal (`CN=etl,O=acme`), as Kafka writes them.
-_SHORT_NAMES = {"commonName": "CN", "organizationName": "O", "organizationalUnitName": "OU", "countryName": "C",
-                "localityName": "L", "stateOrProvinceName": "ST", "domainComponent": "DC", "userId": "UID"}
 
 
 class TlsError(Exception):
@@ -74,14 +70,6 @@ class TlsServer:
             return False
         log.info("SIGHUP: TLS certificate reloaded from %s", self._files[0])
         return True
-
-
-def principal_of(cert: dict[str, Any] | None) -> str | None:
-    """The ACL principal of a verified peer certificate: its subject, most specific first (`CN=etl,O=acme`)."""
-    if not cert or not cert.get("subject"):
-        return None
-    parts = [f"{_SHORT_NAMES.get(k, k)}={v}" for rdn in reversed(cert["subject"]) for k, v in rdn]
-    return ",".join(parts)
 
 
 def _reason(err: BaseException) -> str:
@@ -136,8 +124,9 @@ class TlsSession:
 
     @property
     def principal(self) -> str | None:
-        """The client certificate's subject (under mutual TLS), or None."""
-        return principal_of(self._tls.getpeercert())
+        """The client certificate's subject as Kafka writes it (under mutual TLS), or None
+        (lookupd.daemon.principal)."""
+        return principal_of(self._tls.getpeercert(binary_form=True))
 
     def decrypt(self, data: bytes) -> bytes | None:
         """The plaintext in what arrived: None while no whole record has, b"" at the client's close_notify.

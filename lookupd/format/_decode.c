@@ -50,7 +50,7 @@ static PyMethodDef methods[] = {
      "(see _frames.c)."},
     {"render_batch", render_batch, METH_VARARGS,
      "render_batch(records, count, base_offset, base_timestamp, fixed_timestamp, has_fixed, head, mid, tail, key) -> "
-     "(lines, offsets, starts) of the batch's records as JSON lines, or None (see _json.c)."},
+     "(lines, offsets, starts, holds_wire) of the batch's records as JSON lines, or None (see _json.c)."},
     {"find_timestamp", find_timestamp, METH_VARARGS,
      "find_timestamp(records, count, base_offset, base_timestamp, fixed_timestamp, has_fixed, target, start_offset) "
      "-> (timestamp, offset), None, or False when the Python scan must take the batch (see _timestamps.c)."},

@@ -248,6 +248,22 @@ render_rows(const Out *c, Py_ssize_t n, const Py_buffer *head, const Py_buffer *
     return o;
 }
 
+/* Whether any of the n decoded records has a key or value that may be in Confluent's wire format: five
+ * bytes or more starting with byte 0 (the magic). Those are shown decoded when schemas are known. */
+static int
+holds_wire(const Out *o, Py_ssize_t n)
+{
+    static const int cols[2][3] = {{C_KEY_VALID, C_KEY_END, C_KEY_DATA}, {C_VALUE_VALID, C_VALUE_END, C_VALUE_DATA}};
+    for (int c = 0; c < 2; c++) {
+        const uint8_t *valid = (const uint8_t *)o->at[cols[c][0]], *data = (const uint8_t *)o->at[cols[c][2]];
+        const int32_t *ends = (const int32_t *)o->at[cols[c][1]];
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (valid[i] && ends[i + 1] - ends[i] >= 5 && data[ends[i]] == 0)
+                return 1;
+    }
+    return 0;
+}
+
 /*
  * render_batch(records, count, base_offset, base_timestamp, fixed_timestamp, has_fixed, head, mid, tail, key)
  *   -> (lines, offsets, starts) or None
@@ -255,7 +271,7 @@ render_rows(const Out *c, Py_ssize_t n, const Py_buffer *head, const Py_buffer *
  * Decodes one v2 batch's record section (as decode_v2) into columns of its own and renders each
  * record (each whose key is `key`, unless key is None) as a JSON line with render_rows: `lines`
  * is the bytes, `offsets` the records' offsets and `starts` each line's start and then the end
- * (int64 each). None when the decoder hands the batch back: the caller renders it the reference way.
+ * (int64 each), and whether a key or value may be in Confluent's wire format (holds_wire). None when the decoder hands the batch back: the caller renders it the reference way.
  */
 PyObject *
 render_batch(PyObject *self, PyObject *args)
@@ -305,7 +321,7 @@ render_batch(PyObject *self, PyObject *args)
     if (_PyBytes_Resize(&lines, end - base) < 0 || _PyBytes_Resize(&offsets, k * 8) < 0 ||
         _PyBytes_Resize(&starts, (k + 1) * 8) < 0)
         goto done;
-    result = PyTuple_Pack(3, lines, offsets, starts);
+    result = Py_BuildValue("(OOOO)", lines, offsets, starts, holds_wire(&o, n) ? Py_True : Py_False);
 done:
     Py_XDECREF(lines);
     Py_XDECREF(offsets);

@@ -94,6 +94,9 @@ class AbstractIndex:
         self._verify: Callable[[int, int], bool] | None = None
         self._rejected: tuple[int, bytes] | None = None
         self._checked: IndexState | None = None  # the last state whose last entry passed `_verify`
+        # The `limit` that applies now (the segment's `limit_now`, see `set_limit_source`), or None: every
+        # limit is taken as current. A lookup measures its limit first and searches after; see `_apply_limit`.
+        self._limit_now: Callable[[], int | None] | None = None
         self._resident_checked: tuple[object, float] | None = None  # (mapping, when mincore said resident)
         self._host_order_cols: tuple[object, int, np.ndarray, np.ndarray] | None = None
         self.warm_entries = WARM_SECTION_BYTES // self.ENTRY_SIZE
@@ -142,6 +145,11 @@ class AbstractIndex:
                 self._checked = None
                 if self._state is not None:
                     self._load()  # entries cut as "not yet valid" are judged again
+
+    def set_limit_source(self, limit_now: Callable[[], int | None]) -> None:
+        """What `limit` is now (the `.log`'s size, the last offset; None: no limit applies), so that a limit a
+        lookup measured while the segment was active, used after it rolled, is not taken for corruption."""
+        self._limit_now = limit_now
 
     def _ensure_open(self) -> IndexState:
         with self._lock:
@@ -354,11 +362,20 @@ class AbstractIndex:
             st.mapping.mm[start:start + self.ENTRY_SIZE] == self._ZERO
 
     def _apply_limit(self, st: IndexState, limit: int) -> IndexState:
+        """The entries within `limit`. Past it, a live index's entries are not yet written; a rolled one's are
+        corruption, published with the state, unless `limit` is stale: a lookup measures the `.log` (or the
+        last offset) first and searches after, and a segment that rolled in between (its last batches and
+        their entries written, then trimmed and rolled) holds entries past what the lookup measured. That
+        lookup answers from the entries within its limit, as for a live one, and leaves the state as it is:
+        the issue-40 chaos failure was such a limit, from before a roll, taken for corruption and kept."""
         cut = self._first_beyond(st.mapping.mm, st.entries, limit)
         if cut == st.entries:
             return st
         fault = st.fault
         if not self._live and fault is None:
+            now = limit if self._limit_now is None else self._limit_now()
+            if now is None or now > limit:
+                return IndexState(st.mapping, cut, fault)  # a stale limit: this lookup's view, not published
             fault = CorruptIndexError(self.path, cut * self.ENTRY_SIZE, self._beyond_reason(st.mapping.mm, cut, limit))
         new = IndexState(st.mapping, cut, fault)
         self._publish(st, new)

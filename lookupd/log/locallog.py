@@ -295,6 +295,11 @@ class LocalLog:
             seg.close()
         return True
 
+    def refresh_dir(self) -> bool:
+        """`refresh` of the directory alone (a TieredLog's refresh lists the bucket too; a rescan that saw the
+        directory change lists the bucket on its own schedule)."""
+        return LocalLog.refresh(self)
+
     def _list_bases(self) -> list[int]:
         """Sorted base offsets of the segments (a TieredLog adds the remote ones below); a file that is not
         a regular one is named in a warning once, and left out."""

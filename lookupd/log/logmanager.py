@@ -9,7 +9,7 @@ import time
 
 from .cache import IndexCache
 from .fileio import RefusedFile, open_regular
-from ..errors import LookupdError, UnknownPartition
+from ..errors import LookupdError, Unavailable, UnknownPartition
 from .locallog import LocalLog
 from .logdirs import misplaced
 from .remote_metadata import PARTITION_METADATA
@@ -22,6 +22,11 @@ LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 # How often the bucket is listed again (a LIST per partition): the broker uploads a segment when it
 # rolls, minutes apart, and a segment deleted meanwhile is noticed on the read that misses it.
 REMOTE_RESCAN_S = 30.0
+# A rescan re-lists a partition directory only when its mtime changed. Directory times tick coarsely (the
+# kernel's clock tick on ext4 and xfs, a second or two on others): a segment made in the same tick as a
+# change the last rescan saw leaves the mtime as that rescan recorded it, and would go unseen until the
+# next change. So an mtime within this much of the listing is not trusted: listed again next rescan.
+DIR_MTIME_GRANULARITY_NS = 2_000_000_000
 
 
 def read_offset_checkpoint(path: str) -> dict[tuple[str, int], int]:
@@ -79,6 +84,7 @@ class LogManager:
         be listed for another reason (no descriptor left, an I/O error) keeps its last listing,
         so a passing shortage does not unlist every partition.
         """
+        scan_started_ns = time.time_ns()
         found: dict[tuple[str, int], str] = {}
         starts: dict[tuple[str, int], int] = {}
         unlisted: list[str] = []  # log dirs whose partitions stay as they were
@@ -133,9 +139,11 @@ class LogManager:
                     current[key] = llog
                     added += 1
                 elif self._dir_mtimes.get(key) != mtime:
-                    changed += llog.refresh()
+                    changed += llog.refresh_dir()  # a TieredLog's bucket is _refresh_remote's to list
                 llog.checkpointed_log_start = starts.get(key)
-                self._dir_mtimes[key] = mtime
+                # A directory changed within the file system's timestamp granularity of this listing may
+                # change again with the same mtime (two files made in one clock tick): listed again next time.
+                self._dir_mtimes[key] = mtime if mtime < scan_started_ns - DIR_MTIME_GRANULARITY_NS else None
                 self._dir_ids[key] = ident
             except FileNotFoundError:
                 if key in current:
@@ -162,7 +170,10 @@ class LogManager:
                 self._remote_listed_at = now
                 self._remote_error = None
                 self._remote_warning = None
-            except LookupdError as err:
+            except Exception as err:  # noqa: BLE001 - the bucket's listing never stops the local answers
+                if not isinstance(err, LookupdError):  # a bug: said with its traceback; local partitions appear
+                    log.error("listing the remote tier failed", exc_info=err)
+                    err = Unavailable(f"the remote tier's listing failed ({type(err).__name__}: {err})")
                 self._remote_warning = f"cannot list the remote tier: {err}; serving its last listing"
                 if self._remote_listed_at is None:  # never listed: retried at the next rescan
                     self._remote_error = err

@@ -61,6 +61,9 @@ class LogSegment:
         self.time_index = TimeIndex(os.path.join(d, segment_file_name(base_offset, TIME_INDEX_SUFFIX)), base_offset, cache)
         self.txn_index = TransactionIndex(os.path.join(d, segment_file_name(base_offset, TXN_INDEX_SUFFIX)), base_offset, cache)
         self.live = False
+        # What a lookup's limit is now, asked when a rolled index holds entries past the one it was given.
+        self.offset_index.set_limit_source(self.size)
+        self.time_index.set_limit_source(lambda: self.time_index_limit(self.size()))
         # Which files these are: a segment's identity is its files, not their names. Kafka's
         # cleaner renames a rewritten `.log` (and indexes) over the old names; `replaced()`
         # compares against this to notice.

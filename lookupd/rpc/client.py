@@ -23,7 +23,7 @@ import socket
 import ssl
 import threading
 from concurrent.futures import Future, TimeoutError as FutureTimeout
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import trio
 
@@ -49,6 +49,19 @@ def _remote_error(error: Any) -> RemoteError:
     if isinstance(error, dict):
         return RemoteError(str(error.get("code", "INTERNAL")), str(error.get("message", error)))
     return RemoteError("INTERNAL", repr(error))
+
+
+def topic_denial(call: Callable[..., Any], topic: str) -> RemoteError | None:
+    """Why the daemon does not list `topic`, when an [[acl]] rule is why: `partitions` leaves out what the
+    principal may not describe, so a client that looks for a topic and does not find it asks about that
+    topic alone (as a Kafka client's Metadata request names its topics). The UNAUTHORIZED answer names the
+    principal, the operation and the topic; None when the topic is simply not there (or is there now)."""
+    try:
+        call("segments", topic, 0)
+    except RemoteError as err:
+        if err.code == "UNAUTHORIZED":
+            return err
+    return None
 
 
 class TlsFiles(NamedTuple):

@@ -21,6 +21,8 @@ PARAMS: dict[str, tuple[str, ...]] = {
     "offsets_for_timestamps": _TP + ("timestamps",),
     "groups": (),
     "group_offsets": ("group", "isolation"),
+    "schemas": (),
+    "read_decoded": _TP + ("offset", "max_bytes"),
 }
 
 

@@ -77,16 +77,6 @@ class Notification(NamedTuple):
     params: list
 
 
-class Packed(bytes):
-    """A result already packed (`pack`): `send_response` sends its bytes as they are, so a server that
-    answers the same result again packs it once."""
-
-
-def pack(value: Any) -> Packed:
-    """`value` in msgpack, as a response carries it (raises TypeError/ValueError/OverflowError as packing does)."""
-    return Packed(_pack(value))
-
-
 class ProtocolError(NamedTuple):
     """A message that could not be accepted; `msgid` is set when an error response can be sent."""
 
@@ -308,10 +298,13 @@ class Connection:
             raise InvalidArgument(f"cannot send {method} {list(params)!r}: {err}") from None
 
     def send_response(self, msgid: int, error: Any, result: Any) -> bytes:
-        """Bytes of a response; raises TypeError/ValueError/OverflowError if `result` cannot be packed."""
+        """Bytes of a response; raises TypeError/ValueError/OverflowError if `result` cannot be packed. A Packed
+        result, or a map result's Packed values, go in as they are (an answer or columns packed once)."""
         if type(result) is Packed:  # the array's first three elements, then the result's bytes
-            head = _pack([RESPONSE, msgid, error])
-            return b"\x94" + head[1:] + result  # (a 3-array's one-byte header, 0x93, made a 4-array's)
+            return b"".join([b"\x94", _pack(RESPONSE), _pack(msgid), _pack(error), result])
+        if type(result) is dict and any(type(v) is Packed for v in result.values()):
+            return b"".join([b"\x94", _pack(RESPONSE), _pack(msgid), _pack(error), _map_header(len(result)),
+                             *(_pack(k) + (v if type(v) is Packed else _pack(v)) for k, v in result.items())])
         return _pack([RESPONSE, msgid, error, result])
 
     def send_notification(self, method: str, params: list | tuple) -> bytes:
@@ -363,6 +356,22 @@ _READ_SIZE = 16 << 10
 # _PACKER_KEEP_BYTES (a large columnar answer) the thread's Packer is replaced, giving it back.
 _PACKER_KEEP_BYTES = 1 << 20
 _packers = threading.local()
+
+
+class Packed(bytes):
+    """A value already in msgpack form, sent as it is: a whole result, or a value of a result map (see
+    send_response)."""
+
+
+def pack(value: Any) -> Packed:
+    """`value` in msgpack, as a response carries it (raises TypeError/ValueError/OverflowError as packing does)."""
+    return Packed(_pack(value))
+
+
+def _map_header(n: int) -> bytes:
+    if n < 16:
+        return bytes([0x80 | n])
+    return b"\xde" + n.to_bytes(2, "big") if n < 1 << 16 else b"\xdf" + n.to_bytes(4, "big")
 
 
 def _pack(value: Any) -> bytes:

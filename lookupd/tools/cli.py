@@ -1,4 +1,4 @@
-"""The `lookupd` command: dump, verify, demo-data, recover, restore, groups, transactions, serve, query.
+"""The `lookupd` command: dump, schemas, verify, demo-data, recover, restore, groups, transactions, serve, query.
 
 Each subcommand's code is imported only when it runs, so `lookupd query` starts fast.
 Errors end with one line naming what was wrong, never a traceback (`-v` shows more).
@@ -80,7 +80,21 @@ def _build_parser() -> argparse.ArgumentParser:
                         f"(--times=-1h.. or --times -1h..)")
     d.add_argument("--config", metavar="FILE", default=None,
                    help="TOML config whose [remote] table reads s3://BUCKET/KEY segments (see README)")
+    d.add_argument("--decode-values", action="store_true",
+                   help="print every record, keys and values in Confluent's wire format (Avro, Protobuf, JSON "
+                        "Schema) decoded with the schemas of the _schemas topic in the same log dir")
+    d.add_argument("--schemas", metavar="DIR", default=None,
+                   help="the schemas topic's partition directory (default: <log dir>/_schemas-0 beside the "
+                        "first path)")
     d.set_defaults(run="lookupd.tools.dump:run")
+
+    sc = command("schemas", help="list the subjects, versions and ids of a _schemas topic (no registry needed)")
+    sc.add_argument("path", metavar="PATH", help="a log dir holding _schemas-0, or the topic's partition directory")
+    sc.add_argument("--topic", default=None, metavar="T", help="the schemas topic (default _schemas, the "
+                                                                "registry's kafkastore.topic)")
+    sc.add_argument("--deleted", action="store_true", help="also list soft-deleted versions")
+    sc.add_argument("--json", action="store_true", help="one JSON object per version, with its schema text")
+    sc.set_defaults(run="lookupd.tools.schemas:run")
 
     v = command("verify", help="check segments as Kafka's recovery does: batches, offsets, indexes, .txnindex")
     v.add_argument("paths", nargs="+", metavar="PATH",

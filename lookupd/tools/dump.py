@@ -25,6 +25,7 @@ from ..message import MessageError
 from ..format.internal.topics import decode_record, decode_text, dumps, internal_topic, jsonable
 from ..format.records import control_record
 from ..format.render import batch_json, batch_line, record_json, record_line, record_lines
+from ..format.wire import ValueDecoder
 from ..log.segment import LogSegment
 from .remotedump import RemoteSegments, is_remote, remote_segments, split_url
 from .dumpfilter import DumpFilter
@@ -72,9 +73,10 @@ class Dumper:
     """Writes one file's dump as text or JSON lines; remembers whether anything was wrong."""
 
     def __init__(self, args, out=None, progress: Progress | None = None, remote: RemoteSegments | None = None,
-                 only: DumpFilter | None = None):
+                 only: DumpFilter | None = None, decoder: ValueDecoder | None = None):
         self.args = args
         self.filter = only  # --offsets/--times (None: everything)
+        self.decoder = decoder  # --decode-values: keys and values in the wire format decoded
         self.remote = remote  # opens s3:// segments
         self.out = out if out is not None else sys.stdout
         self.progress = progress
@@ -195,7 +197,7 @@ class Dumper:
                 self.internal_records(path, topic, h, data)
             elif self.args.print_data and self.args.json:
                 try:
-                    lines = record_lines(h, data, path, head)
+                    lines = record_lines(h, data, path, head, decoder=self.decoder)
                 except CorruptDataError as err:
                     self.error(path, str(err))
                 else:
@@ -207,7 +209,7 @@ class Dumper:
                     self.error(path, str(err))
                     records = []
                 for r in records:
-                    self.emit(record_line(r, h, print_data=True), None)
+                    self.emit(record_line(r, h, print_data=True, decoder=self.decoder), None)
             done = pos + batch_size
             if self.progress is not None:
                 self.progress.advance(batch_size)
@@ -277,7 +279,8 @@ class Dumper:
         if records:
             self._batch(path, h, data)
         for r in records:
-            self.emit(record_line(r, h, print_data=True), {"type": "record", "file": path, **record_json(r, h)})
+            self.emit(record_line(r, h, print_data=True, decoder=self.decoder),
+                      {"type": "record", "file": path, **record_json(r, h, self.decoder)})
 
     def _index(self, path: str, seg: LogSegment, index, limit, entry: Callable[[int, int], tuple[str, dict]]) -> None:
         if self.args.index_sanity_check:
@@ -347,10 +350,16 @@ def _log_bytes(files: list[str]) -> Iterator[int]:
 def run(args) -> int:
     only = DumpFilter.from_args(args.offsets, args.times)  # InvalidArgument before anything is read
     files = expand(args.paths)
+    decoder = None
+    if getattr(args, "decode_values", False):
+        from .schemas import decoder_for
+
+        args.print_data = True
+        decoder = decoder_for(args.paths[0], args.schemas)
     show = sys.stderr.isatty() and not sys.stdout.isatty()
     with Progress(sum(_log_bytes(files)), "dump", enabled=show) as progress, \
             remote_segments(getattr(args, "config", None)) as remote:
-        dumper = Dumper(args, progress=progress, remote=remote, only=only)
+        dumper = Dumper(args, progress=progress, remote=remote, only=only, decoder=decoder)
         if args.verify_index_only:
             for path in args.paths:
                 if not is_remote(path) and os.path.isdir(path):
