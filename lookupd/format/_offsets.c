@@ -1122,6 +1122,7 @@ commit_runs(PyObject *self, PyObject *args)
         int64_t base_offset = (int64_t)be64(b + BASE_OFFSET_AT), producer_id = (int64_t)be64(b + PRODUCER_ID_AT);
         if ((attrs & ATTR_CONTROL) || count < 0 ||
             __builtin_add_overflow(base_offset, (int64_t)(int32_t)be32(b + LAST_OFFSET_DELTA_AT), &last_offset) ||
+            last_offset == INT64_MAX ||     /* (its next offset would not fit: the Python replay's) */
             crc32c_of(b + CRC_START, (size_t)(size - CRC_START)) != be32(b + CRC_AT))
             break;
         if (count > 0) {
@@ -1163,7 +1164,7 @@ commit_runs(PyObject *self, PyObject *args)
                 n = 0;
                 err = err || txn == NULL;
                 if (!err) {
-                    next_offset = last_offset + 1;
+                    next_offset = next_offset > last_offset ? next_offset : last_offset + 1;
                     pos += size;
                 }
                 break;
@@ -1181,12 +1182,14 @@ commit_runs(PyObject *self, PyObject *args)
             n = 0;
             err = err || txn == NULL;
             if (!err) {
-                next_offset = last_offset + 1;
+                next_offset = next_offset > last_offset ? next_offset : last_offset + 1;
                 pos += size;
             }
             break;
         }
-        next_offset = last_offset + 1;
+        next_offset = next_offset > last_offset ? next_offset : last_offset + 1;  /* (the largest, as the Python
+                                                                                 * replay keeps it: base offsets
+                                                                                 * are not under the CRC) */
         pos += size;
     }
     if (!err && n > 0)

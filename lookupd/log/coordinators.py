@@ -265,11 +265,10 @@ class GroupReplay(PartitionReplay):
             return off
         stop, next_offset, tombstoned, removed, txn = _accel.commit_runs(buf, off, n, commits,
                                                                         bool(self.state.open_transactions))
-        if next_offset >= 0:
+        if stop > off:  # batches taken (their next offset may be anything a damaged base offset makes it)
             self.state.apply_commits(tombstoned, removed)
             if txn is not None:
                 self.state.apply_transactional(*txn)
-        if next_offset >= 0:
             self.next_offset = max(self.next_offset, next_offset)
         return stop
 
