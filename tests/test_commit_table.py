@@ -125,3 +125,22 @@ def test_damaged_offsets_logs_replay_the_same_in_c_and_python(tmp_path):
             except CorruptRecordError:
                 pass
         assert _outcome(tmp_path, bytes(b), False) == _outcome(tmp_path, bytes(b), True)
+
+
+def test_a_log_of_new_keys_grows_the_table_at_once_and_answers_as_python(tmp_path, monkeypatch):
+    """Nearly every record a new key (a compacted log): the C table, told the bytes to come, grows its slots
+    several times over at once (Table.expect) and answers as the record-by-record replay."""
+    from lookupd.log import coordinators
+
+    monkeypatch.setattr(coordinators, "CHUNK_BYTES", 1 << 16)  # several scans, each projecting the rest
+    log = CoordinatorLog(str(tmp_path / "__consumer_offsets-0"))
+    for g in range(6000):
+        if g % 700 == 0:  # (a batch the Python replay takes between scans)
+            log.write([Record(group_key(f"g{g}"), group_value("consumer", 1, "range", ["m"]))])
+        log.write([Record(commit_key(f"g{g}", "t", p), commit_value(g + p)) for p in range(3)])
+    log.close()
+    c, p = replayed([tmp_path]), replayed([tmp_path], python=True)
+    assert len(c.state.commits) == len(p.state.commits) == 18_000
+    assert set(c.state.groups) == set(p.state.groups)
+    for g in range(0, 6000, 7):
+        assert c.state.committed(f"g{g}") == p.state.committed(f"g{g}")

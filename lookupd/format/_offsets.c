@@ -63,6 +63,8 @@ typedef struct {
     uint64_t *slots;                    /* the hash's high 32 bits, then index into entries + 1; 0 is free */
     Py_ssize_t n_slots;                 /* a power of two, kept at most half full */
     int shift;                          /* 64 - log2(n_slots): a key hashed h starts its probe at h >> shift */
+    Py_ssize_t expect;                  /* entries the caller expects to add yet (0: unknown): growing, the slots
+                                         * go to what they need, up to MAX_GROWTH times at once */
 } Table;
 
 /* A slot holds its key's hash tag beside the entry's index, so that a probe past other keys reads the
@@ -74,6 +76,11 @@ typedef struct {
 #define SLOT_TAG(slot) ((slot) & 0xFFFFFFFF00000000ULL)
 #define MAX_ENTRIES 0x7FFFFFFFL             /* an index fits the slot's low 32 bits, log2(n_slots) its tag */
 #define MIN_SLOTS_LOG2 10
+/* Growing the slots as a compacted log's replay fills them (nearly a key a record) cost more than the
+ * probes: each doubling reads the old array and writes a new one, a megabyte or more. Told what is still
+ * to come (Table.expect), a table grows to it at once, but at most 8 times over, so that a projection
+ * that does not come true (new keys that stop coming) leaves at most 8 times the slots needed. */
+#define MAX_GROWTH_LOG2 3
 #define MAX_KEY_LEN 0x7FFFFFFFL             /* (a key's fields are at most 65542 bytes; a Python caller's bytes may be more) */
 
 /* ------------------------------------------------------------------ memory
@@ -312,6 +319,20 @@ table_rehash(Table *t, int log2)
     return 0;
 }
 
+/* log2 of the slots a full table grows to: twice as many, or room for what it expects, up to MAX_GROWTH_LOG2
+ * doublings at once (and at most 2^32 slots: MAX_ENTRIES, twice over). */
+static int
+table_growth(const Table *t)
+{
+    if (t->n_slots == 0)
+        return MIN_SLOTS_LOG2;
+    int now = 64 - t->shift, log2 = now + 1;
+    double want = 2.0 * ((double)t->n_entries + 1 + (double)t->expect);
+    while (log2 < now + MAX_GROWTH_LOG2 && log2 < 32 && (double)((Py_ssize_t)1 << log2) < want)
+        log2++;
+    return log2;
+}
+
 /* The entry of key k[0:n] whose hash_bytes is h, made (absent) when `create`; NULL when there is none,
  * or on no memory (*oom set). */
 static Entry *
@@ -322,7 +343,7 @@ table_find_hashed(Table *t, const uint8_t *k, Py_ssize_t n, uint64_t h, int crea
         return NULL;
     }
     if (create && (t->n_entries + 1) * 2 > t->n_slots &&
-        (t->n_entries >= MAX_ENTRIES || table_rehash(t, t->n_slots ? 65 - t->shift : MIN_SLOTS_LOG2) < 0)) {
+        (t->n_entries >= MAX_ENTRIES || table_rehash(t, table_growth(t)) < 0)) {
         *oom = 1;
         return NULL;
     }
@@ -438,6 +459,8 @@ typedef struct {
     Table groups;                       /* group name -> its first key (offset: index + 1 into t); value_len 0:
                                          * a simple group (made by a commit), -1: not */
     Py_ssize_t last_group;              /* the group entry looked up last, index + 1 (0: none) */
+    Py_ssize_t reserved, scanned;       /* bytes of log told (reserve) and not yet scanned by commit_runs; bytes
+                                         * it scanned: t.expect is what the keys per byte so far make of them */
 } CommitTable;
 
 static void
@@ -709,6 +732,7 @@ ct_reserve(CommitTable *self, PyObject *arg)
     if (bytes > 0 && (table_reserve(&self->t, bytes / MIN_RECORD_BYTES, bytes) < 0 ||
                       table_reserve(&self->groups, bytes / MIN_RECORD_BYTES, bytes) < 0))
         return PyErr_NoMemory();
+    self->reserved = bytes > 0 ? bytes : 0;
     Py_RETURN_NONE;
 }
 
@@ -1101,6 +1125,10 @@ commit_runs(PyObject *self, PyObject *args)
         return NULL;
     }
     const uint8_t *buf = (const uint8_t *)view.buf;
+    if (ct->scanned > 0) {              /* the keys to come, at the rate of those so far */
+        double expect = (double)ct->reserved * (double)ct->t.n_entries / (double)ct->scanned;
+        ct->t.expect = expect < (double)MAX_ENTRIES ? (Py_ssize_t)expect : MAX_ENTRIES;
+    }
     Notes notes = {note_tombstones ? PyList_New(0) : Py_NewRef(Py_None), PyList_New(0), {0}};
     PyObject *txn = NULL;
     Commit *recs = NULL;               /* recs[0:n]: taken, not applied yet; a batch being checked after them */
@@ -1197,6 +1225,9 @@ commit_runs(PyObject *self, PyObject *args)
     PyBuffer_Release(&view);
     free(recs);
     table_free(&notes.seen);
+    ct->t.expect = 0;
+    ct->scanned += pos - start;
+    ct->reserved = ct->reserved > pos - start ? ct->reserved - (pos - start) : 0;
     if (!err && ct_maybe_compact(ct) < 0)
         err = 1;
     if (err) {
