@@ -144,3 +144,26 @@ def test_a_log_of_new_keys_grows_the_table_at_once_and_answers_as_python(tmp_pat
     assert set(c.state.groups) == set(p.state.groups)
     for g in range(0, 6000, 7):
         assert c.state.committed(f"g{g}") == p.state.committed(f"g{g}")
+
+
+def test_a_reservation_refused_leaves_the_table_growing_as_it_fills():
+    """CommitTable.reserve only makes room: where the address space is refused (here an RLIMIT_AS, as
+    vm.overcommit_memory=2 would), the replay goes on and the table grows as it fills."""
+    import subprocess
+    import sys
+
+    code = """if True:
+        import resource
+        from lookupd.format import _decode
+        with open("/proc/self/statm") as f:
+            size = int(f.read().split()[0]) * resource.getpagesize()
+        resource.setrlimit(resource.RLIMIT_AS, (size + (256 << 20), resource.RLIM_INFINITY))
+        t = _decode.CommitTable()
+        t.reserve(1 << 40)  # (4 GiB an array at most: more than the limit)
+        for i in range(20000):
+            t.put(b"\\x00\\x01g" + i.to_bytes(4, "big"), i, b"v" * 20)
+        assert len(t) == 20000 and t.get(b"\\x00\\x01g" + (7).to_bytes(4, "big")) == (7, b"v" * 20)
+        print("ok")
+    """
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "ok", out.stderr

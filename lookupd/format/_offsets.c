@@ -729,9 +729,10 @@ ct_reserve(CommitTable *self, PyObject *arg)
     Py_ssize_t bytes = PyNumber_AsSsize_t(arg, PyExc_OverflowError);
     if (bytes == -1 && PyErr_Occurred())
         return NULL;
-    if (bytes > 0 && (table_reserve(&self->t, bytes / MIN_RECORD_BYTES, bytes) < 0 ||
-                      table_reserve(&self->groups, bytes / MIN_RECORD_BYTES, bytes) < 0))
-        return PyErr_NoMemory();
+    /* (a room only: where the address space is refused, as under vm.overcommit_memory=2, the table grows
+     * as it fills instead) */
+    if (bytes > 0 && table_reserve(&self->t, bytes / MIN_RECORD_BYTES, bytes) == 0)
+        (void)table_reserve(&self->groups, bytes / MIN_RECORD_BYTES, bytes);
     self->reserved = bytes > 0 ? bytes : 0;
     Py_RETURN_NONE;
 }
@@ -756,7 +757,8 @@ static PyMethodDef ct_methods[] = {
      "has_simple_group(name bytes) -> whether a commit made the group and it was not removed since"},
     {"simple_groups", (PyCFunction)ct_simple_groups, METH_NOARGS, "simple_groups() -> [name bytes]"},
     {"reserve", (PyCFunction)ct_reserve, METH_O,
-     "reserve(bytes): room for what a log's `bytes` may add, as address space (no memory until it is used)"},
+     "reserve(bytes): room for what a log's `bytes` may add, as address space (no memory until it is used; "
+     "none where it is refused)"},
     {NULL, NULL, 0, NULL},
 };
 
