@@ -14,6 +14,7 @@ import crc32c
 import pytest
 
 from coordinator_writer import CoordinatorLog, Record, commit_key, commit_value, group_key, group_value, replayed
+from damage import damaged
 from lookupd.errors import CorruptRecordError
 from lookupd.format.batch import parse_header
 from lookupd.format import _accel
@@ -102,16 +103,7 @@ def test_damaged_offsets_logs_replay_the_same_in_c_and_python(tmp_path):
     rnd = random.Random(11)
     base = _fuzz_log()
     for _ in range(400):
-        b = bytearray(base)
-        for _ in range(rnd.randint(1, 3)):
-            i = rnd.randrange(len(b))
-            op = rnd.random()
-            if op < 0.6:
-                b[i] = rnd.randrange(256)
-            elif op < 0.8:
-                del b[i:i + rnd.randint(1, 8)]
-            else:
-                b[i:i] = bytes(rnd.randrange(256) for _ in range(rnd.randint(1, 8)))
+        b = damaged(rnd, base, 3)
         if rnd.random() < 0.5:  # the CRC of the batch holding the first change made right
             pos = 0
             try:
