@@ -22,8 +22,8 @@ from typing import Any, Callable
 
 import pyarrow as pa
 from pyspark.sql.types import (ArrayType, BinaryType, BooleanType, DataType, DateType, DecimalType, DoubleType,
-                               FloatType, IntegerType, LongType, MapType, StringType, StructField, StructType,
-                               TimestampNTZType, TimestampType)
+                               FloatType, IntegerType, LongType, MapType, NullType, StringType, StructField,
+                               StructType, TimestampNTZType, TimestampType)
 
 from lookupd.errors import LookupdError
 from lookupd.format import avrocolumns
@@ -244,6 +244,8 @@ def avro_type(schema: Any, named: dict, seen: frozenset = frozenset()) -> DataTy
             return simple
         if schema in seen:
             raise OptionError(f"{OPTION}=struct: the Avro type {schema} is recursive; use {OPTION}=json")
+        if schema not in named:
+            raise OptionError(f"{OPTION}=struct: the Avro type {schema} is not defined; use {OPTION}=json")
         return avro_type(named[schema], named, seen | {schema})
     if isinstance(schema, list):
         members = [m for m in schema if m != "null"]
@@ -279,8 +281,8 @@ def avro_type(schema: Any, named: dict, seen: frozenset = frozenset()) -> DataTy
     return avro_type(t, named, seen)
 
 
-_AVRO_PRIMITIVES = {"boolean": BooleanType(), "int": IntegerType(), "long": LongType(), "float": FloatType(),
-                    "double": DoubleType(), "bytes": BinaryType(), "string": StringType()}
+_AVRO_PRIMITIVES = {"null": NullType(), "boolean": BooleanType(), "int": IntegerType(), "long": LongType(),
+                    "float": FloatType(), "double": DoubleType(), "bytes": BinaryType(), "string": StringType()}
 
 
 def _avro_row(schema, named) -> Callable[[Any], Any]:

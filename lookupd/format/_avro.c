@@ -541,7 +541,9 @@ column_take(Column *c, PyObject *validity, PyObject *offsets, PyObject *data, Py
     return 0;
 }
 
-enum { S_PLAIN, S_DONE, S_REFERENCE };  /* per value: not in the wire format, decoded here, for the reference */
+/* Per value: not in the wire format, decoded here, for the reference path, decoded here as Avro's null
+ * (which the reference path shows as no value: fastavro's None). */
+enum { S_PLAIN, S_DONE, S_REFERENCE, S_NULL };
 
 /* Value i of the column: 1 and its schema id and payload when it is in the wire format, else 0. */
 static inline int
@@ -566,7 +568,7 @@ column_wire(const Column *c, Py_ssize_t i, uint32_t *sid, const uint8_t **p, con
  *
  * The values of an Arrow binary column (its buffers, offset and length) decoded with `programs`, a dict
  * from schema id to avro_program (or None: that id's values go to the reference path). status: a byte
- * per value (S_PLAIN, S_DONE, S_REFERENCE); ids: int32 schema id per value (0 where S_PLAIN); missing:
+ * per value (S_PLAIN, S_DONE, S_REFERENCE, S_NULL); ids: int32 schema id per value (0 where S_PLAIN); missing:
  * the ids met that `programs` does not hold (their values S_REFERENCE); ends and text: the JSON texts of
  * the values decoded here as an Arrow string column's int32 offsets (length + 1) and data, empty
  * elsewhere.
@@ -637,8 +639,8 @@ avro_json(PyObject *self, PyObject *args)
                 if (rc < 0)
                     goto done;
                 if (rc == 1 && in.p == in.end)
-                    st[i] = S_DONE;
-                else
+                    st[i] = out.len - mark == 4 && memcmp(out.p + mark, "null", 4) == 0 ? S_NULL : S_DONE;
+                if (st[i] != S_DONE)
                     out.len = mark;
                 if (out.len > MAX_OUT) {
                     result = Py_NewRef(Py_None);

@@ -23,7 +23,9 @@ from .wire import _AvroCodec, _text
 # Node kinds, as _avro.c numbers them.
 (K_NULL, K_BOOLEAN, K_INT, K_LONG, K_FLOAT, K_DOUBLE, K_BYTES, K_STRING, K_FIXED, K_ENUM, K_RECORD, K_ARRAY, K_MAP,
  K_UNION) = range(14)
-S_PLAIN, S_DONE, S_REFERENCE = range(3)  # per value: not in the wire format, decoded in C, for the reference path
+# Per value: not in the wire format, decoded in C, for the reference path, decoded in C as Avro's null (which
+# the reference path shows as no value, as fastavro's None).
+S_PLAIN, S_DONE, S_REFERENCE, S_NULL = range(4)
 
 _PRIMITIVES = {"null": K_NULL, "boolean": K_BOOLEAN, "int": K_INT, "long": K_LONG, "float": K_FLOAT,
                "double": K_DOUBLE, "bytes": K_BYTES, "string": K_STRING}
@@ -190,7 +192,7 @@ def program(codec, arrow_type: pa.DataType | None = None) -> tuple[Any, tuple] |
 
 
 class Column(NamedTuple):
-    """A column of keys or values as C decoded it: `status` per value (S_PLAIN, S_DONE, S_REFERENCE),
+    """A column of keys or values as C decoded it: `status` per value (S_PLAIN, S_DONE, S_REFERENCE, S_NULL),
     `ids` (int32, null for S_PLAIN) and `values` (JSON text or the struct; null but where S_DONE)."""
 
     status: np.ndarray
