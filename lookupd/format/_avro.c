@@ -215,37 +215,30 @@ read_length(In *in, int64_t *n)
     return read_varlong(&in->p, in->end, n) == 0 && *n >= 0 && *n <= in->end - in->p;
 }
 
-/* A block's item count (its byte size skipped when the count is negative); 0 to hand the value back
- * (it ends early, or counts more items than bytes remain, which a hostile value could do with items
- * of no bytes). */
-static inline int
-read_block(In *in, int64_t *count)
-{
-    if (read_varlong(&in->p, in->end, count) != 0)
-        return 0;
-    if (*count < 0) {
-        int64_t size;
-        if (*count == INT64_MIN || read_varlong(&in->p, in->end, &size) != 0)
-            return 0;
-        *count = -*count;
-    }
-    return *count <= in->end - in->p;
-}
+/* The next item of an array or map, whose blocks give their item counts (a negative count is followed
+ * by the block's byte size, skipped): 1 when an item follows (*left counts the block's items after it,
+ * 0 before the first block), END after the last, 0 to hand the value back (it ends early, or a block
+ * counts more items than bytes remain, which a hostile value could do with items of no bytes). */
+#define END 2
 
 static int
-is_utf8_text(const uint8_t *s, Py_ssize_t n)
+next_item(In *in, int64_t *left)
 {
-    uint32_t cp;
-    for (Py_ssize_t i = 0; i < n;) {
-        if (s[i] < 0x80) {
-            i++;
-            continue;
-        }
-        int k = utf8_sequence(s + i, n - i, &cp);
-        if (k == 0)
+    if (*left == 0) {
+        if (read_varlong(&in->p, in->end, left) != 0)
             return 0;
-        i += k;
+        if (*left < 0) {
+            int64_t size;
+            if (*left == INT64_MIN || read_varlong(&in->p, in->end, &size) != 0)
+                return 0;
+            *left = -*left;
+        }
+        if (*left == 0)
+            return END;
+        if (*left > in->end - in->p)
+            return 0;
     }
+    (*left)--;
     return 1;
 }
 
@@ -274,6 +267,21 @@ key_new(In *in, Py_ssize_t first, const uint8_t *s, Py_ssize_t n)
 
 /* A map's keys are compared pairwise: a map of more keys than this goes to fastavro. */
 #define MAX_MAP_KEYS 256
+
+/* A map's key (its keys from `keys_from` on): 1 and *key, *len past it, 0 to hand the value back (the
+ * key is not UTF-8 or is there already, or the map holds too many to compare), -1 on no memory. */
+static int
+read_key(In *in, Py_ssize_t keys_from, const uint8_t **key, int64_t *len)
+{
+    if (in->nkeys - keys_from >= MAX_MAP_KEYS || !read_length(in, len) || !is_utf8(in->p, *len))
+        return 0;
+    int rc = key_new(in, keys_from, in->p, *len);
+    if (rc == 1) {
+        *key = in->p;
+        in->p += *len;
+    }
+    return rc;
+}
 
 static inline double
 le_float(const uint8_t *p)
@@ -406,7 +414,7 @@ json_value(const Program *pg, Py_ssize_t at, In *in, Buf *out, int depth)
     case K_STRING:
         if (!read_length(in, &n))
             return 0;
-        if (node->kind == K_STRING && !is_utf8_text(in->p, n))
+        if (node->kind == K_STRING && !is_utf8(in->p, n))
             return 0;
         in->p += n;
         return put_string(out, in->p - n, n, node->kind == K_BYTES) < 0 ? -1 : 1;
@@ -430,54 +438,34 @@ json_value(const Program *pg, Py_ssize_t at, In *in, Buf *out, int depth)
         return PUT("}");
     case K_ARRAY: {
         TRY(PUT("["));
-        int first = 1;
-        for (;;) {
-            if (!read_block(in, &n))
-                return 0;
-            if (n == 0)
-                break;
-            for (int64_t i = 0; i < n; i++) {
-                if (!first)
-                    TRY(PUT(","));
-                first = 0;
-                TRY(json_value(pg, node->child[0], in, out, depth + 1));
-            }
+        int64_t left = 0;
+        int rc;
+        for (int first = 1; (rc = next_item(in, &left)) == 1; first = 0) {
+            if (!first)
+                TRY(PUT(","));
+            TRY(json_value(pg, node->child[0], in, out, depth + 1));
         }
-        return PUT("]");
+        return rc == END ? PUT("]") : rc;
     }
     case K_MAP: {
         TRY(PUT("{"));
         Py_ssize_t keys_from = in->nkeys;
-        int rc = 1;
-        for (;;) {
-            if (!read_block(in, &n)) {
-                rc = 0;
+        int64_t left = 0;
+        int rc;
+        while ((rc = next_item(in, &left)) == 1) {
+            const uint8_t *key;
+            int64_t len;
+            if ((rc = read_key(in, keys_from, &key, &len)) <= 0)
+                break;
+            if ((in->nkeys - keys_from > 1 && PUT(",") < 0) || put_string(out, key, len, 0) < 0 || PUT(":") < 0) {
+                rc = -1;
                 break;
             }
-            if (n == 0)
-                break;
-            for (int64_t i = 0; i < n && rc == 1; i++) {
-                int64_t len;
-                if (in->nkeys - keys_from >= MAX_MAP_KEYS || !read_length(in, &len) || !is_utf8_text(in->p, len)) {
-                    rc = 0;
-                    break;
-                }
-                rc = key_new(in, keys_from, in->p, len);
-                if (rc <= 0)
-                    break;
-                in->p += len;
-                if ((in->nkeys - keys_from > 1 && PUT(",") < 0) || put_string(out, in->p - len, len, 0) < 0 ||
-                    PUT(":") < 0) {
-                    rc = -1;
-                    break;
-                }
-                rc = json_value(pg, node->child[0], in, out, depth + 1);
-            }
-            if (rc != 1)
+            if ((rc = json_value(pg, node->child[0], in, out, depth + 1)) != 1)
                 break;
         }
         in->nkeys = keys_from;
-        return rc == 1 ? PUT("}") : rc;
+        return rc == END ? PUT("}") : rc;
     }
     case K_UNION:
         if (read_varlong(&in->p, in->end, &v) != 0 || v < 0 || v >= node->size)
@@ -794,7 +782,7 @@ arrow_value(const Program *pg, Py_ssize_t at, In *in, Builder *bs, int depth)
             s = (const uint8_t *)node->text[v];
             n = node->text_len[v];
         } else {
-            if (!read_length(in, &n) || (node->kind == K_STRING && !is_utf8_text(in->p, n)))
+            if (!read_length(in, &n) || (node->kind == K_STRING && !is_utf8(in->p, n)))
                 return 0;
             s = in->p;
             in->p += n;
@@ -819,37 +807,26 @@ arrow_value(const Program *pg, Py_ssize_t at, In *in, Builder *bs, int depth)
     case K_MAP: {
         Py_ssize_t keys_from = in->nkeys;
         Builder *ib = bs ? &bs[column_node(pg, node->child[0])] : NULL;
-        int rc = 1;
-        while (rc == 1) {
-            if (!read_block(in, &n)) {
-                rc = 0;
-                break;
-            }
-            if (n == 0)
-                break;
-            for (int64_t i = 0; i < n && rc == 1; i++) {
-                if (node->kind == K_MAP) {
-                    int64_t len;
-                    if (in->nkeys - keys_from >= MAX_MAP_KEYS || !read_length(in, &len) ||
-                        !is_utf8_text(in->p, len)) {
-                        rc = 0;
-                        break;
-                    }
-                    if ((rc = key_new(in, keys_from, in->p, len)) <= 0)
-                        break;
-                    in->p += len;
-                    if (b != NULL && (buf_put(&b->keys, in->p - len, len) < 0 ||
-                                      put_i32(&b->key_offsets, (int32_t)b->keys.len) < 0)) {
-                        rc = -1;
-                        break;
-                    }
+        int64_t left = 0;
+        int rc;
+        while ((rc = next_item(in, &left)) == 1) {
+            if (node->kind == K_MAP) {
+                const uint8_t *key;
+                int64_t len;
+                if ((rc = read_key(in, keys_from, &key, &len)) <= 0)
+                    break;
+                if (b != NULL && (buf_put(&b->keys, key, len) < 0 ||
+                                  put_i32(&b->key_offsets, (int32_t)b->keys.len) < 0)) {
+                    rc = -1;
+                    break;
                 }
-                rc = arrow_value(pg, node->child[0], in, bs, depth + 1);
             }
+            if ((rc = arrow_value(pg, node->child[0], in, bs, depth + 1)) != 1)
+                break;
         }
         in->nkeys = keys_from;
-        if (rc != 1 || b == NULL)
-            return rc;
+        if (rc != END || b == NULL)
+            return rc == END ? 1 : rc;
         if (b->keys.len > MAX_OUT) {
             PyErr_SetString(PyExc_OverflowError, "a struct's map keys pass 2 GiB");
             return -1;

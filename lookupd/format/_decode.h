@@ -114,6 +114,25 @@ utf8_sequence(const uint8_t *s, Py_ssize_t n, uint32_t *cp)
     return 0;
 }
 
+/* Whether s[0..n) is valid UTF-8 (Python's strict decoder). */
+static inline int
+is_utf8(const uint8_t *s, Py_ssize_t n)
+{
+    Py_ssize_t i = 0;
+    uint32_t cp;
+    while (i < n) {
+        if (s[i] < 0x80) {
+            i++;
+            continue;
+        }
+        int k = utf8_sequence(s + i, n - i, &cp);
+        if (k == 0)
+            return 0;
+        i += k;
+    }
+    return 1;
+}
+
 /* ------------------------------------------------------------------ the module's functions */
 
 PyObject *decode_v2(PyObject *self, PyObject *args);               /* _records.c */

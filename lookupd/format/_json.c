@@ -10,24 +10,6 @@
  * {"base64":"..."} in the standard alphabet with padding, and null when absent.
  */
 
-static int
-is_utf8(const uint8_t *s, Py_ssize_t n)
-{
-    Py_ssize_t i = 0;
-    uint32_t cp;
-    while (i < n) {
-        if (s[i] < 0x80) {
-            i++;
-            continue;
-        }
-        int k = utf8_sequence(s + i, n - i, &cp);
-        if (k == 0)
-            return 0;
-        i += k;
-    }
-    return 1;
-}
-
 static const char HEX[] = "0123456789abcdef";
 
 static inline char *
