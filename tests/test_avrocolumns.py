@@ -1,8 +1,9 @@
 """The Spark source's decoded columns read in C (lookupd.format.avrocolumns, _avro.c) are the reference
 path's (`_accel.python_only()`: ValueDecoder.decode_many and fastavro), value for value and error for
-error, for generated schemas and values serialized by fastavro, then damaged: cut short, a byte changed
-or added, an unknown id, bytes not in the wire format, nulls, and hand-made encodings fastavro's writer
-does not make (negative block counts, long varints, a map key twice)."""
+error, for generated schemas (logical types among them) and values serialized by fastavro, then damaged:
+cut short, a byte changed or added, an unknown id, bytes not in the wire format, nulls; and hand-made
+encodings fastavro's writer does not make (negative block counts, long varints, a map key twice, dates
+out of Python's range, UUIDs in other forms)."""
 
 from __future__ import annotations
 
@@ -61,6 +62,8 @@ def assert_same(got, want):
 # ------------------------------------------------------------------------------------------- schemas and values
 
 NAMES = st.text(string.ascii_letters + "_", min_size=1, max_size=6)
+LOGICAL = [("long", "timestamp-millis"), ("long", "timestamp-micros"), ("long", "local-timestamp-millis"),
+           ("long", "local-timestamp-micros"), ("int", "date"), ("string", "uuid"), ("int", "time-millis")]
 PRIMITIVES = ["boolean", "int", "long", "float", "double", "bytes", "string"]
 
 
@@ -80,10 +83,10 @@ def schemas(draw, depth=0, names=None):
         return {"type": "enum", "name": fresh(), "symbols": draw(st.lists(NAMES, min_size=1, max_size=4, unique=True))}
     if kind == "fixed":
         return {"type": "fixed", "name": fresh(), "size": draw(st.integers(0, 5))}
-    if kind == "logical":  # converted by fastavro: the reference path's
-        return draw(st.sampled_from([{"type": "long", "logicalType": "timestamp-millis"},
-                                     {"type": "int", "logicalType": "date"},
-                                     {"type": "string", "logicalType": "not-one-fastavro-knows"}]))
+    if kind == "logical":  # converted by fastavro: dates, timestamps and UUIDs in C, the others by the reference
+        return draw(st.sampled_from([{"type": t, "logicalType": lt} for t, lt in LOGICAL] + [
+            {"type": "bytes", "logicalType": "decimal", "precision": 6, "scale": 2},
+            {"type": "string", "logicalType": "not-one-fastavro-knows"}]))
     if kind == "record":
         fields = draw(st.lists(NAMES, max_size=4, unique=True))
         return {"type": "record", "name": fresh(),
@@ -111,11 +114,18 @@ def values(schema, named):
         schema = named.get(schema, {"type": schema})
     t = schema["type"]
     logical = schema.get("logicalType")
-    if logical == "timestamp-millis":
-        return st.datetimes(datetime.datetime(1970, 1, 1), datetime.datetime(2100, 1, 1),
-                            timezones=st.just(datetime.timezone.utc)).map(lambda d: d.replace(microsecond=0))
+    if logical in ("timestamp-millis", "timestamp-micros", "local-timestamp-millis", "local-timestamp-micros"):
+        utc = st.just(datetime.timezone.utc) if not logical.startswith("local") else st.none()
+        times = st.datetimes(datetime.datetime(1, 1, 2), datetime.datetime(9999, 12, 30), timezones=utc)
+        return times.map(lambda d: d.replace(microsecond=d.microsecond // 1000 * 1000)) if "millis" in logical else times
     if logical == "date":
         return st.dates()
+    if logical == "uuid":
+        return st.uuids()
+    if logical == "decimal":
+        return st.decimals(-9999, 9999, places=2)
+    if logical == "time-millis":
+        return st.times().map(lambda t: t.replace(microsecond=t.microsecond // 1000 * 1000))
     return {
         "null": lambda: st.none(),
         "boolean": lambda: st.booleans(),
@@ -247,6 +257,9 @@ def test_the_c_path_decodes_the_benchmarks_values():
         {**o, "f": float(struct.unpack("<f", struct.pack("<f", 0.1))[0])} for o in objs]
 
 
+MIN_US, MAX_US = -62135596800 * 10**6, 253402300800 * 10**6 - 1  # Python's datetimes, years 1 to 9999
+
+
 def _long(n: int) -> bytes:
     n = (n << 1) ^ (n >> 63)
     out = bytearray()
@@ -273,6 +286,16 @@ def _long(n: int) -> bytes:
     ({"type": "record", "name": "R", "fields": [{"name": "x", "type": "double"}]}, struct.pack("<d", float("nan"))),
     ({"type": "record", "name": "Deep", "fields": [{"name": "d", "type": ["null", "Deep"]}]},
      _long(1) * 100 + _long(0)),  # recursive, deeper than C reads
+    ({"type": "long", "logicalType": "timestamp-millis"}, _long(-1)),  # 1969-12-31T23:59:59.999
+    ({"type": "long", "logicalType": "timestamp-millis"}, _long(MAX_US // 1000 + 1)),  # past 9999: fastavro fails
+    ({"type": "long", "logicalType": "timestamp-micros"}, _long(MAX_US)),
+    ({"type": "long", "logicalType": "timestamp-micros"}, _long(MIN_US)),
+    ({"type": "long", "logicalType": "local-timestamp-micros"}, _long(MIN_US - 1)),
+    ({"type": "int", "logicalType": "date"}, _long(-719162)),  # 0001-01-01
+    ({"type": "int", "logicalType": "date"}, _long(-719163)),
+    ({"type": "string", "logicalType": "uuid"}, _long(36) + b"0E8C9F1A-8C1B-4C2D-9E3F-0A1B2C3D4E5F"),  # upper case
+    ({"type": "string", "logicalType": "uuid"}, _long(38) + b"{0e8c9f1a-8c1b-4c2d-9e3f-0a1b2c3d4e5f}"),
+    ({"type": "string", "logicalType": "uuid"}, _long(4) + b"nope"),
 ])
 def test_encodings_fastavro_does_not_write(schema, payload):
     reg = registry(schema, "int")

@@ -6,12 +6,16 @@
  *                (`json_text`: ensure_ascii off, NaN and infinities as strings);
  *   avro_arrow   each value into the Arrow columns of a struct (the Spark source's struct mode).
  *
+ * Dates, timestamps (UTC and local) and UUIDs are read as fastavro's logical readers convert them, and
+ * shown as isoformat() and str() write those objects; decimals and times of day are not read here.
+ *
  * A value this code is not sure to read exactly as fastavro does is handed back (status 2) for the
  * reference path, which gives its answer or names its fault: bytes that end early or are left over,
  * a varint longer than fastavro's, a union or enum index out of range, a negative length, text that
  * is not strict UTF-8, a map holding a key twice (fastavro's dict keeps one), an array or map block
  * counting more items than bytes remain, nesting deeper than MAX_DEPTH, an int outside int32 for a
- * struct's int32 column. So every answer given here is the reference's, and every fault is its.
+ * struct's int32 column, a date or time outside Python's years 1 to 9999, a UUID not written as str()
+ * writes it. So every answer given here is the reference's, and every fault is its.
  */
 #include "_decode.h"
 
@@ -23,8 +27,19 @@
 
 enum {
     K_NULL, K_BOOLEAN, K_INT, K_LONG, K_FLOAT, K_DOUBLE, K_BYTES, K_STRING, K_FIXED, K_ENUM, K_RECORD, K_ARRAY,
-    K_MAP, K_UNION, N_KINDS
+    K_MAP, K_UNION,
+    /* the logical types fastavro converts that are read here: int date, long timestamp-millis and
+     * -micros (UTC datetimes), local-timestamp-millis and -micros (naive ones), string uuid */
+    K_DATE, K_TS_MILLIS, K_TS_MICROS, K_LOCAL_TS_MILLIS, K_LOCAL_TS_MICROS, K_UUID,
+    N_KINDS
 };
+
+/* Python's dates and datetimes, from 0001-01-01 to 9999-12-31: days and microseconds from 1970-01-01. */
+#define MIN_DAY (-719162LL)
+#define MAX_DAY 2932896LL
+#define US_PER_DAY 86400000000LL
+#define MIN_US (MIN_DAY * US_PER_DAY)
+#define MAX_US ((MAX_DAY + 1) * US_PER_DAY - 1)
 
 /* A node of a program: one Avro type of the writer's schema. In a JSON program, RECORD texts are
  * '{"name":' then ',"name2":' and so on, ENUM texts its symbols as JSON strings; in an Arrow program
@@ -301,6 +316,45 @@ le_double(const uint8_t *p)
     return d;
 }
 
+/* A date (days) or timestamp (microseconds) from 1970-01-01 as fastavro converts it: 1, or 0 when
+ * its date or datetime would be out of Python's range (fastavro fails: the reference path says how). */
+static int
+read_time(const Node *node, In *in, int64_t *out)
+{
+    int64_t v;
+    if (read_varlong(&in->p, in->end, &v) != 0)
+        return 0;
+    switch (node->kind) {
+    case K_DATE:
+        *out = v;
+        return v >= MIN_DAY && v <= MAX_DAY;
+    case K_TS_MILLIS:
+    case K_LOCAL_TS_MILLIS:
+        if (v < MIN_US / 1000 || v > MAX_US / 1000)
+            return 0;
+        *out = v * 1000;
+        return 1;
+    default:
+        *out = v;
+        return v >= MIN_US && v <= MAX_US;
+    }
+}
+
+/* A UUID's text as fastavro reads it then str(UUID) writes it, when it is already that: 36 characters,
+ * lowercase hex and hyphens at 8, 13, 18, 23 (any other form goes to the reference path). */
+static int
+canonical_uuid(const uint8_t *s, int64_t n)
+{
+    if (n != 36)
+        return 0;
+    for (int i = 0; i < 36; i++) {
+        uint8_t c = s[i];
+        if (i == 8 || i == 13 || i == 18 || i == 23 ? c != '-' : !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+            return 0;
+    }
+    return 1;
+}
+
 /* ------------------------------------------------------------------ JSON text */
 
 static const char HEXDIGITS[] = "0123456789abcdef";
@@ -375,6 +429,44 @@ put_double(Buf *b, double d)
     int rc = buf_put(b, s, (Py_ssize_t)strlen(s));
     PyMem_Free(s);
     return rc;
+}
+
+/* The proleptic Gregorian date of a day from 1970-01-01 (H. Hinnant's civil_from_days). */
+static void
+civil(int64_t z, int *y, unsigned *m, unsigned *d)
+{
+    z += 719468;
+    int64_t era = (z >= 0 ? z : z - 146096) / 146097;
+    unsigned doe = (unsigned)(z - era * 146097);
+    unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    unsigned mp = (5 * doy + 2) / 153;
+    *d = doy - (153 * mp + 2) / 5 + 1;
+    *m = mp < 10 ? mp + 3 : mp - 9;
+    *y = (int)((int64_t)yoe + era * 400 + (*m <= 2));
+}
+
+/* A date or timestamp (read_time's) as isoformat() writes fastavro's date or datetime, as a JSON string. */
+static int
+put_time(Buf *b, int kind, int64_t t)
+{
+    char tmp[48];
+    int y, n;
+    unsigned m, d;
+    if (kind == K_DATE) {
+        civil(t, &y, &m, &d);
+        n = snprintf(tmp, sizeof tmp, "\"%04d-%02u-%02u\"", y, m, d);
+        return buf_put(b, tmp, n);
+    }
+    int64_t day = t >= 0 ? t / US_PER_DAY : -((-t + US_PER_DAY - 1) / US_PER_DAY), us = t - day * US_PER_DAY;
+    civil(day, &y, &m, &d);
+    n = snprintf(tmp, sizeof tmp, "\"%04d-%02u-%02uT%02d:%02d:%02d", y, m, d, (int)(us / 3600000000LL),
+                 (int)(us / 60000000 % 60), (int)(us / 1000000 % 60));
+    if (us % 1000000)
+        n += snprintf(tmp + n, sizeof tmp - (size_t)n, ".%06d", (int)(us % 1000000));
+    n += snprintf(tmp + n, sizeof tmp - (size_t)n, "%s\"",
+                  kind == K_TS_MILLIS || kind == K_TS_MICROS ? "+00:00" : "");
+    return buf_put(b, tmp, n);
 }
 
 #define PUT(lit) (buf_put(out, (lit), (Py_ssize_t)sizeof(lit) - 1) < 0 ? -1 : 1)
@@ -471,6 +563,19 @@ json_value(const Program *pg, Py_ssize_t at, In *in, Buf *out, int depth)
         if (read_varlong(&in->p, in->end, &v) != 0 || v < 0 || v >= node->size)
             return 0;
         return json_value(pg, node->child[v], in, out, depth + 1);
+    case K_DATE:
+    case K_TS_MILLIS:
+    case K_TS_MICROS:
+    case K_LOCAL_TS_MILLIS:
+    case K_LOCAL_TS_MICROS:
+        if (!read_time(node, in, &v))
+            return 0;
+        return put_time(out, node->kind, v) < 0 ? -1 : 1;
+    case K_UUID:
+        if (!read_length(in, &n) || !canonical_uuid(in->p, n))
+            return 0;
+        in->p += n;
+        return put_string(out, in->p - n, n, 0) < 0 ? -1 : 1;
     }
     return 0;
 }
@@ -699,14 +804,20 @@ build_null(const Program *pg, Builder *bs, Py_ssize_t at)
         return buf_put(&b->values, zeros, 1);
     case K_INT:
     case K_FLOAT:
+    case K_DATE:
         return buf_put(&b->values, zeros, 4);
     case K_LONG:
     case K_DOUBLE:
+    case K_TS_MILLIS:
+    case K_TS_MICROS:
+    case K_LOCAL_TS_MILLIS:
+    case K_LOCAL_TS_MICROS:
         return buf_put(&b->values, zeros, 8);
     case K_BYTES:
     case K_STRING:
     case K_FIXED:
     case K_ENUM:
+    case K_UUID:
         return put_i32(&b->offsets, (int32_t)b->values.len);
     case K_ARRAY:
     case K_MAP:
@@ -765,10 +876,24 @@ arrow_value(const Program *pg, Py_ssize_t at, In *in, Builder *bs, int depth)
         in->p += w;
         return b == NULL ? 1 : build_valid(b) < 0 || buf_put(&b->values, in->p - w, w) < 0 ? -1 : 1;
     }
+    case K_DATE: {
+        if (!read_time(node, in, &v))
+            return 0;
+        int32_t days = (int32_t)v;
+        return b == NULL ? 1 : build_valid(b) < 0 || buf_put(&b->values, &days, 4) < 0 ? -1 : 1;
+    }
+    case K_TS_MILLIS:
+    case K_TS_MICROS:
+    case K_LOCAL_TS_MILLIS:
+    case K_LOCAL_TS_MICROS:
+        if (!read_time(node, in, &v))
+            return 0;
+        return b == NULL ? 1 : build_valid(b) < 0 || buf_put(&b->values, &v, 8) < 0 ? -1 : 1;
     case K_BYTES:
     case K_STRING:
     case K_FIXED:
-    case K_ENUM: {
+    case K_ENUM:
+    case K_UUID: {
         const uint8_t *s;
         if (node->kind == K_FIXED) {
             n = node->size;
@@ -782,7 +907,8 @@ arrow_value(const Program *pg, Py_ssize_t at, In *in, Builder *bs, int depth)
             s = (const uint8_t *)node->text[v];
             n = node->text_len[v];
         } else {
-            if (!read_length(in, &n) || (node->kind == K_STRING && !is_utf8(in->p, n)))
+            if (!read_length(in, &n) || (node->kind == K_STRING && !is_utf8(in->p, n)) ||
+                (node->kind == K_UUID && !canonical_uuid(in->p, n)))
                 return 0;
             s = in->p;
             in->p += n;
@@ -876,8 +1002,8 @@ builder_tuple(const Node *node, Builder *b)
     PyObject *values = node->kind == K_BOOLEAN ? pack_bits(&b->values, b->length, 1)
         : node->kind == K_RECORD || node->kind == K_ARRAY || node->kind == K_MAP ? Py_NewRef(Py_None)
         : buf_bytes(&b->values);
-    int has_offsets = node->kind != K_BOOLEAN && node->kind != K_INT && node->kind != K_LONG &&
-        node->kind != K_FLOAT && node->kind != K_DOUBLE && node->kind != K_RECORD;
+    int kind = node->kind, has_offsets = kind == K_BYTES || kind == K_STRING || kind == K_FIXED || kind == K_ENUM ||
+        kind == K_UUID || kind == K_ARRAY || kind == K_MAP;
     PyObject *offsets = has_offsets ? buf_bytes(&b->offsets) : Py_NewRef(Py_None);
     PyObject *key_offsets = node->kind == K_MAP ? buf_bytes(&b->key_offsets) : Py_NewRef(Py_None);
     PyObject *keys = node->kind == K_MAP ? buf_bytes(&b->keys) : Py_NewRef(Py_None);
@@ -930,8 +1056,8 @@ avro_arrow(PyObject *self, PyObject *args)
     }
     for (Py_ssize_t k = 0; k < pg->n; k++) {   /* offsets start at 0 */
         int kind = pg->nodes[k].kind;
-        if (kind == K_BYTES || kind == K_STRING || kind == K_FIXED || kind == K_ENUM || kind == K_ARRAY ||
-            kind == K_MAP)
+        if (kind == K_BYTES || kind == K_STRING || kind == K_FIXED || kind == K_ENUM || kind == K_UUID ||
+            kind == K_ARRAY || kind == K_MAP)
             if (put_i32(&bs[k].offsets, 0) < 0)
                 goto done;
         if (kind == K_MAP && put_i32(&bs[k].key_offsets, 0) < 0)

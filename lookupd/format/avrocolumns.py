@@ -4,8 +4,9 @@ The Spark source decodes a batch's keys and values a column at a time (spark_cli
 Avro values, C reads the column (`_accel.avro_json`, `_accel.avro_arrow`, lookupd/format/_avro.c)
 with a program compiled here from fastavro's parsed schema: one node per Avro type, in a tuple the C
 side checks. A value C is not sure to read exactly as fastavro does (see _avro.c), one of another
-format or an unknown id, and every value of a schema this compiler refuses (`Unsupported`: logical
-types fastavro converts, such as decimals, dates and timestamps) is marked for the reference path,
+format or an unknown id, and every value of a schema this compiler refuses (`Unsupported`: decimals
+and times of day, which fastavro converts and C does not, or a struct type other than the schema's) is
+marked for the reference path,
 `ValueDecoder.decode_many`, which the caller runs on those values alone and puts in their rows with
 `put_rows`. So the columns are the reference path's, value for value, error for error.
 """
@@ -22,16 +23,23 @@ from .wire import _AvroCodec, _text
 
 # Node kinds, as _avro.c numbers them.
 (K_NULL, K_BOOLEAN, K_INT, K_LONG, K_FLOAT, K_DOUBLE, K_BYTES, K_STRING, K_FIXED, K_ENUM, K_RECORD, K_ARRAY, K_MAP,
- K_UNION) = range(14)
+ K_UNION, K_DATE, K_TS_MILLIS, K_TS_MICROS, K_LOCAL_TS_MILLIS, K_LOCAL_TS_MICROS, K_UUID) = range(20)
 # Per value: not in the wire format, decoded in C, for the reference path, decoded in C as Avro's null (which
 # the reference path shows as no value, as fastavro's None).
 S_PLAIN, S_DONE, S_REFERENCE, S_NULL = range(4)
 
 _PRIMITIVES = {"null": K_NULL, "boolean": K_BOOLEAN, "int": K_INT, "long": K_LONG, "float": K_FLOAT,
                "double": K_DOUBLE, "bytes": K_BYTES, "string": K_STRING}
+# The logical types fastavro converts that C reads as fastavro's own readers do (see _avro.c).
+_LOGICAL = {"int-date": K_DATE, "long-timestamp-millis": K_TS_MILLIS, "long-timestamp-micros": K_TS_MICROS,
+            "long-local-timestamp-millis": K_LOCAL_TS_MILLIS, "long-local-timestamp-micros": K_LOCAL_TS_MICROS,
+            "string-uuid": K_UUID}
+# The Arrow type of each kind's column in a struct (Spark's types for spark-avro's mapping, timestamps in UTC).
 _ARROW = {K_BOOLEAN: pa.bool_(), K_INT: pa.int32(), K_LONG: pa.int64(), K_FLOAT: pa.float32(),
           K_DOUBLE: pa.float64(), K_BYTES: pa.binary(), K_STRING: pa.string(), K_FIXED: pa.binary(),
-          K_ENUM: pa.string()}
+          K_ENUM: pa.string(), K_DATE: pa.date32(), K_TS_MILLIS: pa.timestamp("us", "UTC"),
+          K_TS_MICROS: pa.timestamp("us", "UTC"), K_LOCAL_TS_MILLIS: pa.timestamp("us"),
+          K_LOCAL_TS_MICROS: pa.timestamp("us"), K_UUID: pa.string()}
 
 
 class Unsupported(ValueError):
@@ -41,6 +49,9 @@ class Unsupported(ValueError):
 def _logical_readers() -> dict:
     from fastavro.read import LOGICAL_READERS  # the conversions fastavro applies, its own and any registered
     return LOGICAL_READERS
+
+
+_FASTAVROS_OWN = {k: v for k, v in _logical_readers().items() if k in _LOGICAL}  # before anyone registers another
 
 
 class _Compiler:
@@ -85,7 +96,10 @@ class _Compiler:
             raise Unsupported("a schema that is not a type name, a union or an object with a type name")
         t, logical = schema["type"], schema.get("logicalType")
         if logical and f"{t}-{logical}" in self.readers:
-            raise Unsupported(f"fastavro converts the logical type {logical}")
+            kind = _LOGICAL.get(f"{t}-{logical}")
+            if kind is None or self.readers[f"{t}-{logical}"] is not _FASTAVROS_OWN.get(f"{t}-{logical}"):
+                raise Unsupported(f"fastavro converts the logical type {logical}")
+            return self.primitive(kind, arrow_type)
         if t in _PRIMITIVES:
             return self.primitive(_PRIMITIVES[t], arrow_type)
         if t in ("record", "enum", "fixed"):
