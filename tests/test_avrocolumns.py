@@ -12,6 +12,7 @@ import json
 import string
 import struct
 
+import fastavro
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -21,8 +22,7 @@ from lookupd.format.schemas import Registry
 from spark_client.decoded import Decoding
 from spark_client.errors import OptionError
 
-fastavro = pytest.importorskip("fastavro")
-pytestmark = pytest.mark.skipif(not _accel.NATIVE, reason="the C path is what is compared")
+pytestmark = pytest.mark.native  # the C path is what is compared
 
 SUBJECT = "t-value"
 OTHER_ID, UNKNOWN_ID = 2, 99
