@@ -44,6 +44,10 @@ TITLES = {
     "remote-restore-cpu": "CPU time of one restore against plain GETs of the same objects, lookupd and the S3 server",
     "remote-fuse-cpu": "CPU time of one read of a remote .log through the mount, per process, against plain GETs",
     "remote-cold": "Cold index fetch plus one batch read of a tiered segment",
+    "hostile-scale": "Daemon start until `partitions` answers, remote segments in one partition",
+    "hostile-scale-rss": "Daemon RSS after start and `partitions`, remote segments in one partition",
+    "hostile-planted": "Daemon peak RSS added by reads of one planted object (target: at most 64 MiB)",
+    "hostile-stalled": "Local lookups through the daemon, the store answering and stalled (every GET held 20 s)",
     "daemon-tls": "Over TLS on loopback TCP, lookupd and redis-server with the same certificate: p50/p99 and lookups/s",
     "kafka": "The Kafka listener: Fetch MB/s against file reads, ListOffsets against msgpack, consumer CPU per MB",
 }

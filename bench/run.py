@@ -28,7 +28,7 @@ from common import Figure, machine, print_table  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SUITES = ["index", "decode", "coldstart", "daemon", "fuse", "spark", "remote", "tiered", "spark_tiered", "kafka", "groups",
-          "schemas"]
+          "schemas", "hostile"]
 SCHEMA = os.path.join(HERE, "results.schema.json")
 FULL_RUN_OUT = os.path.join(HERE, "results")
 OTHER_RUN_OUT = os.path.join(os.path.dirname(HERE), "run", "bench")

@@ -15,19 +15,24 @@ REPO = Path(__file__).resolve().parents[1]
 ALLOWED = {
     "lookupd.errors": set(),
     "lookupd.sdnotify": set(),
-    "lookupd.format": {"lookupd.errors"},
-    "lookupd.log": {"lookupd.errors", "lookupd.format"},
+    # Kafka's generated-message format (declarations and their one codec): the leaf under both the
+    # internal topics' records (lookupd.format.internal) and the Kafka listener's requests (lookupd.kafka).
+    "lookupd.message": set(),
+    "lookupd.format": {"lookupd.errors", "lookupd.message"},
+    "lookupd.log": {"lookupd.errors", "lookupd.message", "lookupd.format"},
     "lookupd.rpc": {"lookupd.errors"},
-    "lookupd.kafka": {"lookupd.errors"},  # Kafka's wire protocol, no I/O (the daemon's Kafka listener speaks it)
-    "lookupd.daemon": {"lookupd.errors", "lookupd.sdnotify", "lookupd.format", "lookupd.log", "lookupd.rpc",
-                       "lookupd.kafka"},
-    "lookupd.tools": {"lookupd.errors", "lookupd.sdnotify", "lookupd.format", "lookupd.log", "lookupd.rpc",
-                      "lookupd.daemon"},
-    "fusefs": {"lookupd.errors", "lookupd.sdnotify", "lookupd.format", "lookupd.log", "lookupd.rpc"},
-    "spark_client": {"lookupd.errors", "lookupd.format", "lookupd.log", "lookupd.rpc"},
+    # Kafka's wire protocol, no I/O (the daemon's Kafka listener speaks it)
+    "lookupd.kafka": {"lookupd.errors", "lookupd.message"},
+    "lookupd.daemon": {"lookupd.errors", "lookupd.sdnotify", "lookupd.message", "lookupd.format", "lookupd.log",
+                       "lookupd.rpc", "lookupd.kafka"},
+    "lookupd.tools": {"lookupd.errors", "lookupd.sdnotify", "lookupd.message", "lookupd.format", "lookupd.log",
+                      "lookupd.rpc", "lookupd.daemon"},
+    "fusefs": {"lookupd.errors", "lookupd.sdnotify", "lookupd.message", "lookupd.format", "lookupd.log",
+               "lookupd.rpc"},
+    "spark_client": {"lookupd.errors", "lookupd.message", "lookupd.format", "lookupd.log", "lookupd.rpc"},
     # The runnable examples play a broker too (lookupd's writer appends while a stream follows).
-    "spark_client.examples": {"lookupd.errors", "lookupd.format", "lookupd.log", "lookupd.rpc", "lookupd.tools",
-                              "spark_client"},
+    "spark_client.examples": {"lookupd.errors", "lookupd.message", "lookupd.format", "lookupd.log", "lookupd.rpc",
+                              "lookupd.tools", "spark_client"},
 }
 OURS = ("lookupd", "fusefs", "spark_client")
 

@@ -13,15 +13,15 @@ from hypothesis import strategies as st
 
 from lookupd.tools import tieredwriter
 from lookupd.errors import CorruptDataError
-from lookupd.log.remote.manifest import decode_chunk_sizes, parse_manifest
+from lookupd.log.remote.manifest import MAX_CHUNKS, decode_chunk_sizes, parse_manifest
 
 KEY = "prefix/topic1-lZ6vvmajTWKDBUTV6SQAtQ/42/00000000000000000000-adh9f8BMS4anaUnD8KWfWg.rsm-manifest"
 
 # The shape SegmentManifestV1SerdeTest expects (our own values).
 FIXED = {
     "version": "1",
-    "chunkIndex": {"type": "fixed", "originalChunkSize": 100, "originalFileSize": 1000,
-                   "transformedChunkSize": 110, "finalTransformedChunkSize": 110},
+    "chunkIndex": {"type": "fixed", "originalChunkSize": 1024, "originalFileSize": 10240,
+                   "transformedChunkSize": 1034, "finalTransformedChunkSize": 1034},
     "segmentIndexes": {"offset": {"position": 0, "size": 1}, "timestamp": {"position": 1, "size": 1},
                        "producerSnapshot": {"position": 2, "size": 1}, "leaderEpoch": {"position": 3, "size": 1},
                        "transaction": {"position": 4, "size": 1}},
@@ -48,11 +48,11 @@ def _variable(sizes: list[int], chunk_size: int, file_size: int) -> dict:
 def test_fixed_index_with_metadata():
     m = _parse(FIXED)
     ci = m.chunk_index
-    assert (ci.chunk_size, ci.file_size, ci.chunk_count) == (100, 1000, 10)
-    assert [ci.transformed_start(i) for i in range(11)] == list(range(0, 1101, 110))
-    assert ci.chunk_at_transformed(225) == 2 and ci.chunk_at_transformed(5000) == 9
-    assert ci.chunks_for(0, 1) == range(0, 1) and ci.chunks_for(99, 2) == range(0, 2)
-    assert ci.chunks_for(950, 10_000) == range(9, 10) and ci.chunks_for(1000, 5) == range(0)
+    assert (ci.chunk_size, ci.file_size, ci.chunk_count) == (1024, 10240, 10)
+    assert [ci.transformed_start(i) for i in range(11)] == list(range(0, 10341, 1034))
+    assert ci.chunk_at_transformed(2 * 1034 + 5) == 2 and ci.chunk_at_transformed(50_000) == 9
+    assert ci.chunks_for(0, 1) == range(0, 1) and ci.chunks_for(1023, 2) == range(0, 2)
+    assert ci.chunks_for(9500, 10_000) == range(9, 10) and ci.chunks_for(10240, 5) == range(0)
     assert m.indexes == {"offset": (0, 1), "timestamp": (1, 1), "producer_snapshot": (2, 1),
                          "leader_epoch": (3, 1), "transaction": (4, 1)}
     assert not m.compression and m.encryption is None
@@ -71,12 +71,19 @@ def test_without_metadata_and_without_transaction_index():
     assert m.metadata is None and m.indexes["transaction"] is None
 
 
-def test_a_huge_fixed_index_costs_nothing_per_chunk():
+def test_a_fixed_index_costs_nothing_per_chunk_up_to_the_chunk_bound():
     doc = copy.deepcopy(FIXED)
-    doc["chunkIndex"].update(originalChunkSize=1, originalFileSize=2 ** 31 - 1, transformedChunkSize=29,
-                             finalTransformedChunkSize=29)
+    doc["chunkIndex"].update(originalChunkSize=1024, originalFileSize=1024 * MAX_CHUNKS, transformedChunkSize=1052,
+                             finalTransformedChunkSize=1052)
     ci = _parse(doc).chunk_index
-    assert ci.chunk_count == 2 ** 31 - 1 and ci.transformed_start(ci.chunk_count) == 29 * (2 ** 31 - 1)
+    assert ci.chunk_count == MAX_CHUNKS and ci.transformed_start(ci.chunk_count) == 1052 * MAX_CHUNKS
+    assert ci.starts is None
+    doc["chunkIndex"].update(originalFileSize=2 ** 31 - 1)  # 2 million chunks: refused before anything per chunk
+    with pytest.raises(CorruptDataError, match="MAX_CHUNKS"):
+        _parse(doc)
+    doc["chunkIndex"].update(originalChunkSize=1, originalFileSize=2)  # 1-byte chunks: refused, whatever their count
+    with pytest.raises(CorruptDataError, match="MIN_CHUNK_BYTES"):
+        _parse(doc)
 
 
 def test_empty_segments():
@@ -90,16 +97,16 @@ def test_empty_segments():
 
 def test_last_fixed_chunk_is_short():
     doc = copy.deepcopy(FIXED)
-    doc["chunkIndex"].update(originalFileSize=950, finalTransformedChunkSize=60)
+    doc["chunkIndex"].update(originalFileSize=9500, finalTransformedChunkSize=60)
     ci = _parse(doc).chunk_index
-    assert ci.chunk_count == 10 and ci.transformed_start(10) == 9 * 110 + 60
-    assert ci.original_span(9) == (900, 950)
+    assert ci.chunk_count == 10 and ci.transformed_start(10) == 9 * 1034 + 60
+    assert ci.original_span(9) == (9216, 9500)
 
 
 def test_encryption_and_variable_index():
     doc = copy.deepcopy(FIXED)
     doc["compression"] = True
-    doc["chunkIndex"] = _variable([70, 65, 90, 12], 100, 310)
+    doc["chunkIndex"] = _variable([70, 65, 90, 12], 1024, 3100)
     doc["encryption"] = {"dataKey": "key-1:" + base64.b64encode(b"w" * 256).decode(),
                          "aad": base64.b64encode(b"\x0a\x0b\x0c\x0d").decode()}
     m = _parse(doc)
@@ -138,7 +145,7 @@ def _broken(change) -> dict:
     (_broken(lambda d: d["chunkIndex"].update(originalChunkSize=0)), "originalChunkSize 0"),
     (_broken(lambda d: d["chunkIndex"].update(originalFileSize=-1)), "originalFileSize -1"),
     (_broken(lambda d: d["chunkIndex"].update(transformedChunkSize="x")), "transformedChunkSize must be int"),
-    (_broken(lambda d: d.update(chunkIndex=_variable([5, 5], 100, 1000))), "holds 2 chunks"),
+    (_broken(lambda d: d.update(chunkIndex=_variable([5, 5], 1024, 10240))), "holds 2 chunks"),
     (_broken(lambda d: d.update(chunkIndex={**_variable([5], 100, 50), "transformedChunks": "!!"})), "base64"),
     (_broken(lambda d: d.update(chunkIndex={**_variable([5], 100, 50), "transformedChunks": "AAAA"})), "zstd"),
     (_broken(lambda d: d.update(compression=True)), "variable chunk index"),

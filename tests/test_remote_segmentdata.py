@@ -27,7 +27,7 @@ VARIANTS = {
     "plain-variable": dict(chunk_size=3000, variable_index=True),
     "zstd": dict(chunk_size=5000, compression=True, with_metadata=False),
     "encrypted": dict(chunk_size=4096, encryption=True),
-    "zstd-encrypted": dict(chunk_size=1000, compression=True, encryption=True),
+    "zstd-encrypted": dict(chunk_size=1100, compression=True, encryption=True),  # MIN_CHUNK_BYTES: 1 KiB
 }
 
 

@@ -69,7 +69,7 @@ def _topic_id(t) -> str:
 @pytest.mark.parametrize("name,opts", [
     ("txn-0", {"compression": True, "encrypted": True}),
     ("compressed-0", {"compression": True, "encrypted": True}),
-    ("plain-0", {"chunk_size": 1000}),
+    ("plain-0", {"chunk_size": 1100}),  # chunks of an odd size, just above MIN_CHUNK_BYTES
     ("txn-0", {"variable_index": True, "with_metadata": False}),
     # 14.8 MB in chunks that do not divide restore's 4 MiB GETs: runs cross the first GETs' boundaries
     ("large-0", {"compression": True, "chunk_size": 1_000_003}),

@@ -11,7 +11,9 @@ Where work runs (see Service.call_inline): a single lookup whose data is all in 
 event loop (microseconds; a trip through trio.to_thread costs ~100-200 us on 2 cores:
 bench/bench_daemon.py); one that would wait for the disk, and every listing and columnar call, runs
 in a worker thread under a CapacityLimiter of `blocking_threads`, so a cold index on a slow disk
-stalls only its caller.
+stalls only its caller. Those threads never wait for the object store: a call that would (a remote
+segment's bytes not cached yet) is run again on the remote pool with a deadline (lookupd.daemon.blocking),
+so a slow or stalled store holds remote calls only, never local ones.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from ..errors import Unavailable
 from ..rpc import protocol as rpc
 from .buffers import REQUEST_MEMORY_FACTOR
 from .service import MAX_AUTH_FAILURES, NEEDS_THREAD, Session, compact_targets, error_for
@@ -432,8 +435,10 @@ class Connection:
                     await share.acquire()
                 try:
                     await self.buffers.wait_to_start(self.holding)
-                    data, error = await trio.to_thread.run_sync(self._call_packed, req, limiter=self.daemon.limiter,
-                                                                abandon_on_cancel=True)
+                    try:
+                        data, error = await self.daemon.blocking(lambda: self._call_packed(req), req.method)
+                    except Unavailable as err:  # the object store did not answer in time
+                        data, error = self._pack_answer(req, error_for(err, req.method), None)
                 finally:
                     share.release()
             finally:

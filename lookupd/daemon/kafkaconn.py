@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import trio
 
+from ..errors import Unavailable
 from ..kafka import apis, framing
 from ..kafka import errors as E
 from ..kafka import fetch as F
@@ -29,7 +30,7 @@ from ..kafka import listoffsets as LO
 from ..kafka.messages import (API_VERSIONS_RESPONSE, METADATA_REQUEST, PRODUCE_REQUEST,
                               SASL_AUTHENTICATE_REQUEST, SASL_AUTHENTICATE_RESPONSE, SASL_HANDSHAKE_REQUEST,
                               SASL_HANDSHAKE_RESPONSE)
-from ..kafka.wire import MalformedRequest
+from ..message.wire import MessageError
 from ..log.fileio import CAN_READ_NOWAIT, WouldBlock, mode as nonblocking_mode
 from .connection import CLOSE_LINGER_S, PRE_AUTH_FRAME_BYTES, RECEIVE_BYTES, admit_unauthenticated
 from .tls import TlsError, TlsStream
@@ -85,6 +86,7 @@ class KafkaConnection:
         self.errors = daemon.client_log.connection(peer)
         self.metrics = daemon.request_metrics
         self.ending: str | None = None
+        self.gone = False  # the peer hung up while the connection was not being read (the daemon's hang-up sweep)
         self.sasl: str | None = None  # the mechanism a SaslHandshake chose
         self.needs_auth = False
         self.abort_reason: str | None = None  # why the reactor's handler could not go on reading
@@ -101,6 +103,12 @@ class KafkaConnection:
 
     def _end_unavailable(self, why: str) -> None:
         self.end_with("UNAVAILABLE", why)
+
+    def hung_up(self) -> None:
+        """The peer closed (or reset) the connection while a request of its was being answered (a long poll,
+        a fetch in a thread): nothing more can reach it, so the answer is dropped now."""
+        self.gone = True
+        self.end_with("UNAVAILABLE", "went away while its request was being answered")
 
     def is_idle(self, at: float) -> bool:
         return self.waiting and at - self.last_active >= self.cfg.idle_timeout_s
@@ -247,7 +255,7 @@ class KafkaConnection:
                 return False
             try:
                 r = LO.decode_request(req.body, req.body_at, req.api_version)
-            except MalformedRequest:
+            except MessageError:
                 return False  # the task closes the connection, saying why
             nonblocking_mode.on = True
             try:
@@ -303,7 +311,7 @@ class KafkaConnection:
                           f"(supported: {self._advertised(req.api_key)})")
         try:
             body = await self._dispatch(req)
-        except MalformedRequest as err:
+        except MessageError as err:
             daemon.counters.errors += 1
             raise Closing(f"malformed {name} v{req.api_version} request: {err}") from None
         await self._send(framing.response(req, body))
@@ -351,7 +359,8 @@ class KafkaConnection:
 
     async def _blocking(self, fn: Callable[..., Any], *args, inline: bool = False) -> Any:
         """`fn(*args)` on the event loop in non-blocking mode when `inline` and all it reads is in memory,
-        else in a worker thread (lookupd.daemon.service's rule for the msgpack methods)."""
+        else in a worker thread that never waits for the object store (lookupd.daemon.service's rule for the
+        msgpack methods, lookupd.daemon.blocking's for the store)."""
         if inline and CAN_READ_NOWAIT and self.daemon.cfg.inline_hot_lookups:
             nonblocking_mode.on = True
             try:
@@ -360,7 +369,10 @@ class KafkaConnection:
                 pass
             finally:
                 nonblocking_mode.on = False
-        return await trio.to_thread.run_sync(lambda: fn(*args), limiter=self.daemon.limiter, abandon_on_cancel=True)
+        try:
+            return await self.daemon.blocking(lambda: fn(*args), getattr(fn, "__name__", "a Kafka request"))
+        except Unavailable as err:  # the object store did not answer in time: the client retries on a new one
+            raise Closing(str(err)) from None
 
     # ------------------------------------------------------------------ Fetch
 

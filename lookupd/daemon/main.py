@@ -48,8 +48,11 @@ def watchdog_interval() -> float | None:
     return int(usec) / 2e6
 
 
-def open_manager(cfg: Config) -> LogManager:
-    """The LogManager over the configured log dirs, its open-file cap within the descriptor limit."""
+def open_manager(cfg: Config, remote: bool = True) -> LogManager:
+    """The LogManager over the configured log dirs, its open-file cap within the descriptor limit.
+    `remote`: with the `[remote]` tier, if configured (False: local partitions only, no object-store client
+    made: what a supervisor checks before it forks workers, since the store client's runtime threads would
+    not survive the fork, and a worker using them hangs)."""
     for d in cfg.log_dirs:
         if not os.path.isdir(d):
             raise InvalidArgument(f"log dir {d} does not exist or is not a directory")
@@ -58,7 +61,7 @@ def open_manager(cfg: Config) -> LogManager:
     if max_open < cfg.max_open_indexes:
         log.info("keeping at most %d files open (max_open_indexes %d; half of the %d-descriptor limit)",
                  max_open, cfg.max_open_indexes, fd_limit)
-    remote = cfg.remote.remote_config()
+    remote = cfg.remote.remote_config() if remote else None
     if remote is not None:
         from ..log.remotelog import RemoteTier
 
@@ -66,13 +69,14 @@ def open_manager(cfg: Config) -> LogManager:
     return LogManager(cfg.log_dirs, cache=IndexCache(max_open, cfg.max_mapped_bytes), remote=remote)
 
 
-def build(cfg: Config) -> tuple[LogManager, list[Bound], str | None]:
-    """Open the log dirs and the listeners (in this order: a bad log dir, token file or certificate binds nothing)."""
+def build(cfg: Config, remote: bool = True) -> tuple[LogManager, list[Bound], str | None]:
+    """Open the log dirs and the listeners (in this order: a bad log dir, token file or certificate binds
+    nothing); `remote`: as open_manager's."""
     token = read_token(cfg.auth_token_file) if cfg.auth_token_file else None
     tokens = read_tokens(cfg.auth_tokens_file) if cfg.auth_tokens_file else None
     if cfg.tls:
         TlsServer(cfg.tls_cert_file, cfg.tls_key_file, cfg.tls_client_ca_file)  # InvalidArgument naming the file
-    manager = open_manager(cfg)
+    manager = open_manager(cfg, remote)
     try:
         listeners = open_listeners(cfg, token or tokens)
         try:
@@ -92,7 +96,9 @@ def run(args) -> int:
         logging.getLogger("lookupd").setLevel(logging.INFO)  # a daemon's journal wants the INFO lines
     cfg = Config.load(args.config, kafka_listen=getattr(args, "kafka_listen", None), log_dirs=args.log_dirs,
                       socket=args.socket, tcp=args.tcp, workers=args.workers)
-    manager, listeners, token = build(cfg)
+    # With workers, the supervisor checks the log dirs (the [remote] table was checked with the config) but
+    # makes no object-store client: each worker makes its own after the fork.
+    manager, listeners, token = build(cfg, remote=cfg.workers == 1)
     if cfg.workers > 1:
         manager.close()  # each worker opens its own, after the fork
         try:

@@ -34,7 +34,7 @@ import select
 import signal
 import socket
 import struct
-from typing import Callable
+from typing import Callable, TypeVar
 
 import trio
 
@@ -45,6 +45,7 @@ from ..sdnotify import sd_notify
 from . import memory
 from .acl import Acl
 from .authlimit import AuthThrottle, source_key
+from .blocking import REMOTE_THREADS, run_blocking
 from .buffers import Buffers
 from .clientlog import ClientLog
 from .config import Config, read_tokens
@@ -57,6 +58,7 @@ from .service import METHODS, Counters, Service, Session
 from .tls import TlsServer, TlsSession, TlsStream
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # accept() failing for want of descriptors or memory is the machine's state, not this listener's:
 # wait a little (as trio.serve_listeners does) and accept again, instead of ending the daemon.
@@ -107,6 +109,7 @@ class Daemon:
         # Under a supervisor (workers > 1) readiness goes to it, and systemd hears from it alone.
         self._on_ready = on_ready
         self.limiter = trio.CapacityLimiter(cfg.blocking_threads)
+        self.remote_limiter = trio.CapacityLimiter(REMOTE_THREADS)  # calls that wait for the object store
         self.reactor: Reactor | None = None  # reads every connection that waits for requests (while serving)
         # Per-method request counts and latencies for Prometheus; None (no cost per request) when off.
         self.request_metrics = RequestMetrics((*METHODS, *KAFKA_METRIC_NAMES)) if cfg.metrics else None
@@ -128,6 +131,11 @@ class Daemon:
         self._next_id = 0
 
     # ------------------------------------------------------------------ lifecycle
+
+    async def blocking(self, fn: Callable[[], T], what: str) -> T:
+        """fn() in a worker thread (blocking_threads), never waiting for the object store there: a call that would
+        runs on the remote pool (lookupd.daemon.blocking); Unavailable when the store does not answer in time."""
+        return await run_blocking(fn, self.limiter, self.remote_limiter, what)
 
     def stop(self) -> None:
         """Begin a graceful shutdown (callable from the event loop)."""
@@ -389,4 +397,4 @@ def _kafka_broker(cfg: Config, manager: LogManager, acl: Acl | None, listeners: 
     from .kafkagroups import KafkaGroups
 
     broker = KafkaBroker(manager, acl, Endpoint(node_id, host, port), cluster_id)
-    return broker, KafkaGroups(broker, cfg.kafka.state_dir)
+    return broker, KafkaGroups(broker, cfg.kafka.state_dir, cfg.offsets_topic_partitions)

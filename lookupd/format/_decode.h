@@ -150,5 +150,6 @@ extern PyTypeObject CommitTableType;                               /* _offsets.c
 PyObject *avro_program(PyObject *self, PyObject *arg);             /* _avro.c */
 PyObject *avro_json(PyObject *self, PyObject *args);               /* _avro.c */
 PyObject *avro_arrow(PyObject *self, PyObject *args);              /* _avro.c */
+void offsets_seed(uint64_t seed);                                  /* _offsets.c */
 
 #endif

@@ -185,9 +185,9 @@ class Coordinator:
     def _await_join(self, group: Group, member: Member, now: float) -> Pending:
         if member.join is not None:  # a duplicate join from the same member: the older one loses
             member.join.answer(_join_error(E.UNKNOWN_MEMBER_ID, member.member_id))
-        member.join = Pending()
-        self._try_complete_join(group, now)
-        return member.join
+        member.join = pending = Pending()
+        self._try_complete_join(group, now)  # the last member in completes the join: member.join is None again
+        return pending
 
     def _prepare_rebalance(self, group: Group, now: float) -> None:
         if group.state == COMPLETING_REBALANCE:  # syncs of the generation being replaced

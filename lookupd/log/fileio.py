@@ -26,6 +26,7 @@ import stat
 import threading
 import weakref
 
+from . import _accel
 from .cache import tick
 
 
@@ -45,12 +46,19 @@ class WouldBlock(BaseException):
     handler for ordinary errors (OSError, Exception) on the way up can take it for a failure."""
 
 
+class StoreWouldWait(BaseException):
+    """Raised in local-only mode where a call would wait for the object store (a GET, a listing, or another
+    thread's GET of the same chunk). A BaseException, as WouldBlock: the daemon reruns the call on its
+    remote pool, so that calls on local data never wait behind the store."""
+
+
 class _Mode(threading.local):
     """Per thread: whether reads must not wait (set it around a call and clear it in a `finally`).
     A class default, so a thread that never set it reads False without the AttributeError a
     getattr default costs (a third of a microsecond)."""
 
     on = False
+    local_only = False  # nothing may wait for the object store: StoreWouldWait instead
 
 
 mode = _Mode()  # `mode.on`: whether this thread is in non-blocking mode
@@ -188,3 +196,17 @@ class LazyHandle:
         self.unmap()
         if self._cache is not None:
             self._cache.forget(self)
+
+
+def open_sizes(handles: list[LazyHandle]) -> list[int]:
+    """Each file's current size where its handle is open now, -1 where it is not (nothing is opened: a
+    reader keeping sizes to tell whether files grew asks again after opening them). One call of the C
+    extension where it is built: it reads each LazyHandle's `_handle` and its `fd`, holding the handle
+    (so its descriptor stays open) across the lseek."""
+    if _accel.open_sizes is not None and not _accel.mode.python:
+        return _accel.open_sizes(handles)
+    out = []
+    for lazy in handles:
+        h = lazy._handle
+        out.append(-1 if h is None else h.size())
+    return out

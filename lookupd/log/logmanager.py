@@ -9,7 +9,7 @@ import time
 
 from .cache import IndexCache
 from .fileio import RefusedFile, open_regular
-from ..errors import LookupdError, UnknownPartition
+from ..errors import LookupdError, Unavailable, UnknownPartition
 from .locallog import LocalLog
 from .logdirs import misplaced
 from .remote_metadata import PARTITION_METADATA
@@ -139,7 +139,7 @@ class LogManager:
                     current[key] = llog
                     added += 1
                 elif self._dir_mtimes.get(key) != mtime:
-                    changed += llog.refresh()
+                    changed += llog.refresh_dir()  # a TieredLog's bucket is _refresh_remote's to list
                 llog.checkpointed_log_start = starts.get(key)
                 # A directory changed within the file system's timestamp granularity of this listing may
                 # change again with the same mtime (two files made in one clock tick): listed again next time.
@@ -170,7 +170,10 @@ class LogManager:
                 self._remote_listed_at = now
                 self._remote_error = None
                 self._remote_warning = None
-            except LookupdError as err:
+            except Exception as err:  # noqa: BLE001 - the bucket's listing never stops the local answers
+                if not isinstance(err, LookupdError):  # a bug: said with its traceback; local partitions appear
+                    log.error("listing the remote tier failed", exc_info=err)
+                    err = Unavailable(f"the remote tier's listing failed ({type(err).__name__}: {err})")
                 self._remote_warning = f"cannot list the remote tier: {err}; serving its last listing"
                 if self._remote_listed_at is None:  # never listed: retried at the next rescan
                     self._remote_error = err

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import os
 import struct
+import threading
 from typing import Iterable, NamedTuple
 
 from ..errors import CorruptDataError
@@ -145,6 +146,10 @@ class _Reader:
         return out
 
     def uvarint(self) -> int:
+        pos = self.pos
+        if pos < len(self.data) and self.data[pos] < 0x80:  # one byte: every count and tag in these messages
+            self.pos = pos + 1
+            return self.data[pos]
         value = shift = 0
         while True:
             b = self.take(1)[0]
@@ -155,14 +160,21 @@ class _Reader:
             if shift > 28:
                 raise _Malformed(f"unsigned varint longer than 5 bytes at byte {self.pos}")
 
+    def _fixed(self, st: struct.Struct) -> int:
+        pos = self.pos
+        if pos + st.size > len(self.data):
+            self.take(st.size)  # raises, saying how much is missing
+        self.pos = pos + st.size
+        return st.unpack_from(self.data, pos)[0]
+
     def int8(self) -> int:
-        return _I8.unpack(self.take(1))[0]
+        return self._fixed(_I8)
 
     def int32(self) -> int:
-        return _I32.unpack(self.take(4))[0]
+        return self._fixed(_I32)
 
     def int64(self) -> int:
-        return _I64.unpack(self.take(8))[0]
+        return self._fixed(_I64)
 
     def uuid(self) -> str:
         return uuid_text(self.take(16))
@@ -188,6 +200,9 @@ class _Reader:
 
     def tagged_fields(self) -> dict[int, bytes]:
         out = {}
+        if self.pos < len(self.data) and self.data[self.pos] == 0:  # none: nearly always
+            self.pos += 1
+            return out
         for _ in range(self.uvarint()):
             tag = self.uvarint()
             out[tag] = self.take(self.uvarint())
@@ -264,13 +279,19 @@ def decode_event(value: bytes) -> SegmentMetadata | SegmentUpdate | PartitionDel
 
 
 class RemoteLogMetadata:
-    """Every remote segment's state as the events read so far leave it (RemoteLogMetadataCache's fold)."""
+    """Every remote segment's state as the events read so far leave it (RemoteLogMetadataCache's fold).
+    Thread-safe: events are applied while other threads ask for a partition's segments."""
 
     def __init__(self) -> None:
         self._segments: dict[tuple[str, int], dict[str, SegmentMetadata]] = {}
         self._deleted: set[tuple[str, int]] = set()
+        self._lock = threading.Lock()
 
     def apply(self, event: SegmentMetadata | SegmentUpdate | PartitionDelete) -> None:
+        with self._lock:
+            self._apply(event)
+
+    def _apply(self, event: SegmentMetadata | SegmentUpdate | PartitionDelete) -> None:
         if isinstance(event, SegmentMetadata):
             self._segments.setdefault((event.topic_id, event.partition), {})[event.segment_id] = event
         elif isinstance(event, SegmentUpdate):
@@ -282,16 +303,18 @@ class RemoteLogMetadata:
 
     def finished(self, topic_id: str, partition: int) -> dict[str, SegmentMetadata]:
         """Segments copied and not being deleted, by segment id ({} once the partition's deletion began)."""
-        if (topic_id, partition) in self._deleted:
-            return {}
-        return {sid: m for sid, m in self._segments.get((topic_id, partition), {}).items()
-                if m.state == COPY_SEGMENT_FINISHED}
+        with self._lock:
+            if (topic_id, partition) in self._deleted:
+                return {}
+            return {sid: m for sid, m in self._segments.get((topic_id, partition), {}).items()
+                    if m.state == COPY_SEGMENT_FINISHED}
 
 
-def fold_events(values: Iterable[tuple[str, int, bytes | None]]) -> RemoteLogMetadata:
-    """The state after the given record values, as (where, offset, value): a value that is not a remote
-    log metadata record is CorruptDataError naming where it is."""
-    state = RemoteLogMetadata()
+def fold_events(values: Iterable[tuple[str, int, bytes | None]], state: RemoteLogMetadata | None = None
+                ) -> RemoteLogMetadata:
+    """The state after the given record values, as (where, offset, value), applied to `state` (default: a new
+    one): a value that is not a remote log metadata record is CorruptDataError naming where it is."""
+    state = RemoteLogMetadata() if state is None else state
     for where, offset, value in values:
         if value is None:
             continue
@@ -309,27 +332,64 @@ def fold_events(values: Iterable[tuple[str, int, bytes | None]]) -> RemoteLogMet
 _READ_BYTES = 1 << 20
 
 
+def _metadata_logs(logs: Iterable) -> list:
+    return [llog for llog in logs if llog.topic == REMOTE_LOG_METADATA_TOPIC]
+
+
+def _values(llog, offset: int, end: int):
+    """(where, offset, value) of the metadata partition's records in [offset, end), through the log layer's own
+    reads and record decoder."""
+    while offset < end:
+        got = llog.read(offset, _READ_BYTES)
+        if not got.records:
+            break
+        for off, size in whole_frames(got.records, got.position):
+            header = parse_header(got.records, off, got.position + off)
+            if header.is_control:
+                continue
+            for record in decode_batch(header, memoryview(got.records)[off:off + size]):
+                if record.offset >= offset:
+                    yield llog.dir, record.offset, record.value
+        offset = got.next_offset
+
+
 def read_remote_log_metadata(logs: Iterable) -> RemoteLogMetadata | None:
-    """Fold every record of the `__remote_log_metadata` partitions among `logs` (LocalLog objects),
-    through the log layer's own reads and record decoder; None when there is none (then every
-    segment with a manifest counts)."""
-    metadata_logs = [llog for llog in logs if llog.topic == REMOTE_LOG_METADATA_TOPIC]
+    """Fold every record of the `__remote_log_metadata` partitions among `logs` (LocalLog objects); None
+    when there is none (then every segment with a manifest counts)."""
+    metadata_logs = _metadata_logs(logs)
     if not metadata_logs:
         return None
+    state = RemoteLogMetadata()
+    for llog in metadata_logs:
+        fold_events(_values(llog, llog.log_start_offset, llog.log_end_offset), state)
+    return state
 
-    def values():
-        for llog in metadata_logs:
-            offset, end = llog.log_start_offset, llog.log_end_offset
-            while offset < end:
-                got = llog.read(offset, _READ_BYTES)
-                if not got.records:
-                    break
-                for off, size in whole_frames(got.records, got.position):
-                    header = parse_header(got.records, off, got.position + off)
-                    if header.is_control:
-                        continue
-                    for record in decode_batch(header, memoryview(got.records)[off:off + size]):
-                        if record.offset >= offset:
-                            yield llog.dir, record.offset, record.value
-                offset = got.next_offset
-    return fold_events(values())
+
+class MetadataReader:
+    """read_remote_log_metadata kept up to date between calls: each call folds only the records appended since
+    the last one (a listing of 50,000 uploads is 100,000 records: decoding them all again at each relist would
+    cost seconds). From scratch when the metadata partitions are other ones than last time, or one was cut
+    back (deleted and made again)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._state: RemoteLogMetadata | None = None
+        self._read_to: dict[object, int] = {}  # metadata partition's LocalLog -> the offset read up to
+
+    def read(self, logs: Iterable) -> RemoteLogMetadata | None:
+        metadata_logs = _metadata_logs(logs)
+        with self._lock:
+            if not metadata_logs:
+                self._state, self._read_to = None, {}
+                return None
+            ends = {llog: llog.log_end_offset for llog in metadata_logs}
+            if self._state is None or set(ends) != set(self._read_to) or \
+                    any(end < self._read_to[llog] for llog, end in ends.items()):
+                state, read_to = RemoteLogMetadata(), {llog: llog.log_start_offset for llog in metadata_logs}
+            else:
+                state, read_to = self._state, dict(self._read_to)
+            for llog, end in ends.items():
+                fold_events(_values(llog, read_to[llog], end), state)
+                read_to[llog] = max(read_to[llog], end)
+            self._state, self._read_to = state, read_to
+            return state

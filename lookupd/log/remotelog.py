@@ -11,39 +11,49 @@ the bucket are listed too.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import threading
+import weakref
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable
 
-from ..errors import LookupdError
+from ..errors import CorruptDataError, LookupdError
 from .remote.config import RemoteConfig
 from .remote.store import ObjectNotFound
-from .remote.layout import ListedSegment, RemotePartition, list_partitions, list_segments
-from .remote_metadata import (RemoteLogMetadata, read_leader_epoch_checkpoint, read_remote_log_metadata,
-                              read_topic_id)
+from .remote.layout import ListedSegment, RemotePartition, SegmentKeys, list_partitions, list_segments
+from .remote_metadata import MetadataReader, RemoteLogMetadata, read_leader_epoch_checkpoint, read_topic_id
 from .remotesegment import RemoteSegment, RemoteSegmentInfo
 
 log = logging.getLogger(__name__)
 WHOLE_PIECE_BYTES = 4 << 20  # a whole-segment fetch reads (and holds) this much at a time
 MANIFEST_GETS_IN_FLIGHT = 8  # a listing's manifest GETs at once: each is a few KB, so they cost latency, not
                              # bandwidth, and a partition of hundreds of segments lists in a fraction of the time
+# Parsed manifests kept (and the failures to parse one, so that a bad object is not fetched again until it
+# changes), weighed by what each holds: a few KB for a fixed chunk index, 8 bytes a chunk more for a variable
+# one. The listing keeps what it needs of each manifest on its own, so this only saves the GET of a segment
+# read again: 16 MiB hold thousands of them, and at least 32 of the largest (manifest.MAX_CHUNKS chunks).
+MANIFEST_CACHE_BYTES = 16 << 20
+# Objects skipped by a listing are named in the log once each, at most this many per listing (then counted).
+SKIPPED_NAMED = 20
 
 
 def on_lineage(epochs: tuple[tuple[int, int], ...], end_offset: int | None,
-               lineage: list[tuple[int, int]]) -> bool:
+               lineage: list[tuple[int, int]], position: dict[int, int] | None = None) -> bool:
     """Whether a segment's leader epochs agree with the partition's epoch lineage (the checkpoint's
     (epoch, start offset) entries): each of its epochs is in the lineage and starts in the segment
     no earlier than the lineage says, and ends no later than the lineage's next epoch begins
-    (RemoteLogManager.isRemoteSegmentWithinLeaderEpochs, in spirit). True without a lineage."""
+    (RemoteLogManager.isRemoteSegmentWithinLeaderEpochs, in spirit). True without a lineage.
+    `position`: epoch -> its place in the lineage, when the caller made it already."""
     if not lineage:
         return True
-    starts = dict(lineage)
-    order = [e for e, _ in lineage]
+    if position is None:
+        position = _positions(lineage)
     for i, (epoch, offset) in enumerate(epochs):
-        if epoch not in starts or offset < starts[epoch]:
+        k = position.get(epoch)
+        if k is None or offset < lineage[k][1]:
             return False
-        k = order.index(epoch)
         epoch_end = lineage[k + 1][1] if k + 1 < len(lineage) else None  # exclusive
         last = epochs[i + 1][1] - 1 if i + 1 < len(epochs) else end_offset
         if epoch_end is not None and last is not None and last >= epoch_end:
@@ -51,21 +61,94 @@ def on_lineage(epochs: tuple[tuple[int, int], ...], end_offset: int | None,
     return True
 
 
+def _positions(lineage: list[tuple[int, int]]) -> dict[int, int]:
+    """epoch -> its first place in the lineage."""
+    out: dict[int, int] = {}
+    for k, (epoch, _) in enumerate(lineage):
+        out.setdefault(epoch, k)
+    return out
+
+
 def choose(candidates: Iterable[RemoteSegmentInfo], lineage: list[tuple[int, int]]) -> list[RemoteSegmentInfo]:
     """One upload per offset range: the uploads on the lineage first, then those of the highest epoch,
-    then the later start; any upload overlapping one already chosen is dropped. In offset order."""
-    def preference(info: RemoteSegmentInfo):
+    then the later start; any upload overlapping one already chosen is dropped. In offset order.
+
+    O(N log N) in the uploads: the chosen ones are disjoint, so an upload overlaps one of them exactly when
+    the chosen one that starts last at or before its end reaches its start; that one is found through a
+    running maximum (a Fenwick tree) over the uploads in start order."""
+    position = _positions(lineage)
+    infos = sorted(candidates, key=lambda i: (i.base_offset, i.segment_id))
+    los = [i.base_offset for i in infos]
+    his = [i.end_offset if i.end_offset is not None else i.base_offset for i in infos]
+    if all(map(int.__lt__, his[:-1], los[1:])):  # no two overlap (the usual case): every one is chosen
+        return infos
+
+    def preference(k: int):
+        info = infos[k]
         top_epoch = max((e for e, _ in info.leader_epochs), default=-1)
-        return (on_lineage(info.leader_epochs, info.end_offset, lineage), top_epoch, info.base_offset,
+        return (on_lineage(info.leader_epochs, info.end_offset, lineage, position), top_epoch, info.base_offset,
                 info.segment_id)
 
-    chosen: list[RemoteSegmentInfo] = []
-    for info in sorted(candidates, key=preference, reverse=True):
-        lo, hi = info.base_offset, info.end_offset if info.end_offset is not None else info.base_offset
-        if all(hi < c.base_offset or lo > (c.end_offset if c.end_offset is not None else c.base_offset)
-               for c in chosen):
-            chosen.append(info)
-    return sorted(chosen, key=lambda i: i.base_offset)
+    n = len(infos)
+    latest = [-1] * (n + 1)  # Fenwick tree: the highest chosen place among places [0, p)
+    chosen = []
+    for k in sorted(range(n), key=preference, reverse=True):
+        p, before = bisect.bisect_right(los, his[k]), -1  # places of the uploads starting at or before its end
+        while p > 0:
+            before = max(before, latest[p])
+            p &= p - 1
+        if before >= 0 and his[before] >= los[k]:
+            continue
+        chosen.append(k)
+        p = k + 1
+        while p <= n:
+            latest[p] = max(latest[p], k)
+            p += p & -p
+    return [infos[k] for k in sorted(chosen)]
+
+
+class ManifestCache:
+    """Parsed manifests and the CorruptDataErrors of those that are not, by key, least recently used dropped
+    first past MANIFEST_CACHE_BYTES. Each entry keeps the ETag it was read at: asked with another ETag (a
+    listing saw the object rewritten), it is not found."""
+
+    def __init__(self, limit: int = MANIFEST_CACHE_BYTES):
+        self.limit = limit
+        self.bytes = 0
+        self._entries: OrderedDict[str, tuple[str | None, object, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str, etag: str | None = None):
+        """The Manifest or CorruptDataError kept for `key` (at `etag`, unless None), else None."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or (etag is not None and entry[0] is not None and entry[0] != etag):
+                return None
+            self._entries.move_to_end(key)
+            return entry[1]
+
+    def put(self, key: str, etag: str | None, value) -> None:
+        weight = _weight(value)
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self.bytes -= old[2]
+            self._entries[key] = (etag, value, weight)
+            self.bytes += weight
+            while self.bytes > self.limit and len(self._entries) > 1:
+                self.bytes -= self._entries.popitem(last=False)[1][2]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def _weight(value) -> int:
+    """About what a kept manifest (or error) holds in memory, in bytes."""
+    if isinstance(value, LookupdError):
+        return 512 + len(str(value))
+    starts = value.chunk_index.starts
+    epochs = len(value.metadata.segment_leader_epochs) if value.metadata is not None else 0
+    return 2048 + (8 * len(starts) if starts is not None else 0) + 100 * epochs
 
 
 class PartitionListing:
@@ -93,24 +176,42 @@ class RemoteTier:
         self.store = store if store is not None else ObjectStore(config)
         self.disk_cache = DiskCache(config.cache_dir, config.cache_bytes)
         self.keyring = Keyring(config.encryption_keys)
-        self._manifests: dict[str, object] = {}  # manifest key -> Manifest (objects never change)
+        self.manifests = ManifestCache()
         self._lock = threading.Lock()
-        self._opened: dict[str, object] = {}  # `.log` key -> RemoteSegmentData, shared by the segment objects
+        # `.log` key -> RemoteSegmentData, shared by the segment objects of one upload while any holds it
+        self._opened: weakref.WeakValueDictionary[str, object] = weakref.WeakValueDictionary()
+        # What each partition's last listing took from each manifest: manifest key -> (ETag, the upload's
+        # RemoteSegmentInfo or None), so that listing it again fetches only manifests new or rewritten since.
+        self._listed: dict[RemotePartition, dict[str, tuple[str | None, RemoteSegmentInfo | None]]] = {}
+        self._warned: set[str] = set()  # skipped keys already named in the log
+        self._metadata = MetadataReader()  # the __remote_log_metadata records, folded as they are appended
+        # Uploads the metadata topic names whose objects the store no longer has (a read missed them), by partition
+        self._gone: dict[RemotePartition, set[str]] = {}
 
     def url(self, key: str) -> str:
         return f"s3://{self.config.bucket}/{key}"
 
     # ------------------------------------------------------------- manifests and data
 
-    def manifest(self, keys) -> object:
-        """The segment's parsed manifest (one GET the first time)."""
-        from .remote.manifest import parse_manifest
+    def manifest(self, keys: SegmentKeys, listed: ListedSegment | None = None) -> object:
+        """The segment's parsed manifest (one GET the first time); CorruptDataError naming it when it is not
+        one, remembered, so that it is not fetched again until a listing shows it rewritten (its ETag).
+        `listed`: the listing's entry, whose size is checked before any GET."""
+        from .remote.manifest import MAX_MANIFEST_BYTES, parse_manifest, too_big
 
-        found = self._manifests.get(keys.manifest)
+        key = keys.manifest
+        etag = listed.manifest_etag if listed is not None else None
+        found = self.manifests.get(key, etag)
         if found is None:
-            found = parse_manifest(self.store.get(keys.manifest), keys.manifest)
-            with self._lock:
-                self._manifests[keys.manifest] = found
+            try:
+                if listed is not None and listed.manifest_size > MAX_MANIFEST_BYTES:
+                    raise CorruptDataError(key, None, too_big(listed.manifest_size))
+                found = parse_manifest(self.store.get(key, MAX_MANIFEST_BYTES, "manifest"), key)
+            except CorruptDataError as err:
+                found = err
+            self.manifests.put(key, etag, found)
+        if isinstance(found, CorruptDataError):
+            raise CorruptDataError(found.path, found.position, found.reason)  # a new one: raised in many threads
         return found
 
     def data(self, keys) -> object:
@@ -128,8 +229,15 @@ class RemoteTier:
         return found
 
     def open(self, info: RemoteSegmentInfo, cache=None, current=None) -> RemoteSegment:
-        return RemoteSegment(info, _LazyData(lambda: self.data(info.keys)), cache, url=self.url(info.keys.log),
-                             current=current, fetch_whole=lambda: self.whole_segment(info.keys))
+        data = _LazyData(lambda: self.data(info.keys), lambda: self.gone(info.keys))
+        return RemoteSegment(info, data, cache, url=self.url(info.keys.log), current=current,
+                             fetch_whole=lambda: self.whole_segment(info.keys))
+
+    def gone(self, keys: SegmentKeys) -> None:
+        """The store no longer has one of the upload's objects: listings from the metadata topic leave it out
+        from now on (as a listing of the bucket would), until the topic no longer names it."""
+        with self._lock:
+            self._gone.setdefault(keys.partition, set()).add(keys.segment_id)
 
     def whole_segment(self, keys) -> str:
         """The segment's original bytes as one file in the cache (fetched once, in pieces, through the
@@ -146,21 +254,16 @@ class RemoteTier:
 
     # ------------------------------------------------------------- listing
 
-    def _info(self, listed: ListedSegment, state: RemoteLogMetadata | None) -> RemoteSegmentInfo | None:
-        """What is known of an upload: the metadata topic's record, else the manifest's; None when the
-        metadata topic does not count it as copied."""
+    def _info(self, listed: ListedSegment) -> RemoteSegmentInfo | None:
+        """What the upload's manifest says of it (no metadata topic); None when it was deleted since the
+        listing. A manifest that cannot be read leaves the upload listed by its key alone: its reads say
+        what is wrong (CORRUPT_DATA, once fetched), and no other segment's answers change."""
         keys = listed.keys
-        if state is not None:
-            meta = state.finished(keys.partition.topic_id, keys.partition.partition).get(keys.segment_id)
-            if meta is None:
-                return None
-            return RemoteSegmentInfo(keys.start_offset, meta.end_offset, meta.max_timestamp, meta.leader_epochs,
-                                     keys.segment_id, keys.log, keys)
         try:
-            m = self.manifest(keys).metadata
+            m = self.manifest(keys, listed).metadata
         except ObjectNotFound:
             return None  # deleted since the listing
-        except LookupdError as err:  # listed all the same: its reads fetch it again or say what is wrong
+        except LookupdError as err:
             log.warning("%s", err)
             m = None
         if m is None:  # a manifest from before Sept 2023: its bounds come from its data when asked
@@ -170,26 +273,82 @@ class RemoteTier:
                                  keys.segment_id, keys.log, keys)
 
     def list_partition(self, partition: RemotePartition, state: RemoteLogMetadata | None,
-                       lineage: list[tuple[int, int]], listed: list[ListedSegment] | None = None
-                       ) -> list[RemoteSegmentInfo]:
-        """The partition's chosen segments; `listed`: its listing when the caller made it already. The
-        manifests not yet known are fetched MANIFEST_GETS_IN_FLIGHT at a time."""
+                       lineage: list[tuple[int, int]], listed: list[ListedSegment] | None = None,
+                       skipped: list[str] | None = None) -> list[RemoteSegmentInfo]:
+        """The partition's chosen segments; `listed`: its listing when the caller made it already.
+
+        With the metadata topic, its records say which uploads exist, as they do for Kafka's
+        RemoteLogManager: their keys follow from them, and nothing is listed or fetched (a listing of 50,000
+        uploads is 150 pages, seconds of the store's time at every rescan). Without it, the partition's objects
+        are listed, and the manifests not yet read (or rewritten since) are fetched MANIFEST_GETS_IN_FLIGHT at
+        a time. `skipped`: gets the keys the listing skipped (None: they are named in the log here)."""
+        if state is not None:  # the metadata topic's records: nothing listed, nothing fetched
+            finished = state.finished(partition.topic_id, partition.partition)
+            if listed is not None:
+                pairs = [(s.keys, finished.get(s.keys.segment_id)) for s in listed]
+            else:
+                with self._lock:
+                    gone = self._gone.get(partition, set()) & set(finished)
+                    self._gone[partition] = gone
+                pairs = [(SegmentKeys(m.start_offset, sid, partition, self.config.prefix), m)
+                         for sid, m in finished.items() if 0 <= m.start_offset and sid not in gone]
+            return choose([RemoteSegmentInfo(k.start_offset, m.end_offset, m.max_timestamp, m.leader_epochs,
+                                             k.segment_id, k.log, k) for k, m in pairs if m is not None], lineage)
         if listed is None:
-            listed = list_segments(self.store, self.config.prefix, partition)
-        if state is None and sum(s.keys.manifest not in self._manifests for s in listed) > 1:
+            mine: list[str] = []
+            listed = list_segments(self.store, self.config.prefix, partition, mine if skipped is None else skipped)
+            self.note_skipped(mine)
+        before = self._listed.get(partition, {})
+        known: dict[str, tuple[str | None, RemoteSegmentInfo | None]] = {}
+        todo = []
+        for s in listed:
+            kept = before.get(s.keys.manifest)
+            if kept is not None and kept[0] == s.manifest_etag and s.manifest_etag is not None:
+                known[s.keys.manifest] = kept
+            else:
+                todo.append(s)
+        if len(todo) > 1:
             with ThreadPoolExecutor(MANIFEST_GETS_IN_FLIGHT, thread_name_prefix="lookupd-manifests") as pool:
-                infos = list(pool.map(lambda s: self._info(s, state), listed))
+                got = list(pool.map(self._info, todo))
         else:
-            infos = [self._info(s, state) for s in listed]
-        return choose([i for i in infos if i is not None], lineage)
+            got = [self._info(s) for s in todo]
+        for s, info in zip(todo, got):
+            if info is not None:
+                known[s.keys.manifest] = (s.manifest_etag, info)
+        with self._lock:
+            self._listed[partition] = known
+        return choose([info for _, info in known.values() if info is not None], lineage)
+
+    def note_skipped(self, keys: list[str], whole: bool = False) -> None:
+        """Name in the log, once each, the objects a listing skipped (not the plugin's, or an upload missing
+        its `.log` or `.indexes`). `whole`: the listing was of the whole bucket, so the keys it did not skip
+        are forgotten (named again should they come back)."""
+        new = [k for k in keys if k not in self._warned]
+        with self._lock:
+            if whole:
+                self._warned = set(keys)
+            else:
+                self._warned.update(new)
+        if not new:
+            return
+        shown = ", ".join(repr(k) for k in new[:SKIPPED_NAMED])
+        more = f" and {len(new) - SKIPPED_NAMED} more" if len(new) > SKIPPED_NAMED else ""
+        log.warning("s3://%s: skipped %d objects that are not a complete upload in the tiered-storage plugin's "
+                    "layout (an illegal topic name or number, an upload missing its .log or .indexes): %s%s",
+                    self.config.bucket, len(new), shown, more)
 
     def scan(self, local_logs: list) -> dict[tuple[str, int], PartitionListing]:
         """Every bucket partition that matches a local partition's topic id or has no local partition,
         with its chosen segments; LookupdError (UNAVAILABLE, UNAUTHORIZED) when the store cannot be listed."""
-        state = read_remote_log_metadata(local_logs)
+        state = self._metadata.read(local_logs)
         local = {(llog.topic, llog.partition): llog for llog in local_logs if getattr(llog, "local_dir", "") is not None}
         out: dict[tuple[str, int], PartitionListing] = {}
-        for rp in list_partitions(self.store, self.config.prefix):
+        skipped: list[str] = []
+        partitions = list_partitions(self.store, self.config.prefix, skipped)
+        with self._lock:  # the listings of partitions no longer in the bucket are forgotten
+            present = set(partitions)
+            self._listed = {rp: v for rp, v in self._listed.items() if rp in present}
+        for rp in partitions:
             key = (rp.topic, rp.partition)
             llog = local.get(key)
             lineage: list[tuple[int, int]] = []
@@ -205,22 +364,25 @@ class RemoteTier:
                 lineage = read_leader_epoch_checkpoint(local_dir)
             elif key in out:
                 continue  # two ids for one name with no local dir to tell them apart: the first listed
-            segments = self.list_partition(rp, state, lineage)
+            segments = self.list_partition(rp, state, lineage, skipped=skipped)
             if not segments:
                 continue
             out[key] = PartitionListing(rp, self.url(rp.dir(self.config.prefix).rstrip("/")), segments,
                                         lambda rp=rp, lineage=lineage, llogs=local_logs: self._relist(rp, llogs, lineage))
+        self.note_skipped(skipped, whole=True)
         return out
 
     def _relist(self, rp: RemotePartition, local_logs: list, lineage: list[tuple[int, int]]) -> list[RemoteSegmentInfo]:
-        return self.list_partition(rp, read_remote_log_metadata(local_logs), lineage)
+        return self.list_partition(rp, self._metadata.read(local_logs), lineage)
 
 
 class _LazyData:
-    """RemoteSegmentData made on first use: a listed segment costs no GET until it is read."""
+    """RemoteSegmentData made on first use: a listed segment costs no GET until it is read. `gone`: told when
+    the store no longer has one of the upload's objects (deleted by retention since it was listed)."""
 
-    def __init__(self, make: Callable[[], object]):
+    def __init__(self, make: Callable[[], object], gone: Callable[[], None] | None = None):
         self._make = make
+        self._gone = gone
         self._data = None
 
     def _get(self):
@@ -229,18 +391,26 @@ class _LazyData:
             data = self._data = self._make()
         return data
 
+    def _with(self, use: Callable[[object], object]):
+        try:
+            return use(self._get())
+        except ObjectNotFound:
+            if self._gone is not None:
+                self._gone()
+            raise
+
     @property
     def size(self) -> int:
-        return self._get().size
+        return self._with(lambda d: d.size)
 
     def read(self, position: int, size: int, *, sequential: bool | None = None) -> bytes:
-        return self._get().read(position, size, sequential=sequential)
+        return self._with(lambda d: d.read(position, size, sequential=sequential))
 
     def read_into(self, position: int, out: memoryview, *, sequential: bool | None = None) -> int:
-        return self._get().read_into(position, out, sequential=sequential)
+        return self._with(lambda d: d.read_into(position, out, sequential=sequential))
 
     def index_paths(self, kinds: list[str]) -> dict[str, str | bytes | None]:
-        return self._get().index_paths(kinds)
+        return self._with(lambda d: d.index_paths(kinds))
 
     def index_size(self, kind: str) -> int | None:
-        return self._get().index_size(kind)
+        return self._with(lambda d: d.index_size(kind))

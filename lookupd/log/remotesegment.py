@@ -21,7 +21,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, NamedTuple
 
-from ..errors import LookupdError, Unavailable
+from ..errors import CorruptDataError, LookupdError, Unavailable
 from .fileio import FileHandle, WouldBlock, mode as _nonblocking
 from .filerecords import FileRecords
 from .index import OffsetIndex, TimeIndex
@@ -257,7 +257,13 @@ class RemoteSegment(LogSegment):
         return self.max_timestamp_so_far(size)[0]
 
     def info(self) -> dict:
-        out = super().info()
+        """LogSegment.info; for an upload whose objects cannot be read (a corrupt manifest, say), what the
+        listing knows with `error` saying why ("CODE: message"): one segment never fails a listing of all."""
+        try:
+            out = super().info()
+        except CorruptDataError as err:
+            out = {"base_offset": self.base_offset, "size": -1, "active": False, "offset_index_entries": -1,
+                   "time_index_entries": -1, "largest_timestamp": -1, "error": f"{err.code}: {err}"}
         out["tier"] = TIER_REMOTE
         out["key"] = self.info_.log_key  # the `.log` object, for readers that go to the bucket themselves
         return out

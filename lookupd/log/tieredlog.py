@@ -34,6 +34,7 @@ class TieredLog(LocalLog):
         self._opener = opener
         self._remote: dict[int, RemoteSegmentInfo] = {}
         self._first_local: int | None = None
+        self._listed_now = True  # `listing` is fresh: the first refresh (LocalLog's constructor) lists only the dir
         super().__init__(self.local_dir if self.local_dir is not None else remote_url, topic, partition, cache,
                          log_start_offset=log_start_offset)
 
@@ -43,7 +44,10 @@ class TieredLog(LocalLog):
 
     def refresh(self) -> bool:
         """List the bucket and the directory again (after a segment vanished mid-call, or on demand)."""
-        self._listing = self._lister()
+        if self._listed_now:
+            self._listed_now = False
+        else:
+            self._listing = self._lister()
         return super().refresh()
 
     def update_remote(self, listing: list[RemoteSegmentInfo]) -> bool:

@@ -29,8 +29,8 @@ GETS_IN_FLIGHT = 4               # GETs (each decoded and written on its thread)
                                  # a piece is decoded and written; memory: this many pieces
 DECODED_BYTES = 4 * PIECE_BYTES  # at most this much decoded from one GET of compressed chunks, so that those GETs
                                  # too take PIECE_BYTES of the object (one a chunk cost the S3 server 71 ms of
-                                 # CPU against 55 over 4 zstd + encrypted segments, bench_remote); memory: this
-                                 # much per GET in flight
+                                 # CPU against 55 over 4 zstd + encrypted segments, bench_remote); each chunk is
+                                 # written as soon as it is decoded, so memory is one chunk per GET in flight
 SYNC_THREADS = 2                 # threads writing and syncing the small files (indexes, partition.metadata), off
                                  # the GET threads: a sync may wait for a journal commit
 SYNCS_QUEUED = 2                 # segments whose `.log` waits for its sync and rename while the next ones are
@@ -73,12 +73,16 @@ class SegmentFiles:
                 self._fd = self.dest.create_fresh(self.stem + ".log" + TMP)
             return self._fd
 
-    def write_at(self, position: int, pieces: list) -> int:
-        """Write consecutive decoded pieces at `position` of the `.log.tmp`, starting their writeback (from
-        the thread that fetched them, in any order with the segment's other pieces); the bytes written."""
+    def write_at(self, position: int, pieces) -> int:
+        """Write consecutive decoded pieces (an iterable, decoded as it is taken: one held at a time) at
+        `position` of the `.log.tmp`, starting their writeback (from the thread that fetched them, in any order
+        with the segment's other pieces); the bytes written. Never past the size the manifest gives."""
         fd = self._open()
         n = 0
         for piece in pieces:
+            if position + n + len(piece) > self.size:
+                raise CorruptDataError(self.data.key, position + n, f"decoded bytes run past the {self.size} bytes "
+                                       "the manifest gives the segment")
             write_all(fd, piece, position + n)
             start_writeback(fd, position + n, len(piece))
             n += len(piece)

@@ -3,7 +3,13 @@
 `<prefix><topic>-<topicId>/<partition>/<startOffset, 20 digits>-<segmentId>.<suffix>` with suffix `log`,
 `indexes` or `rsm-manifest` (ObjectKeyFactory). Ids are Kafka Uuids in their 22-character base64url form.
 The manifest is uploaded last, so a segment without one is still being copied (or its copy failed):
-it is not listed.
+it is not listed; nor is one whose `.log` or `.indexes` object is missing (deleted under us, or never
+written), which could not be read.
+
+Keys come from the bucket, which anyone who can write under the prefix controls: names and numbers in
+them pass the checks a log dir's do (a legal topic name, ASCII digits, an offset within int64, a partition
+within int32). A key that does not is not the plugin's: it is skipped, and handed to the caller to name
+(`skipped`), never failing the listing.
 """
 
 from __future__ import annotations
@@ -11,18 +17,39 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ...errors import INT64_MAX, InvalidArgument
+from ...format.names import validate_topic
+
 LOG, INDEXES, MANIFEST = "log", "indexes", "rsm-manifest"
 SUFFIXES = (LOG, INDEXES, MANIFEST)
 OFFSET_DIGITS = 20  # Kafka's segment file names: the base offset zero-padded to 20 digits
 ID_CHARS = 22       # Kafka's Uuid.toString(): 16 bytes in unpadded base64url
+INT32_MAX = 2 ** 31 - 1
 
+# Digits as [0-9]: `\d` takes other scripts' digits too, which int() reads.
 _ID = rf"[A-Za-z0-9_-]{{{ID_CHARS}}}"
 _TOPIC_DIR = re.compile(rf"(?P<topic>.+)-(?P<topic_id>{_ID})")
-_SEGMENT_FILE = re.compile(rf"(?P<offset>\d{{{OFFSET_DIGITS}}})-(?P<segment_id>{_ID})\.(?P<suffix>log|indexes|rsm-manifest)")
-_PARTITION = re.compile(r"0|[1-9]\d{0,9}")
+_SEGMENT_FILE = re.compile(rf"(?P<offset>[0-9]{{{OFFSET_DIGITS}}})-(?P<segment_id>{_ID})\.(?P<suffix>log|indexes|rsm-manifest)")
+_PARTITION = re.compile(r"0|[1-9][0-9]{0,9}")
 
 
-@dataclass(frozen=True, order=True)
+def _topic_dir(name: str) -> re.Match | None:
+    """The match of a topic directory's name (`<topic>-<topic id>`) whose topic is a legal Kafka topic name."""
+    t = _TOPIC_DIR.fullmatch(name)
+    if t is None:
+        return None
+    try:
+        validate_topic(t["topic"])
+    except InvalidArgument:
+        return None
+    return t
+
+
+def _partition(text: str) -> int | None:
+    return int(text) if _PARTITION.fullmatch(text) and int(text) <= INT32_MAX else None
+
+
+@dataclass(frozen=True, order=True, slots=True)
 class RemotePartition:
     """A partition directory in the bucket: `<prefix><topic>-<topic_id>/<partition>/`."""
 
@@ -34,7 +61,7 @@ class RemotePartition:
         return f"{prefix}{self.topic}-{self.topic_id}/{self.partition}/"
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class SegmentKeys:
     """The three objects of one uploaded segment; ordered by start offset, then segment id."""
 
@@ -59,14 +86,15 @@ class SegmentKeys:
         return self.key(MANIFEST)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ListedSegment:
-    """A complete upload (its manifest exists), with the object sizes the listing gave."""
+    """A complete upload (its three objects exist), with the object sizes the listing gave."""
 
     keys: SegmentKeys
-    log_size: int | None      # None: the .log object was not listed (deleted under us, or never written)
-    indexes_size: int | None
+    log_size: int
+    indexes_size: int
     manifest_size: int
+    manifest_etag: str | None = None  # another after the manifest is rewritten (None: the store gave none)
 
 
 def parse_key(prefix: str, key: str) -> tuple[SegmentKeys, str] | None:
@@ -77,45 +105,66 @@ def parse_key(prefix: str, key: str) -> tuple[SegmentKeys, str] | None:
     if len(parts) != 3:
         return None
     topic_dir, partition, name = parts
-    t = _TOPIC_DIR.fullmatch(topic_dir)
+    t = _topic_dir(topic_dir)
     s = _SEGMENT_FILE.fullmatch(name)
-    if t is None or s is None or _PARTITION.fullmatch(partition) is None or int(partition) > 2 ** 31 - 1:
+    number = _partition(partition)
+    if t is None or s is None or number is None or int(s["offset"]) > INT64_MAX:
         return None
-    p = RemotePartition(t["topic"], int(partition), t["topic_id"])
+    p = RemotePartition(t["topic"], number, t["topic_id"])
     return SegmentKeys(int(s["offset"]), s["segment_id"], p, prefix), s["suffix"]
 
 
-def list_segments(store, prefix: str, partition: RemotePartition) -> list[ListedSegment]:
+def list_segments(store, prefix: str, partition: RemotePartition, skipped: list[str] | None = None) -> list[ListedSegment]:
     """The partition's complete uploads (those with a manifest), by start offset then segment id.
 
     Two uploads may cover the same offsets (a leader change mid-copy); both are listed and the caller
-    picks by leader-epoch lineage.
+    picks by leader-epoch lineage. `skipped`: gets the keys that are not the plugin's.
     """
-    return segments_in(prefix, partition, store.list(partition.dir(prefix)))
+    return segments_in(prefix, partition, store.list(partition.dir(prefix)), skipped)
 
 
-def segments_in(prefix: str, partition: RemotePartition, objects) -> list[ListedSegment]:
+def segments_in(prefix: str, partition: RemotePartition, objects, skipped: list[str] | None = None) -> list[ListedSegment]:
     """list_segments over a listing already made (ObjectInfo of the partition directory's objects)."""
-    found: dict[SegmentKeys, dict[str, int]] = {}
-    for obj in objects:
-        parsed = parse_key(prefix, obj.key)
-        if parsed is not None and parsed[0].partition == partition:
-            found.setdefault(parsed[0], {})[parsed[1]] = obj.size
-    return [ListedSegment(keys, sizes.get(LOG), sizes.get(INDEXES), sizes[MANIFEST])
-            for keys, sizes in sorted(found.items()) if MANIFEST in sizes]
+    found: dict[SegmentKeys, dict[str, object]] = {}
+    directory = partition.dir(prefix)
+    start = len(directory)
+    match = _SEGMENT_FILE.fullmatch
+    for obj in objects:  # every key is the directory's: only its file name is parsed (a listing may hold 100,000s)
+        key = obj.key
+        s = match(key, start) if key.startswith(directory) else None
+        if s is not None and int(s["offset"]) <= INT64_MAX:
+            found.setdefault(SegmentKeys(int(s["offset"]), s["segment_id"], partition, prefix), {})[s["suffix"]] = obj
+        elif skipped is not None:
+            skipped.append(key)
+    out = []
+    for keys, objs in sorted(found.items()):
+        if MANIFEST not in objs:
+            continue  # still being copied
+        if LOG not in objs or INDEXES not in objs:
+            if skipped is not None:
+                skipped.append(keys.manifest)
+            continue
+        manifest = objs[MANIFEST]
+        out.append(ListedSegment(keys, objs[LOG].size, objs[INDEXES].size, manifest.size,
+                                 getattr(manifest, "etag", None)))
+    return out
 
 
-def list_partitions(store, prefix: str) -> list[RemotePartition]:
+def list_partitions(store, prefix: str, skipped: list[str] | None = None) -> list[RemotePartition]:
     """Every partition directory under `prefix` (two delimiter listings, never the segment keys)."""
     out = []
     for topic_dir in store.list_dirs(prefix):
-        t = _TOPIC_DIR.fullmatch(topic_dir[len(prefix):].rstrip("/"))
+        t = _topic_dir(topic_dir[len(prefix):].rstrip("/"))
         if t is None:
+            if skipped is not None:
+                skipped.append(topic_dir)
             continue
         for partition_dir in store.list_dirs(topic_dir):
-            number = partition_dir[len(topic_dir):].rstrip("/")
-            if _PARTITION.fullmatch(number) and int(number) <= 2 ** 31 - 1:
-                out.append(RemotePartition(t["topic"], int(number), t["topic_id"]))
+            number = _partition(partition_dir[len(topic_dir):].rstrip("/"))
+            if number is not None:
+                out.append(RemotePartition(t["topic"], number, t["topic_id"]))
+            elif skipped is not None:
+                skipped.append(partition_dir)
     return sorted(out)
 
 
@@ -130,7 +179,7 @@ def topic_ids(store, prefix: str, topic: str) -> list[str]:
     """The ids of the topic directories under `prefix` that bear the topic's name (one listing)."""
     out = []
     for topic_dir in store.list_dirs(prefix):
-        t = _TOPIC_DIR.fullmatch(topic_dir[len(prefix):].rstrip("/"))
+        t = _topic_dir(topic_dir[len(prefix):].rstrip("/"))
         if t is not None and t["topic"] == topic:
             out.append(t["topic_id"])
     return sorted(out)

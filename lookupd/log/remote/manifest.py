@@ -3,6 +3,10 @@
 It says how the `.log` object is chunked (chunkIndex, fixed or variable), where each index sits in the
 `.indexes` object (segmentIndexes), whether chunks are zstd-compressed, and, when encrypted, the wrapped
 AES data key and the AAD. Anything that breaks the format is a CorruptDataError naming the object key.
+
+A manifest comes from the bucket, which anyone who can write under the prefix controls: its size, nesting,
+integers, chunk sizes and chunk count are bounded (the limits below, each with its reason) before anything
+is sized from them, so a hostile one costs one CORRUPT_DATA, never memory or time out of proportion.
 """
 
 from __future__ import annotations
@@ -17,11 +21,43 @@ from dataclasses import dataclass
 
 import zstandard
 
-from ...errors import CorruptDataError
+from ...errors import INT64_MAX, INT64_MIN, CorruptDataError
 
-MAX_MANIFEST_BYTES = 16 * 1024 * 1024     # the largest variable chunk list the plugin writes is 10 MiB, zstd'd
-MAX_CHUNK_SIZES_BYTES = 10 * 1024 * 1024  # the plugin's own sanity bound on the decoded chunk-size list
 INT32_MAX = 2 ** 31 - 1                   # the plugin keeps sizes and positions in Java ints
+# A smaller chunk is refused (in a segment of more than one): reading a chunk costs a cache entry, a future and
+# a place in a GET plan, a few hundred bytes and tens of microseconds of Python, so below 1 KiB the bookkeeping
+# outweighs the bytes (1-byte chunks made one 1 MiB read take a minute and gigabytes). The plugin's docs start
+# chunk.size at 4 MiB.
+MIN_CHUNK_BYTES = 1024
+# A segment of more chunks is refused: each chunk read costs a cache entry, a future and a place in a GET plan
+# (hundreds of bytes, microseconds of Python), so one read or one manifest stays within a few MiB and well
+# under a second. 65,536 chunks are a 2 GiB segment (Kafka's largest) in 32 KiB chunks, or a 1 GiB one (its
+# default) in 16 KiB chunks; the plugin's docs start chunk.size at 4 MiB.
+MAX_CHUNKS = 65_536
+# A bigger chunk is refused: a chunk is decoded (and cached) whole, and its declared size is what a decoder
+# allocates, so one stays within the memory one ranged GET may take (segmentdata.MAX_GET_BYTES). The plugin
+# accepts chunk.size up to 1 GiB, but recommends starting at 4 MiB: this is 8 times that.
+MAX_CHUNK_BYTES = 32 * 1024 * 1024
+# What the plugin's transforms may add to a chunk: zstd's worst case (1/256 of it, plus frame and block
+# headers) and AES-GCM's 12-byte IV and 16-byte tag. A transformed chunk larger than that is not the plugin's.
+TRANSFORM_SLACK_BYTES = 1024
+# The decoded chunk-size list of MAX_CHUNKS chunks: count, base and width, then at most 4 bytes a chunk.
+MAX_CHUNK_SIZES_BYTES = 9 + 4 * MAX_CHUNKS
+# The largest manifest: the chunk-size list above, zstd'd and base64'd (4/3), is at most about 350 KB; the rest
+# of a manifest is well under 4 KB. Checked before the body is read (the listing's size, the GET's length).
+MAX_MANIFEST_BYTES = 1024 * 1024
+# JSON nesting: the plugin's deepest value is 5 levels down (remoteLogSegmentMetadata.remoteLogSegmentId.
+# topicIdPartition.topicPartition.topic); its JSON holds about a dozen objects. Checked before parsing, so a
+# body of nested brackets costs a scan of its bytes, not a recursion.
+MAX_JSON_DEPTH = 8
+MAX_JSON_CONTAINERS = 64
+# An index of a segment is fetched whole into memory: a bigger one is refused. A 2 GiB segment (Kafka's largest)
+# indexed every 512 bytes has a 32 MiB offset index (8 bytes an entry); at Kafka's default index.interval.bytes
+# (4 KiB) its indexes are 4 and 6 MiB.
+MAX_INDEX_BYTES = 32 * 1024 * 1024
+# Leader epochs of one segment: one per leader change during the segment's life; more is a broken upload
+# (and would be kept per segment by every listing).
+MAX_LEADER_EPOCHS = 4096
 
 # Our index kinds -> the manifest's segmentIndexes names, in the order the `.indexes` object joins them.
 INDEX_KINDS = {
@@ -118,16 +154,46 @@ class _Bad(Exception):
 def parse_manifest(data: bytes, key: str) -> Manifest:
     """Parse a version "1" manifest; CorruptDataError naming `key` when it is not one."""
     if len(data) > MAX_MANIFEST_BYTES:
-        raise CorruptDataError(key, None, f"manifest of {len(data)} bytes exceeds {MAX_MANIFEST_BYTES}")
+        raise CorruptDataError(key, None, too_big(len(data)))
     try:
+        _check_shape(data)
         doc = json.loads(data)
+    except _Bad as e:
+        raise CorruptDataError(key, None, f"manifest: {e}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CorruptDataError(key, getattr(e, "pos", getattr(e, "start", None)),
                                f"manifest is not JSON: {e}") from None
+    except (ValueError, RecursionError) as e:  # an integer of thousands of digits, say
+        raise CorruptDataError(key, None, f"manifest is not the plugin's JSON: {e}") from None
     try:
         return _manifest(doc, key)
     except _Bad as e:
         raise CorruptDataError(key, None, f"manifest: {e}") from None
+
+
+def too_big(size: int) -> str:
+    """Why a manifest of `size` bytes is not read."""
+    return f"manifest of {size} bytes exceeds {MAX_MANIFEST_BYTES} (MAX_MANIFEST_BYTES): not the plugin's"
+
+
+_BRACKETS = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in _BRACKETS)
+
+
+def _check_shape(data: bytes) -> None:
+    """_Bad when the JSON nests deeper than MAX_JSON_DEPTH or holds more than MAX_JSON_CONTAINERS arrays and
+    objects: counted on its bytes outside strings (escaped backslashes and quotes dropped, then every other
+    quote-delimited part), in linear time, before any parser recurses into it."""
+    text = bytes(data).replace(b"\\\\", b"").replace(b'\\"', b"")
+    brackets = b"".join(text.split(b'"')[0::2]).translate(None, _NOT_BRACKETS)
+    if len(brackets) > 2 * MAX_JSON_CONTAINERS:
+        raise _Bad(f"{len(brackets)} brackets: more than the {MAX_JSON_CONTAINERS} arrays and objects "
+                   "(MAX_JSON_CONTAINERS) a manifest may hold")
+    depth = 0
+    for b in brackets:
+        depth += _BRACKETS[b]
+        if depth > MAX_JSON_DEPTH:
+            raise _Bad(f"JSON nested deeper than {MAX_JSON_DEPTH} levels (MAX_JSON_DEPTH)")
 
 
 def _manifest(doc: object, key: str) -> Manifest:
@@ -166,15 +232,33 @@ def _int32(obj: dict, name: str, where: str, minimum: int = 0) -> int:
     return value
 
 
+def max_transformed(chunk_size: int) -> int:
+    """The most bytes the plugin's transforms may turn a chunk of `chunk_size` bytes into."""
+    return chunk_size + chunk_size // 256 + TRANSFORM_SLACK_BYTES
+
+
 def _chunk_index(ci: dict) -> ChunkIndex:
     w = "chunkIndex."
     chunk_size = _int32(ci, "originalChunkSize", w, 1)
     file_size = _int32(ci, "originalFileSize", w)
+    if chunk_size > MAX_CHUNK_BYTES:
+        raise _Bad(f"{w}originalChunkSize {chunk_size} is above {MAX_CHUNK_BYTES} (MAX_CHUNK_BYTES): chunks this "
+                   "big are not read")
     count = -(-file_size // chunk_size)
+    if chunk_size < MIN_CHUNK_BYTES and count > 1:
+        raise _Bad(f"{w}originalChunkSize {chunk_size} is below {MIN_CHUNK_BYTES} (MIN_CHUNK_BYTES): chunks this "
+                   "small are not read")
+    if count > MAX_CHUNKS:
+        raise _Bad(f"{file_size} bytes in chunks of {chunk_size} make {count} chunks, more than {MAX_CHUNKS} "
+                   "(MAX_CHUNKS): segments of this many chunks are not read")
+    most = max_transformed(chunk_size)
     kind = ci.get("type")
     if kind == "fixed":
         transformed = _int32(ci, "transformedChunkSize", w)
         final = _int32(ci, "finalTransformedChunkSize", w)
+        if transformed > most or final > most:
+            raise _Bad(f"{w}transformedChunkSize {transformed} or finalTransformedChunkSize {final} is above "
+                       f"{most}, more than the transforms add to a chunk of {chunk_size}")
         return ChunkIndex(chunk_size, file_size, count, fixed=(transformed, final))
     if kind != "variable":
         raise _Bad(f"{w}type {kind!r} is neither \"fixed\" nor \"variable\"")
@@ -182,6 +266,9 @@ def _chunk_index(ci: dict) -> ChunkIndex:
     if len(sizes) != count:
         raise _Bad(f"{w}transformedChunks holds {len(sizes)} chunks, but {file_size} bytes in chunks of "
                    f"{chunk_size} make {count}")
+    if sizes and max(sizes) > most:
+        raise _Bad(f"{w}transformedChunks holds a chunk of {max(sizes)} bytes, more than the transforms add "
+                   f"to a chunk of {chunk_size} ({most})")
     starts = array("q", [0])
     for size in sizes:
         starts.append(starts[-1] + size)
@@ -204,7 +291,7 @@ def _chunk_sizes(text: str) -> list[int]:
         raise _Bad(f"chunkIndex.transformedChunks is not a zstd frame: {e}") from None
     if not 0 <= params.content_size <= MAX_CHUNK_SIZES_BYTES:
         raise _Bad(f"chunkIndex.transformedChunks declares {params.content_size} bytes "
-                   f"(at most {MAX_CHUNK_SIZES_BYTES})")
+                   f"(at most {MAX_CHUNK_SIZES_BYTES}: MAX_CHUNKS sizes)")
     try:
         raw = zstandard.ZstdDecompressor().decompress(compressed, max_output_size=MAX_CHUNK_SIZES_BYTES)
     except zstandard.ZstdError as e:
@@ -217,8 +304,8 @@ def decode_chunk_sizes(raw: bytes) -> list[int]:
     if len(raw) < 4:
         raise _Bad("chunk sizes: shorter than their count")
     (count,) = struct.unpack_from(">i", raw)
-    if count < 0:
-        raise _Bad(f"chunk sizes: negative count {count}")
+    if not 0 <= count <= MAX_CHUNKS:
+        raise _Bad(f"chunk sizes: count {count} is outside [0, {MAX_CHUNKS}] (MAX_CHUNKS)")
     if count <= 1:
         expect = 4 + 4 * count
         if len(raw) != expect:
@@ -253,6 +340,8 @@ def _indexes(si: dict) -> dict[str, tuple[int, int] | None]:
             raise _Bad(f"segmentIndexes.{name} must be an object")
         w = f"segmentIndexes.{name}."
         out[kind] = (_int32(entry, "position", w), _int32(entry, "size", w))
+        if out[kind][1] > MAX_INDEX_BYTES:
+            raise _Bad(f"{w}size {out[kind][1]} is above {MAX_INDEX_BYTES} (MAX_INDEX_BYTES): not read")
     return out
 
 
@@ -273,6 +362,13 @@ def _encryption(enc: object) -> Encryption:
     return Encryption(key_id, wrapped_key, aad)
 
 
+def _int64(obj: dict, name: str, where: str, minimum: int = INT64_MIN) -> int:
+    value = _field(obj, name, int, where)
+    if not minimum <= value <= INT64_MAX:
+        raise _Bad(f"{where}{name} {value} is outside [{minimum}, {INT64_MAX}]")
+    return value
+
+
 def _metadata(meta: object) -> SegmentMetadata:
     w = "remoteLogSegmentMetadata."
     if not isinstance(meta, dict):
@@ -281,16 +377,22 @@ def _metadata(meta: object) -> SegmentMetadata:
     tip = _field(seg_id, "topicIdPartition", dict, w + "remoteLogSegmentId.")
     tp = _field(tip, "topicPartition", dict, w + "topicIdPartition.")
     epochs = _field(meta, "segmentLeaderEpochs", dict, w)
-    try:
-        leader_epochs = {int(k): v for k, v in epochs.items()}
-    except ValueError:
-        raise _Bad(f"{w}segmentLeaderEpochs keys must be epochs (integers)") from None
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in leader_epochs.values()):
-        raise _Bad(f"{w}segmentLeaderEpochs values must be offsets (integers)")
+    if len(epochs) > MAX_LEADER_EPOCHS:
+        raise _Bad(f"{w}segmentLeaderEpochs holds {len(epochs)} epochs, more than {MAX_LEADER_EPOCHS} "
+                   "(MAX_LEADER_EPOCHS)")
+    leader_epochs = {}
+    for k, v in epochs.items():
+        if not (k.isascii() and k.isdigit() and len(k) <= 10 and int(k) <= INT32_MAX):
+            raise _Bad(f"{w}segmentLeaderEpochs keys must be epochs (integers in [0, {INT32_MAX}]), got {k!r:.40}")
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= INT64_MAX:
+            raise _Bad(f"{w}segmentLeaderEpochs values must be offsets (integers in [0, {INT64_MAX}])")
+        leader_epochs[int(k)] = v
+    start = _int64(meta, "startOffset", w, 0)
+    end = _int64(meta, "endOffset", w, 0)
     return SegmentMetadata(
-        topic=_field(tp, "topic", str, w), partition=_field(tp, "partition", int, w),
+        topic=_field(tp, "topic", str, w), partition=_int32(tp, "partition", w),
         topic_id=_field(tip, "topicId", str, w), segment_id=_field(seg_id, "id", str, w),
-        start_offset=_field(meta, "startOffset", int, w), end_offset=_field(meta, "endOffset", int, w),
-        max_timestamp_ms=_field(meta, "maxTimestampMs", int, w), broker_id=_field(meta, "brokerId", int, w),
-        event_timestamp_ms=_field(meta, "eventTimestampMs", int, w),
+        start_offset=start, end_offset=end,
+        max_timestamp_ms=_int64(meta, "maxTimestampMs", w), broker_id=_int32(meta, "brokerId", w, -INT32_MAX - 1),
+        event_timestamp_ms=_int64(meta, "eventTimestampMs", w),
         segment_leader_epochs=dict(sorted(leader_epochs.items())))

@@ -12,15 +12,17 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Iterator
 
 import zstandard
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from ...errors import CorruptDataError
+from ..fileio import StoreWouldWait, mode
 from .diskcache import DiskCache, cache_name
 from .keyring import Keyring
-from .manifest import INDEX_KINDS, Manifest, parse_manifest
+from .manifest import INDEX_KINDS, MAX_MANIFEST_BYTES, Manifest, parse_manifest
 from .store import ObjectStore
 
 IV_BYTES = 12                       # the plugin's AES-GCM IV, written in front of each chunk
@@ -32,6 +34,8 @@ READ_AHEAD_BYTES = 16 * 1024 * 1024  # how far ahead of a sequential reader chun
 READ_AHEAD_GET_BYTES = 4 * 1024 * 1024  # read-ahead GETs fetch about this much, several in flight (small chunks
                                         # coalesced, big ones one a GET: the first arrives sooner)
 READ_AHEAD_THREADS = 4              # background GETs in flight, across all segments
+DECODE_TASK_BYTES = 256 * 1024      # chunks of one GET decoded by one pool task: a task for each small chunk would
+                                    # cost more than its decoding (a plugin's 4 MiB chunks: still one a task)
 # Chunks decrypted and decompressed at once besides the readers' own: one a core this process may run on
 # (zstd and AES-GCM release the GIL).
 DECODE_THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 2
@@ -76,7 +80,7 @@ def sibling_key(log_key: str, suffix: str) -> str:
 def open_segment(store: ObjectStore, log_key: str, keyring: Keyring, cache: DiskCache) -> RemoteSegmentData:
     """Fetch and parse the segment's manifest (one GET), then wrap it."""
     manifest_key = sibling_key(log_key, "rsm-manifest")
-    manifest = parse_manifest(store.get(manifest_key), manifest_key)
+    manifest = parse_manifest(store.get(manifest_key, MAX_MANIFEST_BYTES, "manifest"), manifest_key)
     return RemoteSegmentData(store, log_key, manifest, keyring, cache)
 
 
@@ -188,11 +192,12 @@ class RemoteSegmentData:
         self._cache.put(cache_name(self.key, str(i)), data)
         return data
 
-    def fetch_chunks(self, first: int, last: int, blob: memoryview | None = None) -> list[bytes | memoryview]:
-        """Chunks first..last by one ranged GET, decoded in this thread, not cached: for a reader that takes
-        each byte once (restore), calling from its own threads. `blob`: their bytes, when the caller has them."""
+    def fetch_chunks(self, first: int, last: int, blob: memoryview | None = None) -> Iterator[bytes | memoryview]:
+        """Chunks first..last by one ranged GET, each decoded in this thread as the caller asks for it, not
+        cached: for a reader that takes each byte once (restore), calling from its own threads, which holds one
+        decoded chunk at a time. `blob`: their bytes, when the caller has them."""
         blob = self._get_run(first, last, blob)
-        return [self._decode_at(i, blob, first) for i in range(first, last + 1)]
+        return (self._decode_at(i, blob, first) for i in range(first, last + 1))
 
     def chunk_runs(self, max_bytes: int, start: int = 0, max_decoded: int | None = None) -> list[tuple[int, int]]:
         """The chunks from `start` on, grouped into runs (first, last) for fetch_chunks of at most `max_bytes`
@@ -254,17 +259,20 @@ class RemoteSegmentData:
             for i in range(first, last + 1):
                 self._settle(i, futures[i], None, e)
             return
-        for i in range(first + 1, last + 1):
-            _submit("decode", self._decode_settle, i, blob, first, futures[i])
-        self._decode_settle(first, blob, first, futures[first])
+        groups = self._runs(list(range(first, last + 1)), DECODE_TASK_BYTES)
+        for a, b in groups[1:]:
+            _submit("decode", self._decode_settle, a, b, blob, first, futures)
+        self._decode_settle(*groups[0], blob, first, futures)
 
-    def _decode_settle(self, i: int, blob: memoryview, first: int, future: Future) -> None:
-        try:
-            data = self._decode_cached(i, blob, first)
-        except BaseException as e:
-            self._settle(i, future, None, e)
-        else:
-            self._settle(i, future, data)
+    def _decode_settle(self, a: int, b: int, blob: memoryview, first: int, futures: dict[int, Future]) -> None:
+        """Decode chunks a..b (one pool task: small chunks go many to a task), each settled as it is done."""
+        for i in range(a, b + 1):
+            try:
+                data = self._decode_cached(i, blob, first)
+            except BaseException as e:
+                self._settle(i, futures[i], None, e)
+            else:
+                self._settle(i, futures[i], data)
 
     def _chunks(self, wanted: range) -> dict[int, bytes | memoryview]:
         got: dict[int, bytes | memoryview] = {}
@@ -276,6 +284,8 @@ class RemoteSegmentData:
             else:
                 got[i] = data
         if missing:
+            if mode.local_only:  # a GET, or a wait for another thread's: not in this thread
+                raise StoreWouldWait()
             runs, mine = self._start(missing)
             for k, run in enumerate(runs):
                 self._run(*run, mine)

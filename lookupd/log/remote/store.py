@@ -1,7 +1,9 @@
 """ObjectStore: listings and ranged GETs against S3, retried on transient faults, mapped onto lookupd's errors.
 
 Read-only: only ListObjectsV2 and GET (HEAD for `size`) are ever sent. Thread-safe: the clients are
-shared by the daemon's worker threads and the read-ahead.
+shared by the daemon's worker threads and the read-ahead. A thread in local-only mode (lookupd.log.fileio:
+the daemon's worker threads for local calls) sends nothing: StoreWouldWait, and the call goes to the
+daemon's remote pool.
 
 Listings and ranged GETs (the chunks and indexes: nearly all traffic) go through obstore (Rust, the GIL
 released while it waits), chosen by measurement (bench/bench_remote.py: obstore, boto3 and
@@ -16,6 +18,7 @@ AWS_PROFILE, instance role), handed to obstore as a credential provider.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import random
 import re
 import threading
@@ -31,7 +34,8 @@ import obstore.exceptions as oe
 from obstore.auth.boto3 import Boto3CredentialProvider
 from obstore.store import S3Store
 
-from ...errors import Unauthorized, Unavailable
+from ...errors import CorruptDataError, Unauthorized, Unavailable
+from ..fileio import StoreWouldWait, mode
 from .config import RemoteConfig
 
 ATTEMPTS = 5                # transient faults (5xx, SlowDown, resets, timeouts) are tried this often in all
@@ -47,10 +51,25 @@ class ObjectNotFound(Unavailable):
     """The object is gone (deleted by retention after it was listed): relist, and the segment drops out."""
 
 
-@dataclass(frozen=True)
+class ObjectTooLarge(CorruptDataError):
+    """A whole-object GET whose length is above what the caller reads of such an object (its body not read)."""
+
+    def __init__(self, key: str, size: int, limit: int, what: str):
+        super().__init__(key, None, f"{what} of {size} bytes exceeds {limit}: not read")
+        self.size = size
+
+
+@dataclass(frozen=True, slots=True)
 class ObjectInfo:
     key: str
     size: int
+    etag: str | None = None  # what the store says of its content: a rewritten object has another
+
+
+def endpoint_url(cfg: RemoteConfig) -> str | None:
+    """The S3 endpoint to use: remote.endpoint_url, else AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL from the
+    environment (as boto3 and the AWS CLI read them), else None: AWS's own endpoint for the region."""
+    return cfg.endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
 
 
 class ObjectStore:
@@ -64,17 +83,18 @@ class ObjectStore:
         # 403 says that none were found.
         self._anonymous = session.get_credentials() is None
         options = {"connect_timeout": f"{CONNECT_TIMEOUT}s", "timeout": f"{request_timeout}s"}
-        if cfg.endpoint_url and cfg.endpoint_url.startswith("http://"):
+        endpoint = endpoint_url(cfg)
+        if endpoint and endpoint.startswith("http://"):
             options["allow_http"] = True
         self._whole = session.client(
-            "s3", endpoint_url=cfg.endpoint_url, region_name=cfg.region,
+            "s3", endpoint_url=endpoint, region_name=cfg.region,
             config=botocore.config.Config(
                 retries={"total_max_attempts": 1, "mode": "standard"},  # retried here, as the ranged GETs
                 connect_timeout=CONNECT_TIMEOUT, read_timeout=request_timeout,
                 response_checksum_validation="when_supported", s3={"addressing_style": "path"},
                 signature_version=botocore.UNSIGNED if self._anonymous else None))
         self._store = S3Store(
-            cfg.bucket, region=cfg.region, endpoint=cfg.endpoint_url, client_options=options,
+            cfg.bucket, region=cfg.region, **({"endpoint": endpoint} if endpoint else {}), client_options=options,
             virtual_hosted_style_request=False,
             # Retried here, with lookupd's errors and counts; obstore's own retries off.
             retry_config={"max_retries": 0, "retry_timeout": dt.timedelta(seconds=request_timeout),
@@ -92,7 +112,10 @@ class ObjectStore:
             self.bytes_fetched += nbytes
 
     def _call(self, what: str, key: str, fn):
-        """fn() with retries on transient faults; every failure mapped onto a LookupdError naming bucket and key."""
+        """fn() with retries on transient faults; every failure mapped onto a LookupdError naming bucket and key.
+        In local-only mode (lookupd.log.fileio), StoreWouldWait before any request."""
+        if mode.local_only:
+            raise StoreWouldWait()
         where = f"s3://{self.bucket}/{key}"
         last = ""
         for attempt in range(self._attempts):
@@ -119,23 +142,46 @@ class ObjectStore:
                           f"(last: {last}); try again later")
 
     def list(self, prefix: str) -> list[ObjectInfo]:
-        """Every object whose key starts with `prefix` (ListObjectsV2, all pages)."""
+        """Every object whose key starts with `prefix` (ListObjectsV2, all pages). A key obstore cannot
+        represent (a newline, say: anyone who can write to the bucket can make one) does not fail the
+        listing: it is listed again by boto3, which takes any key."""
         def listing():
             out = []
             pages = 0
-            for page in obstore.list(self._store, _parent(prefix), chunk_size=LIST_PAGE):
-                pages += 1
-                out += [ObjectInfo(m["path"], m["size"]) for m in page if m["path"].startswith(prefix)]
+            try:
+                for page in obstore.list(self._store, _parent(prefix), chunk_size=LIST_PAGE):
+                    pages += 1
+                    out += [ObjectInfo(m["path"], m["size"], m.get("e_tag")) for m in page
+                            if m["path"].startswith(prefix)]
+            except oe.InvalidPathError:
+                self._count(pages)
+                return self._list_any_key(prefix)
             self._count(max(pages, 1))  # an empty listing is still one request
             return out
         return self._call("listing", prefix, listing)
+
+    def _list_any_key(self, prefix: str) -> list[ObjectInfo]:
+        out = []
+        for page in self._whole.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=prefix, PaginationConfig={"PageSize": LIST_PAGE}):
+            self._count()
+            out += [ObjectInfo(o["Key"], o["Size"], o.get("ETag", "").strip('"') or None)
+                    for o in page.get("Contents", ())]
+        return out
 
     def list_dirs(self, prefix: str) -> list[str]:
         """The "directories" right under `prefix` (delimiter "/"), each ending in "/"."""
         def listing():
             self._count()
-            got = obstore.list_with_delimiter(self._store, _parent(prefix))
-            return sorted(d + "/" for d in got["common_prefixes"] if (d + "/").startswith(prefix))
+            try:
+                dirs = [d + "/" for d in obstore.list_with_delimiter(self._store, _parent(prefix))["common_prefixes"]]
+            except oe.InvalidPathError:  # a key obstore cannot represent: see `list`
+                parent = _parent(prefix)
+                dirs = []
+                for page in self._whole.get_paginator("list_objects_v2").paginate(
+                        Bucket=self.bucket, Prefix=parent + "/" if parent else "", Delimiter="/"):
+                    dirs += [d["Prefix"] for d in page.get("CommonPrefixes", ())]
+            return sorted(d for d in dirs if d.startswith(prefix))
         return self._call("listing", prefix, listing)
 
     def size(self, key: str) -> int:
@@ -145,10 +191,17 @@ class ObjectStore:
             return obstore.head(self._store, key)["size"]
         return self._call("HEAD", key, head)
 
-    def get(self, key: str) -> bytes:
-        """The whole object, checked against the store's checksum when it has one (through boto3)."""
+    def get(self, key: str, max_bytes: int | None = None, what: str = "object") -> bytes:
+        """The whole object, checked against the store's checksum when it has one (through boto3).
+        `max_bytes`: ObjectTooLarge (naming it `what`) for a longer object, its length read from the answer's
+        headers before any of its body."""
         def whole():
-            data = self._whole.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+            answer = self._whole.get_object(Bucket=self.bucket, Key=key)
+            if max_bytes is not None and answer["ContentLength"] > max_bytes:
+                answer["Body"].close()
+                self._count()
+                raise ObjectTooLarge(key, answer["ContentLength"], max_bytes, what)
+            data = answer["Body"].read()
             self._count(nbytes=len(data))
             return data
         return self._call("GET", key, whole)
