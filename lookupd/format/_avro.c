@@ -88,6 +88,8 @@ buf_reserve(Buf *b, Py_ssize_t more)
 static inline int
 buf_put(Buf *b, const void *s, Py_ssize_t n)
 {
+    if (n == 0)  /* b->p or s may be NULL then, and memcpy must not be given NULL even for 0 bytes */
+        return 0;
     if (buf_reserve(b, n) < 0)
         return -1;
     memcpy(b->p + b->len, s, (size_t)n);
