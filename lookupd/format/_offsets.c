@@ -113,7 +113,51 @@ mapped(void *p, size_t n)
     return p;
 }
 
-/* p[0:old] grown (or made, p NULL) to n bytes, as realloc. NULL on no memory (p kept). */
+/* Spare regions: an arena's or entries' mapped array a table freed, kept (up to SPARE_REGIONS of them,
+ * SPARE_BYTES of written pages in all) for the next table's arena or entries, which need no zeroed memory.
+ * A compacted log's replay writes ~100 bytes of new table a record, and the kernel zeroing fresh pages
+ * for it was a fifth of the C scan; a table made after another one freed (the next partition's replay,
+ * a rebuilt table, a replay run again) writes over the pages already there instead. The pages past what
+ * the freed table wrote are given back first (MADV_DONTNEED), so a spare holds no more than its table
+ * used. Kept and taken under the GIL (no call here releases it). */
+#define SPARE_REGIONS 6
+#define SPARE_BYTES ((size_t)128 << 20)
+
+typedef struct {
+    void *p;                            /* NULL: none */
+    size_t cap, used;                   /* mapped bytes; bytes written (pages of them held) */
+} Spare;
+
+static Spare spares[SPARE_REGIONS];
+static size_t spare_bytes;              /* the spares' `used`, summed */
+
+static size_t
+round_huge(size_t n)
+{
+    return (n + HUGE - 1) & ~(HUGE - 1);
+}
+
+/* A mapped region of n bytes, a spare one (its bytes as its table left them) if there is one. */
+static void *
+region_new(size_t n)
+{
+    int best = -1;
+    for (int i = 0; i < SPARE_REGIONS; i++)
+        if (spares[i].p != NULL && (best < 0 || spares[i].used > spares[best].used))
+            best = i;
+    if (best >= 0) {
+        Spare s = spares[best];
+        spares[best].p = NULL;
+        spare_bytes -= s.used;
+        void *q = s.cap == n ? s.p : mremap(s.p, s.cap, n, MREMAP_MAYMOVE);
+        if (q != MAP_FAILED)
+            return mapped(q, n);
+        munmap(s.p, s.cap);
+    }
+    return mapped(mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0), n);
+}
+
+/* p[0:old] grown (or made, p NULL) to n bytes, as realloc: not zeroed. NULL on no memory (p kept). */
 static void *
 region_resize(void *p, size_t old, size_t n)
 {
@@ -121,7 +165,7 @@ region_resize(void *p, size_t old, size_t n)
         return realloc(p, n);
     if (old >= MAPPED)
         return mapped(mremap(p, old, n, MREMAP_MAYMOVE), n);
-    void *q = mapped(mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0), n);
+    void *q = region_new(n);
     if (q != NULL) {
         if (old)
             memcpy(q, p, old);
@@ -150,13 +194,36 @@ region_free(void *p, size_t n)
         munmap(p, n);
 }
 
+/* Free a region of region_resize's of which `used` bytes were written: kept as a spare where there is room. */
+static void
+region_release(void *p, size_t n, size_t used)
+{
+    if (p == NULL || n < MAPPED) {
+        region_free(p, n);
+        return;
+    }
+    used = round_huge(used) < n ? round_huge(used) : n;
+    for (int i = 0; i < SPARE_REGIONS; i++) {
+        if (spares[i].p != NULL)
+            continue;
+        if (spare_bytes + used > SPARE_BYTES)
+            break;
+        if (used < n)
+            madvise((uint8_t *)p + used, n - used, MADV_DONTNEED);
+        spares[i] = (Spare){p, n, used};
+        spare_bytes += used;
+        return;
+    }
+    munmap(p, n);
+}
+
 /* ------------------------------------------------------------------ a hash table over an arena */
 
 static void
 table_free(Table *t)
 {
-    region_free(t->arena, (size_t)t->arena_cap);
-    region_free(t->entries, (size_t)t->entries_cap * sizeof(Entry));
+    region_release(t->arena, (size_t)t->arena_cap, (size_t)t->arena_len);
+    region_release(t->entries, (size_t)t->entries_cap * sizeof(Entry), (size_t)t->n_entries * sizeof(Entry));
     region_free(t->slots, (size_t)t->n_slots * sizeof(uint64_t));
     memset(t, 0, sizeof *t);
 }
