@@ -123,9 +123,12 @@ mapped(void *p, size_t n)
 #define SPARE_REGIONS 6
 #define SPARE_BYTES ((size_t)128 << 20)
 
+enum { ARENA, ENTRIES };               /* what a region holds: a spare goes to the same again first */
+
 typedef struct {
     void *p;                            /* NULL: none */
     size_t cap, used;                   /* mapped bytes; bytes written (pages of them held) */
+    int kind;
 } Spare;
 
 static Spare spares[SPARE_REGIONS];
@@ -137,13 +140,16 @@ round_huge(size_t n)
     return (n + HUGE - 1) & ~(HUGE - 1);
 }
 
-/* A mapped region of n bytes, a spare one (its bytes as its table left them) if there is one. */
+/* A mapped region of n bytes to hold `kind`, a spare one (its bytes as its table left them) if there is
+ * one: of the same kind first, the one that wrote most. */
 static void *
-region_new(size_t n)
+region_new(size_t n, int kind)
 {
     int best = -1;
     for (int i = 0; i < SPARE_REGIONS; i++)
-        if (spares[i].p != NULL && (best < 0 || spares[i].used > spares[best].used))
+        if (spares[i].p != NULL &&
+            (best < 0 || (spares[i].kind == kind) > (spares[best].kind == kind) ||
+             ((spares[i].kind == kind) == (spares[best].kind == kind) && spares[i].used > spares[best].used)))
             best = i;
     if (best >= 0) {
         Spare s = spares[best];
@@ -159,13 +165,13 @@ region_new(size_t n)
 
 /* p[0:old] grown (or made, p NULL) to n bytes, as realloc: not zeroed. NULL on no memory (p kept). */
 static void *
-region_resize(void *p, size_t old, size_t n)
+region_resize(void *p, size_t old, size_t n, int kind)
 {
     if (n < MAPPED)
         return realloc(p, n);
     if (old >= MAPPED)
         return mapped(mremap(p, old, n, MREMAP_MAYMOVE), n);
-    void *q = region_new(n);
+    void *q = region_new(n, kind);
     if (q != NULL) {
         if (old)
             memcpy(q, p, old);
@@ -196,7 +202,7 @@ region_free(void *p, size_t n)
 
 /* Free a region of region_resize's of which `used` bytes were written: kept as a spare where there is room. */
 static void
-region_release(void *p, size_t n, size_t used)
+region_release(void *p, size_t n, size_t used, int kind)
 {
     if (p == NULL || n < MAPPED) {
         region_free(p, n);
@@ -210,7 +216,7 @@ region_release(void *p, size_t n, size_t used)
             break;
         if (used < n)
             madvise((uint8_t *)p + used, n - used, MADV_DONTNEED);
-        spares[i] = (Spare){p, n, used};
+        spares[i] = (Spare){p, n, used, kind};
         spare_bytes += used;
         return;
     }
@@ -222,8 +228,8 @@ region_release(void *p, size_t n, size_t used)
 static void
 table_free(Table *t)
 {
-    region_release(t->arena, (size_t)t->arena_cap, (size_t)t->arena_len);
-    region_release(t->entries, (size_t)t->entries_cap * sizeof(Entry), (size_t)t->n_entries * sizeof(Entry));
+    region_release(t->arena, (size_t)t->arena_cap, (size_t)t->arena_len, ARENA);
+    region_release(t->entries, (size_t)t->entries_cap * sizeof(Entry), (size_t)t->n_entries * sizeof(Entry), ENTRIES);
     region_free(t->slots, (size_t)t->n_slots * sizeof(uint64_t));
     memset(t, 0, sizeof *t);
 }
@@ -288,7 +294,7 @@ arena_put(Table *t, const uint8_t *p, Py_ssize_t n, uint64_t *at)
         Py_ssize_t cap = t->arena_cap ? t->arena_cap * 2 : 1 << 16;
         while (cap < t->arena_len + n)
             cap *= 2;
-        uint8_t *a = region_resize(t->arena, (size_t)t->arena_cap, (size_t)cap);
+        uint8_t *a = region_resize(t->arena, (size_t)t->arena_cap, (size_t)cap, ARENA);
         if (a == NULL)
             return -1;
         t->arena = a;
@@ -358,7 +364,7 @@ table_reserve(Table *t, Py_ssize_t entries, Py_ssize_t bytes)
     if (cap > t->entries_cap) {
         if (cap < 2 * t->entries_cap)
             cap = 2 * t->entries_cap;
-        Entry *es = region_resize(t->entries, (size_t)t->entries_cap * sizeof *es, (size_t)cap * sizeof *es);
+        Entry *es = region_resize(t->entries, (size_t)t->entries_cap * sizeof *es, (size_t)cap * sizeof *es, ENTRIES);
         if (es == NULL)
             return -1;
         t->entries = es;
@@ -370,7 +376,7 @@ table_reserve(Table *t, Py_ssize_t entries, Py_ssize_t bytes)
     if (cap > t->arena_cap) {
         if (cap < 2 * t->arena_cap)
             cap = 2 * t->arena_cap;
-        uint8_t *a = region_resize(t->arena, (size_t)t->arena_cap, (size_t)cap);
+        uint8_t *a = region_resize(t->arena, (size_t)t->arena_cap, (size_t)cap, ARENA);
         if (a == NULL)
             return -1;
         t->arena = a;
@@ -449,7 +455,7 @@ table_find_hashed(Table *t, const uint8_t *k, Py_ssize_t n, uint64_t h, int crea
         return NULL;
     if (t->n_entries == t->entries_cap) {
         Py_ssize_t cap = t->entries_cap ? t->entries_cap * 2 : 256;
-        Entry *es = region_resize(t->entries, (size_t)t->entries_cap * sizeof *es, (size_t)cap * sizeof *es);
+        Entry *es = region_resize(t->entries, (size_t)t->entries_cap * sizeof *es, (size_t)cap * sizeof *es, ENTRIES);
         if (es == NULL) {
             *oom = 1;
             return NULL;
