@@ -225,7 +225,7 @@ def restore_figures(server, bucket: str, ups: list, key, times: int, variant: st
 
     from lookupd.log.remote.config import RemoteConfig
     from lookupd.log.remote.store import ObjectStore
-    from lookupd.log.remotelog import RemoteTier
+    from lookupd.log.tiered.listing import RemoteTier
     from lookupd.tools.restore import restore_partition
     from lookupd.tools.restorefetch import GETS_IN_FLIGHT, PIECE_BYTES
 

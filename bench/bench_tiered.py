@@ -63,7 +63,7 @@ def _setup(root: Path, server):
 
 def _wait_whole(manager, targets, warm, timeout: float = 60.0) -> None:
     """Until every remote segment the targets are in is fetched whole (what a warm remote segment is:
-    see lookupd/log/remotesegment.py)."""
+    see lookupd/log/tiered/segment.py)."""
     import bisect
 
     log = manager.get(TOPIC, 0)
@@ -142,7 +142,7 @@ def cold(t, targets, n: int) -> list[Figure]:
 
     from lookupd.daemon.service import Service, Session
     from lookupd.log.logmanager import LogManager
-    from lookupd.log.remotelog import RemoteTier
+    from lookupd.log.tiered.listing import RemoteTier
 
     session = Session(trusted=True)
     out = []

@@ -16,10 +16,10 @@ import time
 from lookupd.errors import InvalidArgument, LookupdError
 from lookupd.format.names import segment_file_name
 from lookupd.log.remote.config import RemoteConfig, load_remote
-from lookupd.log.remote.layout import partition_dirs
-from lookupd.log.remote_metadata import read_leader_epoch_checkpoint, read_topic_id
-from lookupd.log.remotelog import RemoteTier
-from lookupd.log.remotesegment import RemoteSegment, RemoteSegmentInfo
+from lookupd.log.tiered.layout import partition_dirs
+from lookupd.log.tiered.brokerfiles import read_leader_epoch_checkpoint, read_topic_id
+from lookupd.log.tiered.listing import RemoteTier
+from lookupd.log.tiered.segment import RemoteSegment, RemoteSegmentInfo
 
 LIST_TTL_S = 30.0  # as the daemon's REMOTE_RESCAN_S: uploads appear within this, retention is noticed on a miss
 MARK = "remote"    # remote segments' files are named <base>.remote.<suffix>: `ls` tells the tiers apart

@@ -37,10 +37,10 @@ from lookupd.daemon.service import Service, Session
 from lookupd.errors import INT64_MAX, INT64_MIN, LookupdError
 from lookupd.log.logmanager import LogManager
 from lookupd.log.remote.config import RemoteSettings
-from lookupd.log.remote.layout import RemotePartition, SegmentKeys, parse_key
+from lookupd.log.tiered.layout import RemotePartition, SegmentKeys, parse_key
 from lookupd.log.remote.manifest import MAX_CHUNKS, MAX_MANIFEST_BYTES
 from lookupd.log.remote.store import ObjectStore, ObjectTooLarge
-from lookupd.log.remotelog import MANIFEST_CACHE_BYTES, RemoteTier, RemoteSegmentInfo, choose
+from lookupd.log.tiered.listing import MANIFEST_CACHE_BYTES, RemoteTier, RemoteSegmentInfo, choose
 from lookupd.tools.tieredwriter import kafka_uuid
 
 TRUSTED = Session(trusted=True)

@@ -148,7 +148,7 @@ def test_hot_remote_segments_fetched_whole_answer_alike(partition, s3_server, tm
     import time
 
     from lookupd.daemon.service import NEEDS_THREAD
-    from lookupd.log.remotesegment import MATERIALIZE_AFTER_READS
+    from lookupd.log.tiered.segment import MATERIALIZE_AFTER_READS
 
     R.require()
     source = R.log_dir(partition)

@@ -11,9 +11,9 @@ from s3server import s3_server  # noqa: F401 - fixture
 from tiered_helpers import tier_partition
 from lookupd.tools.tieredwriter import Options, kafka_uuid, upload_segment
 
-from lookupd.log.remote_metadata import DELETE_SEGMENT_STARTED, read_topic_id
-from lookupd.log.remotelog import choose, on_lineage
-from lookupd.log.remotesegment import RemoteSegmentInfo
+from lookupd.log.tiered.brokerfiles import DELETE_SEGMENT_STARTED, read_topic_id
+from lookupd.log.tiered.listing import choose, on_lineage
+from lookupd.log.tiered.segment import RemoteSegmentInfo
 
 
 def _info(base, end, epochs, sid="s"):

@@ -18,7 +18,7 @@ from lookupd.tools.tieredwriter import (Options, kafka_uuid, local_segments, upl
 
 from lookupd.log.logmanager import LogManager
 from lookupd.log.remote.config import RemoteConfig
-from lookupd.log.remotelog import RemoteTier
+from lookupd.log.tiered.listing import RemoteTier
 from lookupd.log.segment import LogSegment
 
 

@@ -34,7 +34,7 @@ from ..kafka import listoffsets as LO
 from ..kafka.messages import METADATA_RESPONSE, PRODUCE_RESPONSE
 from ..log.fileio import WouldBlock, mode as nonblocking_mode
 from ..log.locallog import SegmentList
-from ..log.remote_metadata import read_leader_epoch_checkpoint, read_topic_id, uuid_bytes
+from ..log.tiered.brokerfiles import read_leader_epoch_checkpoint, read_topic_id, uuid_bytes
 from ..log.stable import StableOffset
 from .acl import DESCRIBE, READ, Acl
 from .service import INLINE_READ_MAX_BYTES

@@ -12,7 +12,7 @@ from .fileio import RefusedFile, open_regular
 from ..errors import LookupdError, Unavailable, UnknownPartition
 from .locallog import LocalLog
 from .logdirs import misplaced
-from .remote_metadata import PARTITION_METADATA
+from .tiered.brokerfiles import PARTITION_METADATA
 from ..format.names import parse_partition_dir, validate_partition, validate_topic
 from .statewarnings import StateWarnings
 
@@ -58,7 +58,7 @@ class LogManager:
     """Read-only registry of the partitions under the given log dirs."""
 
     def __init__(self, log_dirs: list[str | os.PathLike], cache: IndexCache | None = None, remote=None):
-        """`remote`: a lookupd.log.remotelog.RemoteTier to add the bucket's segments (None: local only)."""
+        """`remote`: a lookupd.log.tiered.listing.RemoteTier to add the bucket's segments (None: local only)."""
         if not log_dirs:
             raise ValueError("at least one log dir is needed")
         self.log_dirs = [os.path.abspath(os.fspath(d)) for d in log_dirs]
@@ -161,7 +161,7 @@ class LogManager:
         """Put the bucket's segments under the partitions in `current` (in place): a partition with remote
         segments becomes a TieredLog, one only in the bucket is added. A store that cannot be listed
         keeps the last listing (and says so in the log): the local answers go on."""
-        from .tieredlog import TieredLog
+        from .tiered.log import TieredLog
 
         now = time.monotonic()
         if force or self._remote_listed_at is None or now - self._remote_listed_at >= REMOTE_RESCAN_S:

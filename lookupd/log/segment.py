@@ -50,7 +50,7 @@ class FetchData(NamedTuple):
 class LogSegment:
     """Read-only view of one segment; `live` marks the active (last) segment of its partition."""
 
-    tier = "local"  # where its bytes are ("remote": lookupd.log.remotesegment)
+    tier = "local"  # where its bytes are ("remote": lookupd.log.tiered.segment)
 
     def __init__(self, directory: str | os.PathLike, base_offset: int, cache=None, *, live: bool = False):
         d = os.fspath(directory)

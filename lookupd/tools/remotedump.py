@@ -14,9 +14,9 @@ from typing import Iterator
 
 from ..log.remote.config import RemoteSettings, load_remote
 from ..errors import InvalidArgument
-from ..log.remote.layout import INDEXES, LOG, parse_key
-from ..log.remotelog import RemoteTier
-from ..log.remotesegment import RemoteSegment, RemoteSegmentInfo
+from ..log.tiered.layout import INDEXES, LOG, parse_key
+from ..log.tiered.listing import RemoteTier
+from ..log.tiered.segment import RemoteSegment, RemoteSegmentInfo
 
 SCHEME = "s3://"
 

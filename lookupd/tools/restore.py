@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 from ..errors import InvalidArgument
 from ..log.remote.config import load_remote
-from ..log.remote.layout import ListedSegment, RemotePartition, segments_in, topic_ids
+from ..log.tiered.layout import ListedSegment, RemotePartition, segments_in, topic_ids
 from ..log.remote.segmentdata import index_size
-from ..log.remotelog import RemoteTier
+from ..log.tiered.listing import RemoteTier
 from ..log.segment import LogSegment
 from .progress import Progress
 from .durable import TMP, Directory, check_private

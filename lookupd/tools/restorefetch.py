@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import CorruptDataError
-from ..log.remote.layout import ListedSegment
+from ..log.tiered.layout import ListedSegment
 from .durable import TMP, Directory, drop_cached, start_writeback, write_all, write_atomically
 from .progress import Progress
 

@@ -21,12 +21,12 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, NamedTuple
 
-from ..errors import CorruptDataError, LookupdError, Unavailable
-from .fileio import FileHandle, WouldBlock, mode as _nonblocking
-from .filerecords import FileRecords
-from .index import OffsetIndex, TimeIndex
-from .segment import LogSegment
-from .txnindex import TransactionIndex
+from ...errors import CorruptDataError, LookupdError, Unavailable
+from ..fileio import FileHandle, WouldBlock, mode as _nonblocking
+from ..filerecords import FileRecords
+from ..index import OffsetIndex, TimeIndex
+from ..segment import LogSegment
+from ..txnindex import TransactionIndex
 
 # RemoteSegmentData.index_path kinds (the plugin's IndexType names).
 OFFSET, TIMESTAMP, TRANSACTION = "offset", "timestamp", "transaction"
@@ -59,7 +59,7 @@ class RemoteSegmentInfo(NamedTuple):
     leader_epochs: tuple[tuple[int, int], ...]  # (epoch, start offset)
     segment_id: str
     log_key: str  # the `.log` object's key, for messages and `lookupd dump`
-    keys: object = None  # its objects' keys (lookupd.log.remote.layout.SegmentKeys)
+    keys: object = None  # its objects' keys (lookupd.log.tiered.layout.SegmentKeys)
 
 
 class _RemoteHandle:
@@ -137,7 +137,7 @@ def _translate_missing(fn, *args):
     try:
         return fn(*args)
     except Unavailable as err:
-        from .remote.store import ObjectNotFound
+        from ..remote.store import ObjectNotFound
 
         if isinstance(err, ObjectNotFound):
             raise FileNotFoundError(str(err)) from None

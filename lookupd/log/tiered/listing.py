@@ -19,12 +19,12 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable
 
-from ..errors import CorruptDataError, LookupdError
-from .remote.config import RemoteConfig
-from .remote.store import ObjectNotFound
-from .remote.layout import ListedSegment, RemotePartition, SegmentKeys, list_partitions, list_segments
-from .remote_metadata import MetadataReader, RemoteLogMetadata, read_leader_epoch_checkpoint, read_topic_id
-from .remotesegment import RemoteSegment, RemoteSegmentInfo
+from ...errors import CorruptDataError, LookupdError
+from ..remote.config import RemoteConfig
+from ..remote.store import ObjectNotFound
+from .layout import ListedSegment, RemotePartition, SegmentKeys, list_partitions, list_segments
+from .brokerfiles import MetadataReader, RemoteLogMetadata, read_leader_epoch_checkpoint, read_topic_id
+from .segment import RemoteSegment, RemoteSegmentInfo
 
 log = logging.getLogger(__name__)
 WHOLE_PIECE_BYTES = 4 << 20  # a whole-segment fetch reads (and holds) this much at a time
@@ -167,10 +167,10 @@ class RemoteTier:
     RemoteSegmentData's)."""
 
     def __init__(self, config: RemoteConfig, store=None):
-        from .remote.store import ObjectStore
+        from ..remote.store import ObjectStore
 
-        from .remote.diskcache import DiskCache
-        from .remote.keyring import Keyring
+        from ..remote.diskcache import DiskCache
+        from ..remote.keyring import Keyring
 
         self.config = config
         self.store = store if store is not None else ObjectStore(config)
@@ -197,7 +197,7 @@ class RemoteTier:
         """The segment's parsed manifest (one GET the first time); CorruptDataError naming it when it is not
         one, remembered, so that it is not fetched again until a listing shows it rewritten (its ETag).
         `listed`: the listing's entry, whose size is checked before any GET."""
-        from .remote.manifest import MAX_MANIFEST_BYTES, parse_manifest, too_big
+        from ..remote.manifest import MAX_MANIFEST_BYTES, parse_manifest, too_big
 
         key = keys.manifest
         etag = listed.manifest_etag if listed is not None else None
@@ -216,7 +216,7 @@ class RemoteTier:
 
     def data(self, keys) -> object:
         """The segment's RemoteSegmentData (made once per upload; its manifest fetched then)."""
-        from .remote.segmentdata import RemoteSegmentData
+        from ..remote.segmentdata import RemoteSegmentData
 
         found = self._opened.get(keys.log)
         if found is None:
@@ -242,7 +242,7 @@ class RemoteTier:
     def whole_segment(self, keys) -> str:
         """The segment's original bytes as one file in the cache (fetched once, in pieces, through the
         chunk cache and its read-ahead); its path."""
-        from .remote.diskcache import cache_name
+        from ..remote.diskcache import cache_name
 
         name = cache_name(keys.log, "whole")
         path = self.disk_cache.file(name)

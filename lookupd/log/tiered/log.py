@@ -15,9 +15,9 @@ from __future__ import annotations
 import os
 from typing import Callable
 
-from .locallog import LocalLog, SegmentList
-from .remotesegment import RemoteSegment, RemoteSegmentInfo
-from .segment import LogSegment
+from ..locallog import LocalLog, SegmentList
+from .segment import RemoteSegment, RemoteSegmentInfo
+from ..segment import LogSegment
 
 
 class TieredLog(LocalLog):
