@@ -41,7 +41,7 @@ from lookupd.rpc.client import Client, RemoteError
 from lookupd.errors import CorruptRecordError
 from lookupd.log.filerecords import FileRecords, read_frames
 from lookupd.format.names import segment_file_name
-from lookupd.log.remote.store import ObjectNotFound
+from lookupd.log.remote.errors import ObjectNotFound
 
 from .errors import DataLossError
 from .remote import RemoteHandle, segment_data

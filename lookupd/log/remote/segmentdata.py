@@ -19,8 +19,8 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from ...errors import CorruptDataError
-from ..fileio import StoreWouldWait, mode
 from .diskcache import DiskCache, cache_name
+from .errors import StoreWouldWait, local_only
 from .keyring import Keyring
 from .manifest import INDEX_KINDS, MAX_MANIFEST_BYTES, Manifest, parse_manifest
 from .store import ObjectStore
@@ -284,7 +284,7 @@ class RemoteSegmentData:
             else:
                 got[i] = data
         if missing:
-            if mode.local_only:  # a GET, or a wait for another thread's: not in this thread
+            if local_only.on:  # a GET, or a wait for another thread's: not in this thread
                 raise StoreWouldWait()
             runs, mine = self._start(missing)
             for k, run in enumerate(runs):

@@ -137,7 +137,7 @@ def _translate_missing(fn, *args):
     try:
         return fn(*args)
     except Unavailable as err:
-        from ..remote.store import ObjectNotFound
+        from ..remote.errors import ObjectNotFound
 
         if isinstance(err, ObjectNotFound):
             raise FileNotFoundError(str(err)) from None
