@@ -143,7 +143,7 @@ def sequential_figures(server, bucket: str, up, key, times: int, variant: str) -
     """A whole-segment sequential read through RemoteSegmentData (cold cache) against plain ranged GETs
     of the same `.log` object, chunk by chunk with one GET ahead (the read path's reader + read-ahead);
     with the CPU time each took in this process and in the S3 server (they share the machine's cores)."""
-    from lookupd.log.remote import segmentdata
+    from lookupd.log.remote.bucket import Bucket
     from lookupd.log.remote.config import RemoteConfig
     from lookupd.log.remote.diskcache import DiskCache
     from lookupd.log.remote.keyring import Keyring
@@ -165,7 +165,7 @@ def sequential_figures(server, bucket: str, up, key, times: int, variant: str) -
         cache_dir = tempfile.mkdtemp(prefix="lookupd-bench-cache-")
         try:
             cache = DiskCache(cache_dir, 10 ** 9)
-            seg = segmentdata.open_segment(store, up.log_key, keyring, cache)
+            seg = Bucket(store, keyring, cache).segment(up.log_key)
             ours.append(original / cpu.timed("lookupd", lambda: read_through(seg)) / 1e6)
             cache.flush()
         finally:
@@ -179,7 +179,7 @@ def sequential_figures(server, bucket: str, up, key, times: int, variant: str) -
         for _ in range(times + 1):
             t0 = time.perf_counter()
             for i, blob in enumerate(blobs):
-                seg._decode(i, memoryview(blob))
+                seg.chunks.fetcher.transform.decode(i, memoryview(blob))
             decode.append(original / (time.perf_counter() - t0) / 1e6)
         decode = [Figure(f"remote sequential read, {variant}, decoding only (one thread, in memory)", "MB/s",
                          decode[1:], group="remote-read", params={**params, "path": "decode only"},
@@ -193,7 +193,7 @@ def sequential_figures(server, bucket: str, up, key, times: int, variant: str) -
 
 def cold_index_figures(server, bucket: str, up, key, variant: str) -> list[Figure]:
     """Cold: the manifest, the offset and time indexes, then the chunk a lookup lands in: GETs and bytes."""
-    from lookupd.log.remote import segmentdata
+    from lookupd.log.remote.bucket import Bucket
     from lookupd.log.remote.config import RemoteConfig
     from lookupd.log.remote.diskcache import DiskCache
     from lookupd.log.remote.keyring import Keyring
@@ -202,8 +202,8 @@ def cold_index_figures(server, bucket: str, up, key, variant: str) -> list[Figur
     store = ObjectStore(RemoteConfig(bucket=bucket, cache_dir="unused", endpoint_url=server.endpoint_url))
     cache_dir = tempfile.mkdtemp(prefix="lookupd-bench-cache-")
     try:
-        seg = segmentdata.open_segment(store, up.log_key, Keyring({key.key_id: key.pem_path} if key else {}),
-                                       DiskCache(cache_dir, 10 ** 9))
+        seg = Bucket(store, Keyring({key.key_id: key.pem_path} if key else {}),
+                     DiskCache(cache_dir, 10 ** 9)).segment(up.log_key)
         seg.index_paths(["offset", "timestamp"])
         seg.read(seg.size // 2, 16 * 1024)  # the batch the index entry points at
         return [Figure(f"cold index fetch + one batch read, {variant}: GETs", "GETs", [store.requests],

@@ -1,7 +1,7 @@
 """The remote tier for the mount: segments the daemon lists as `"tier": "remote"`, read straight from the
 bucket named by the `[remote]` table of the daemon's config (`fusefs mount --config FILE`).
 
-Their `.log` bytes come through RemoteSegmentData (chunks fetched on demand into the chunk cache, with
+Their `.log` bytes come through the Bucket's chunk cache (chunks fetched on demand, with
 read-ahead for sequential reads), their indexes as the files it fetches into `cache_dir`. The bucket is
 listed per partition (the plugin's layout: its keys, the manifest last) and the listing kept for
 LIST_TTL_S; a base offset it does not know lists again once. Which upload of the offsets is read

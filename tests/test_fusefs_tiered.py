@@ -22,7 +22,7 @@ from lookupd.tools.tieredwriter import Options, WrappingKey, upload_partition
 
 from fusefs.tiers import RemoteLogFile
 from lookupd.errors import Unavailable
-from lookupd.log.remote import segmentdata
+from lookupd.log.remote.bucket import Bucket
 from lookupd.log.remote.config import RemoteConfig
 from lookupd.log.remote.diskcache import DiskCache
 from lookupd.log.remote.keyring import Keyring
@@ -207,7 +207,7 @@ def test_a_remote_log_file_reads_what_the_reference_path_reads(s3_server, tmp_pa
 
     def open_data(endpoint: str, name: str):
         store = ObjectStore(RemoteConfig(bucket=bucket, cache_dir="unused", endpoint_url=endpoint))
-        return segmentdata.open_segment(store, up.log_key, keyring, DiskCache(str(tmp_path / name), 10 ** 9))
+        return Bucket(store, keyring, DiskCache(str(tmp_path / name), 10 ** 9)).segment(up.log_key)
 
     def read(f: RemoteLogFile, position: int, size: int) -> bytes:
         buf = bytearray(b"\xee" * (size + 3))

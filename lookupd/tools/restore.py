@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import stat
 import sys
-import tempfile
 from dataclasses import dataclass
 
 from ..errors import InvalidArgument
 from ..log.remote.config import load_remote
 from ..log.tiered.layout import ListedSegment, RemotePartition, segments_in, topic_ids
-from ..log.remote.segmentdata import index_size
+from ..log.remote.indexes import index_size
 from ..log.tiered.listing import RemoteTier
 from ..log.segment import LogSegment
 from .progress import Progress
@@ -164,14 +162,10 @@ def run(args) -> int:
     if not settings.bucket:
         raise InvalidArgument(f"{args.config} has no [remote] table with a bucket: restore reads the bucket "
                               "it names")
-    # Restore reads each byte once and caches nothing: an empty temporary cache_dir, so that the daemon's
-    # cache (and its half-written files) is never touched, whoever runs the restore.
-    settings.cache_dir = tempfile.mkdtemp(prefix="lookupd-restore-")
-    try:
-        return restore_partition(RemoteTier(settings.remote_config()), args.dest, args.topic, args.partition,
-                                 topic_id=args.topic_id, verify=args.verify)
-    finally:
-        shutil.rmtree(settings.cache_dir, ignore_errors=True)
+    # Restore reads each byte once and caches nothing: no disk cache, so that the daemon's cache (and its
+    # half-written files) is never touched, whoever runs the restore.
+    return restore_partition(RemoteTier(settings.remote_config(), cached=False), args.dest, args.topic,
+                             args.partition, topic_id=args.topic_id, verify=args.verify)
 
 
 def restore_partition(tier: RemoteTier, dest: str, topic: str, partition: int, *, topic_id: str | None = None,
@@ -206,7 +200,7 @@ def _restore(tier: RemoteTier, pipeline: Pipeline, dest: str, opened: list[Direc
         manifest = tier.manifest(info.keys)  # fetched by the listing
         if not _complete(directory, info.base_offset, expected_files(manifest)):
             todo.append(SegmentFiles(directory, info.base_offset, manifest.chunk_index.file_size,
-                                     lambda keys=info.keys: tier.data(keys)))  # made when its turn comes
+                                     lambda keys=info.keys: tier.bucket.upload(keys.log)))  # when its turn comes
     counts = Counts(restored=len(todo), skipped=len(segments) - len(todo))
     with Progress(sum(files.size for files in todo), f"restore {rp.topic}-{rp.partition}") as progress:
         counts.bytes = pipeline.run(todo, progress, head)

@@ -19,9 +19,7 @@ from dataclasses import dataclass
 
 from ...errors import INT64_MAX, InvalidArgument
 from ...format.names import validate_topic
-
-LOG, INDEXES, MANIFEST = "log", "indexes", "rsm-manifest"
-SUFFIXES = (LOG, INDEXES, MANIFEST)
+from ..remote.objects import INDEXES, LOG, MANIFEST
 OFFSET_DIGITS = 20  # Kafka's segment file names: the base offset zero-padded to 20 digits
 ID_CHARS = 22       # Kafka's Uuid.toString(): 16 bytes in unpadded base64url
 INT32_MAX = 2 ** 31 - 1

@@ -14,27 +14,27 @@ from __future__ import annotations
 import bisect
 import logging
 import threading
-import weakref
-from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
-from ...errors import CorruptDataError, LookupdError
+from ...errors import LookupdError
 from ..remote.config import RemoteConfig
+from ..remote.diskcache import cache_name
 from ..remote.errors import ObjectNotFound
+from ..remote.extra import open_bucket
+from ..remote.manifest import Manifest
 from .layout import ListedSegment, RemotePartition, SegmentKeys, list_partitions, list_segments
 from .brokerfiles import MetadataReader, RemoteLogMetadata, read_leader_epoch_checkpoint, read_topic_id
 from .segment import RemoteSegment, RemoteSegmentInfo
+
+if TYPE_CHECKING:
+    from ..remote.bucket import BucketSegment
+    from ..remote.store import ObjectStore
 
 log = logging.getLogger(__name__)
 WHOLE_PIECE_BYTES = 4 << 20  # a whole-segment fetch reads (and holds) this much at a time
 MANIFEST_GETS_IN_FLIGHT = 8  # a listing's manifest GETs at once: each is a few KB, so they cost latency, not
                              # bandwidth, and a partition of hundreds of segments lists in a fraction of the time
-# Parsed manifests kept (and the failures to parse one, so that a bad object is not fetched again until it
-# changes), weighed by what each holds: a few KB for a fixed chunk index, 8 bytes a chunk more for a variable
-# one. The listing keeps what it needs of each manifest on its own, so this only saves the GET of a segment
-# read again: 16 MiB hold thousands of them, and at least 32 of the largest (manifest.MAX_CHUNKS chunks).
-MANIFEST_CACHE_BYTES = 16 << 20
 # Objects skipped by a listing are named in the log once each, at most this many per listing (then counted).
 SKIPPED_NAMED = 20
 
@@ -107,50 +107,6 @@ def choose(candidates: Iterable[RemoteSegmentInfo], lineage: list[tuple[int, int
     return [infos[k] for k in sorted(chosen)]
 
 
-class ManifestCache:
-    """Parsed manifests and the CorruptDataErrors of those that are not, by key, least recently used dropped
-    first past MANIFEST_CACHE_BYTES. Each entry keeps the ETag it was read at: asked with another ETag (a
-    listing saw the object rewritten), it is not found."""
-
-    def __init__(self, limit: int = MANIFEST_CACHE_BYTES):
-        self.limit = limit
-        self.bytes = 0
-        self._entries: OrderedDict[str, tuple[str | None, object, int]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: str, etag: str | None = None):
-        """The Manifest or CorruptDataError kept for `key` (at `etag`, unless None), else None."""
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is None or (etag is not None and entry[0] is not None and entry[0] != etag):
-                return None
-            self._entries.move_to_end(key)
-            return entry[1]
-
-    def put(self, key: str, etag: str | None, value) -> None:
-        weight = _weight(value)
-        with self._lock:
-            old = self._entries.pop(key, None)
-            if old is not None:
-                self.bytes -= old[2]
-            self._entries[key] = (etag, value, weight)
-            self.bytes += weight
-            while self.bytes > self.limit and len(self._entries) > 1:
-                self.bytes -= self._entries.popitem(last=False)[1][2]
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-
-def _weight(value) -> int:
-    """About what a kept manifest (or error) holds in memory, in bytes."""
-    if isinstance(value, LookupdError):
-        return 512 + len(str(value))
-    starts = value.chunk_index.starts
-    epochs = len(value.metadata.segment_leader_epochs) if value.metadata is not None else 0
-    return 2048 + (8 * len(starts) if starts is not None else 0) + 100 * epochs
-
-
 class PartitionListing:
     """One bucket partition directory's chosen segments, and how to list it again."""
 
@@ -163,23 +119,15 @@ class PartitionListing:
 
 
 class RemoteTier:
-    """The bucket's tiered segments, as the log layer sees them (listing only here; the bytes are
-    RemoteSegmentData's)."""
+    """The bucket's tiered segments, as the log layer sees them (listing only here; the bytes are the
+    Bucket's)."""
 
-    def __init__(self, config: RemoteConfig, store=None):
-        from ..remote.store import ObjectStore
-
-        from ..remote.diskcache import DiskCache
-        from ..remote.keyring import Keyring
-
+    def __init__(self, config: RemoteConfig, store: ObjectStore | None = None, *, cached: bool = True):
+        """`store`: one made already (else the config's); `cached` False: no disk cache (restore)."""
         self.config = config
-        self.store = store if store is not None else ObjectStore(config)
-        self.disk_cache = DiskCache(config.cache_dir, config.cache_bytes)
-        self.keyring = Keyring(config.encryption_keys)
-        self.manifests = ManifestCache()
+        self.bucket = open_bucket(config, store=store, cached=cached)
+        self.store = self.bucket.store
         self._lock = threading.Lock()
-        # `.log` key -> RemoteSegmentData, shared by the segment objects of one upload while any holds it
-        self._opened: weakref.WeakValueDictionary[str, object] = weakref.WeakValueDictionary()
         # What each partition's last listing took from each manifest: manifest key -> (ETag, the upload's
         # RemoteSegmentInfo or None), so that listing it again fetches only manifests new or rewritten since.
         self._listed: dict[RemotePartition, dict[str, tuple[str | None, RemoteSegmentInfo | None]]] = {}
@@ -189,44 +137,20 @@ class RemoteTier:
         self._gone: dict[RemotePartition, set[str]] = {}
 
     def url(self, key: str) -> str:
-        return f"s3://{self.config.bucket}/{key}"
+        return self.bucket.url(key)
 
     # ------------------------------------------------------------- manifests and data
 
-    def manifest(self, keys: SegmentKeys, listed: ListedSegment | None = None) -> object:
-        """The segment's parsed manifest (one GET the first time); CorruptDataError naming it when it is not
-        one, remembered, so that it is not fetched again until a listing shows it rewritten (its ETag).
-        `listed`: the listing's entry, whose size is checked before any GET."""
-        from ..remote.manifest import MAX_MANIFEST_BYTES, parse_manifest, too_big
+    def manifest(self, keys: SegmentKeys, listed: ListedSegment | None = None) -> Manifest:
+        """The segment's parsed manifest (Bucket.manifest); `listed`: the listing's entry, whose ETag and size
+        it is read at."""
+        if listed is None:
+            return self.bucket.manifest(keys.manifest)
+        return self.bucket.manifest(keys.manifest, listed.manifest_etag, listed.manifest_size)
 
-        key = keys.manifest
-        etag = listed.manifest_etag if listed is not None else None
-        found = self.manifests.get(key, etag)
-        if found is None:
-            try:
-                if listed is not None and listed.manifest_size > MAX_MANIFEST_BYTES:
-                    raise CorruptDataError(key, None, too_big(listed.manifest_size))
-                found = parse_manifest(self.store.get(key, MAX_MANIFEST_BYTES, "manifest"), key)
-            except CorruptDataError as err:
-                found = err
-            self.manifests.put(key, etag, found)
-        if isinstance(found, CorruptDataError):
-            raise CorruptDataError(found.path, found.position, found.reason)  # a new one: raised in many threads
-        return found
-
-    def data(self, keys) -> object:
-        """The segment's RemoteSegmentData (made once per upload; its manifest fetched then)."""
-        from ..remote.segmentdata import RemoteSegmentData
-
-        found = self._opened.get(keys.log)
-        if found is None:
-            manifest = self.manifest(keys)
-            with self._lock:
-                found = self._opened.get(keys.log)
-                if found is None:
-                    found = RemoteSegmentData(self.store, keys.log, manifest, self.keyring, self.disk_cache)
-                    self._opened[keys.log] = found
-        return found
+    def data(self, keys: SegmentKeys) -> BucketSegment:
+        """The segment's BucketSegment (made once per upload; its manifest fetched then)."""
+        return self.bucket.segment(keys.log)
 
     def open(self, info: RemoteSegmentInfo, cache=None, current=None) -> RemoteSegment:
         data = _LazyData(lambda: self.data(info.keys), lambda: self.gone(info.keys))
@@ -239,17 +163,16 @@ class RemoteTier:
         with self._lock:
             self._gone.setdefault(keys.partition, set()).add(keys.segment_id)
 
-    def whole_segment(self, keys) -> str:
+    def whole_segment(self, keys: SegmentKeys) -> str:
         """The segment's original bytes as one file in the cache (fetched once, in pieces, through the
         chunk cache and its read-ahead); its path."""
-        from ..remote.diskcache import cache_name
-
+        disk = self.bucket.disk_cache
         name = cache_name(keys.log, "whole")
-        path = self.disk_cache.file(name)
+        path = disk.file(name)
         if path is None:
             data = self.data(keys)
             pieces = (data.read(p, WHOLE_PIECE_BYTES) for p in range(0, data.size, WHOLE_PIECE_BYTES))
-            path = self.disk_cache.put_stream(name, pieces)
+            path = disk.put_stream(name, pieces)
         return path
 
     # ------------------------------------------------------------- listing
