@@ -3,8 +3,10 @@ transactional commits at their markers, faults that stay with their group, and `
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -14,9 +16,11 @@ import reference as R
 from coordinator_writer import CoordinatorLog, Record, commit_key, commit_value, group_key, group_value, replayed
 from lookupd.format.batch import Compression
 from lookupd.format.builder import build_batch
+from lookupd.log import _accel
 from lookupd.log.coordinators import Coordinators
+from lookupd.log.fileio import LazyHandle, open_sizes
 from lookupd.log.logmanager import LogManager
-from lookupd.log.positions import group_offsets, groups, positions
+from lookupd.log.positions import group_offset_columns, group_offsets, groups, positions
 from lookupd.tools.writer import LogWriter
 
 PATHS = ["fast", "python"]
@@ -259,3 +263,57 @@ def test_lag_follows_the_data_partition_as_it_grows_and_rolls(tmp_path):
     data.close()
     manager.refresh()
     assert len(manager.get("orders", 0).base_offsets) > 1 and lag() == 25
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_kept_answer_is_given_again_only_while_its_partitions_are_unchanged(tmp_path, path):
+    """group_offset_columns keeps its answer and gives the same object again until a partition grows, rolls,
+    is read_committed-asked or leaves the log dirs; each answer equals a fresh Coordinators' (no kept state)."""
+    log = CoordinatorLog(str(tmp_path / "__consumer_offsets-0"))
+    log.write([Record(commit_key("g", "orders", p), commit_value(2)) for p in range(3)])
+    log.close()
+    writers = [LogWriter(str(tmp_path / f"orders-{p}")) for p in range(3)]
+    for w in writers:
+        w.append(build_batch([(1, b"k", b"v", ())] * 4, base_offset=0))
+    manager = LogManager([tmp_path])
+    c = Coordinators(manager, 1)
+
+    def answer(isolation="read_uncommitted"):
+        fresh = group_offset_columns(Coordinators(manager, 1), "g", isolation)
+        with (_accel.python_only() if path == "python" else contextlib.nullcontext()):
+            kept = group_offset_columns(c, "g", isolation)
+        assert kept == fresh
+        return kept
+
+    first = answer()
+    assert answer() is first and first["offsets"]["lag"] == [2, 2, 2]
+    writers[1].append(build_batch([(1, b"k", b"v", ())] * 3, base_offset=4))
+    grown = answer()
+    assert grown is not first and grown["offsets"]["lag"] == [2, 5, 2] and answer() is grown
+    assert answer("read_committed") is not grown and answer() is grown  # each isolation its own
+    writers[2].roll()
+    writers[2].append(build_batch([(1, b"k", b"v", ())] * 2, base_offset=4))
+    manager.refresh()
+    rolled = answer()
+    assert rolled is not grown and rolled["offsets"]["log_end_offset"] == [4, 7, 6]
+    for w in writers:
+        w.close()
+    shutil.rmtree(tmp_path / "orders-0")
+    manager.refresh()
+    gone = answer()
+    assert gone["offsets"]["log_end_offset"] == [None, 7, 6] and answer() is gone
+
+
+def test_open_sizes_in_c_and_python_agree(tmp_path):
+    paths = [tmp_path / f"f{i}" for i in range(3)]
+    for i, p in enumerate(paths):
+        p.write_bytes(b"x" * (i * 10))
+    handles = [LazyHandle(str(p)) for p in paths]
+    for h in handles[:2]:
+        h.get()  # the third stays unopened: -1
+    with _accel.python_only():
+        python = open_sizes(handles)
+    assert open_sizes(handles) == python == [0, 10, -1]
+    with open(paths[1], "ab") as f:
+        f.write(b"yy")
+    assert open_sizes(handles) == [0, 12, -1]

@@ -18,12 +18,14 @@ import time
 import pytest
 
 import reference as R
+from coordinator_writer import CoordinatorLog, Record, commit_key, commit_value
 from daemon_helpers import start_daemon, stop_daemon
 from kafka_clients import canonical, digest
 from s3server import s3_server  # noqa: F401 - fixture
 from tiered_helpers import tier_partition
 from lookupd.format.builder import build_batch, build_legacy
 from lookupd.format.batch import Compression
+from lookupd.format.internal.topics import partition_for
 from lookupd.format.records import decode_batch
 from lookupd.log.locallog import LocalLog
 from lookupd.tools.writer import LogWriter
@@ -249,6 +251,17 @@ def test_a_tiered_partition_is_consumed_end_to_end(s3_server, tmp_path):  # noqa
     assert code == 0, err
 
 
+def write_multi(d: str) -> str:
+    """A log dir under `d` holding topic "multi": 4 partitions of 200 records each; returns its path."""
+    logs = os.path.join(d, "logs")
+    for p in range(4):
+        w = LogWriter(os.path.join(logs, f"multi-{p}"))
+        w.append(build_batch([(1_700_000_000_000 + i, None, b"p%d-%d" % (p, i), ()) for i in range(200)],
+                             base_offset=0))
+        w.close(trim_active=True)
+    return logs
+
+
 def _group_daemon(d: str, log_dir: str, port: int):
     sock, conf = os.path.join(d, "s"), os.path.join(d, "c.toml")
     with open(conf, "w") as f:
@@ -261,12 +274,7 @@ def test_a_group_of_two_splits_the_partitions_and_resumes_from_its_commits_after
     """Two confluent-kafka consumers in one group share a 4-partition topic (range: two each); each commits
     what it consumed; after the daemon restarts, a third member of the group starts at those commits."""
     d = tempfile.mkdtemp(prefix="lkg", dir="/tmp")
-    logs = os.path.join(d, "logs")
-    for p in range(4):
-        w = LogWriter(os.path.join(logs, f"multi-{p}"))
-        w.append(build_batch([(1_700_000_000_000 + i, None, b"p%d-%d" % (p, i), ()) for i in range(200)],
-                             base_offset=0))
-        w.close(trim_active=True)
+    logs = write_multi(d)
     port = free_port()
     bootstrap = f"127.0.0.1:{port}"
     proc = _group_daemon(d, logs, port)
@@ -298,6 +306,38 @@ def test_a_group_of_two_splits_the_partitions_and_resumes_from_its_commits_after
         first.setdefault(p, o)
     assert {p: first.get(p, 200) for p in range(4)} == committed
     assert len(resumed["seen"]) == 800 - 300
+
+
+def test_a_group_resumes_from_its_commits_in_consumer_offsets():
+    """A log dir from a lost cluster: its __consumer_offsets partition holds group "lost"'s commits (two
+    partitions of four, one of them committed twice). A confluent-kafka member of "lost" starts at those
+    offsets (the others at the earliest), and once it has committed here its own commits win."""
+    d = tempfile.mkdtemp(prefix="lkr", dir="/tmp")
+    logs = write_multi(d)
+    offsets = CoordinatorLog(os.path.join(logs, f"__consumer_offsets-{partition_for('lost')}"))
+    offsets.write([Record(commit_key("lost", "multi", 0), commit_value(50)),
+                   Record(commit_key("lost", "multi", 1), commit_value(30, metadata="m", leader_epoch=2))])
+    offsets.write([Record(commit_key("lost", "multi", 0), commit_value(120, version=4))])
+    offsets.write([Record(commit_key("other", "multi", 2), commit_value(7))])
+    offsets.close()
+    port = free_port()
+    bootstrap = f"127.0.0.1:{port}"
+    proc = _group_daemon(d, logs, port)
+    try:
+        resumed = run_client("confluent", bootstrap, "group", "lost", "multi", "10000", "6")
+        again = run_client("confluent", bootstrap, "group", "lost", "multi", "10000", "4")
+    finally:
+        code, err = stop_daemon(proc)
+        shutil.rmtree(d, ignore_errors=True)
+    assert code == 0, err
+    assert resumed["assigned"] == [0, 1, 2, 3] and resumed["errors"] == []
+    first = {}
+    for p, o in resumed["seen"]:
+        first.setdefault(p, o)
+    assert first == {0: 120, 1: 30, 2: 0, 3: 0}
+    assert len(resumed["seen"]) == 80 + 170 + 200 + 200
+    assert resumed["committed"] == {"0": 200, "1": 200, "2": 200, "3": 200}
+    assert again["seen"] == []  # its commits here (200 each) win over the replayed 120 and 30
 
 
 @pytest.mark.parametrize("client", ("kafka-python", "aiokafka"))

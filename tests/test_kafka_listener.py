@@ -18,7 +18,7 @@ from test_kafka_clients import free_port
 
 from lookupd.daemon.kafkasettings import KafkaSettings
 from lookupd.kafka import errors as E
-from lookupd.kafka import wire
+from lookupd.message import wire
 from lookupd.kafka.messages import REQUESTS, RESPONSES
 from lookupd.log.locallog import LocalLog
 

@@ -13,14 +13,19 @@ import struct
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from lookupd.kafka import fetch, framing, listoffsets, wire
-from lookupd.kafka.messages import REQUESTS, RESPONSES
-from lookupd.kafka.schema import MAX_REQUEST_ITEMS, Field, Message, _within
-from lookupd.kafka.wire import MalformedRequest
+from lookupd.kafka import fetch, framing, listoffsets
+from lookupd.kafka.messages import MAX_REQUEST_ITEMS, REQUESTS, RESPONSES
+from lookupd.message import wire
+from lookupd.message.codec import Field, Message, has
+from lookupd.message.wire import MessageError as MalformedRequest
 
 kio_serial = pytest.importorskip("kio.serial")
 from kio.index import load_payload_module  # noqa: E402
 from kio.static.constants import EntityType  # noqa: E402
+
+
+def _within(v: int, versions) -> bool:
+    return has(versions, v)
 
 
 def _random_value(fields: tuple[Field, ...], v: int, rnd: random.Random, depth: int = 0) -> dict:
@@ -37,12 +42,13 @@ def _random_value(fields: tuple[Field, ...], v: int, rnd: random.Random, depth: 
 
 def _random_of(fld: Field, v: int, rnd: random.Random, depth: int):
     t = fld.type
-    if t == "{}":
-        return _random_value(fld.fields, v, rnd, depth + 1)
-    if t == "[]":
-        return [_random_value(fld.fields, v, rnd, depth + 1) for _ in range(rnd.randint(0, 3 if depth < 2 else 1))]
-    if t.startswith("[]"):
-        return [_random_scalar(t[2:], rnd) for _ in range(rnd.randint(0, 3))]
+    if fld.struct is not None and not fld.array:
+        return _random_value(fld.struct.fields, v, rnd, depth + 1)
+    if fld.struct is not None:
+        return [_random_value(fld.struct.fields, v, rnd, depth + 1)
+                for _ in range(rnd.randint(0, 3 if depth < 2 else 1))]
+    if fld.array:
+        return [_random_scalar(t, rnd) for _ in range(rnd.randint(0, 3))]
     if fld.name == "error_code":
         return rnd.choice([0, 1, 3, 29, 35])  # kio reads error codes as its enum of the known ones
     if fld.name.endswith("_ms"):

@@ -16,22 +16,27 @@ ALLOWED = {
     "lookupd.errors": set(),
     "lookupd.native": set(),  # the one switch between lookupd's C code and Python (LOOKUPD_PURE_PYTHON)
     "lookupd.sdnotify": set(),
-    "lookupd.format": {"lookupd.errors", "lookupd.native"},
-    "lookupd.log": {"lookupd.errors", "lookupd.native", "lookupd.format"},
+    # Kafka's generated-message format (declarations and their one codec): the leaf under both the
+    # internal topics' records (lookupd.format.internal) and the Kafka listener's requests (lookupd.kafka).
+    "lookupd.message": set(),
+    "lookupd.format": {"lookupd.errors", "lookupd.native", "lookupd.message"},
+    "lookupd.log": {"lookupd.errors", "lookupd.native", "lookupd.message", "lookupd.format"},
     # The tiered-storage plugin's bytes (store, manifest, transforms, chunks, caches): a leaf under the log layer,
     # which knows nothing of Kafka's format; Kafka's side of the tiers is lookupd.log.tiered, above it.
     "lookupd.log.remote": {"lookupd.errors", "lookupd.native"},
     "lookupd.rpc": {"lookupd.errors"},
-    "lookupd.kafka": {"lookupd.errors"},  # Kafka's wire protocol, no I/O (the daemon's Kafka listener speaks it)
-    "lookupd.daemon": {"lookupd.errors", "lookupd.sdnotify", "lookupd.format", "lookupd.log", "lookupd.rpc",
-                       "lookupd.kafka"},
-    "lookupd.tools": {"lookupd.errors", "lookupd.sdnotify", "lookupd.format", "lookupd.log", "lookupd.rpc",
-                      "lookupd.daemon"},
-    "fusefs": {"lookupd.errors", "lookupd.sdnotify", "lookupd.format", "lookupd.log", "lookupd.rpc"},
-    "spark_client": {"lookupd.errors", "lookupd.format", "lookupd.log", "lookupd.rpc"},
+    # Kafka's wire protocol, no I/O (the daemon's Kafka listener speaks it)
+    "lookupd.kafka": {"lookupd.errors", "lookupd.message"},
+    "lookupd.daemon": {"lookupd.errors", "lookupd.sdnotify", "lookupd.message", "lookupd.format", "lookupd.log",
+                       "lookupd.rpc", "lookupd.kafka"},
+    "lookupd.tools": {"lookupd.errors", "lookupd.sdnotify", "lookupd.message", "lookupd.format", "lookupd.log",
+                      "lookupd.rpc", "lookupd.daemon"},
+    "fusefs": {"lookupd.errors", "lookupd.sdnotify", "lookupd.message", "lookupd.format", "lookupd.log",
+               "lookupd.rpc"},
+    "spark_client": {"lookupd.errors", "lookupd.message", "lookupd.format", "lookupd.log", "lookupd.rpc"},
     # The runnable examples play a broker too (lookupd's writer appends while a stream follows).
-    "spark_client.examples": {"lookupd.errors", "lookupd.format", "lookupd.log", "lookupd.rpc", "lookupd.tools",
-                              "spark_client"},
+    "spark_client.examples": {"lookupd.errors", "lookupd.message", "lookupd.format", "lookupd.log", "lookupd.rpc",
+                              "lookupd.tools", "spark_client"},
 }
 OURS = ("lookupd", "fusefs", "spark_client")
 

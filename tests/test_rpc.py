@@ -268,3 +268,12 @@ def test_a_response_with_packed_columns_is_the_response_with_their_lists():
         plain = {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in values.items()}
         packed = {k: Packed(pack_int64_array(v)) if isinstance(v, np.ndarray) else v for k, v in values.items()}
         assert conn.send_response(7, None, packed) == conn.send_response(7, None, plain)
+
+
+def test_a_packed_result_is_sent_as_the_same_bytes():
+    """A result packed once (`rpc.pack`) makes the response bytes packing it with the response would."""
+    conn = rpc.Connection("server")
+    for result in ({"offsets": {"lag": [1, None, 3]}, "group": "g"}, [b"\x00" * 300], None, "x" * 70000):
+        for msgid in (0, 7, rpc.MAX_MSGID):
+            assert conn.send_response(msgid, None, rpc.pack(result)) == conn.send_response(msgid, None, result)
+            assert msgpack.unpackb(conn.send_response(msgid, None, rpc.pack(result))) == [1, msgid, None, result]

@@ -30,7 +30,7 @@ from ..kafka import listoffsets as LO
 from ..kafka.messages import (API_VERSIONS_RESPONSE, METADATA_REQUEST, PRODUCE_REQUEST,
                               SASL_AUTHENTICATE_REQUEST, SASL_AUTHENTICATE_RESPONSE, SASL_HANDSHAKE_REQUEST,
                               SASL_HANDSHAKE_RESPONSE)
-from ..kafka.wire import MalformedRequest
+from ..message.wire import MessageError
 from ..log.fileio import CAN_READ_NOWAIT, WouldBlock, mode as nonblocking_mode
 from .connection import CLOSE_LINGER_S, PRE_AUTH_FRAME_BYTES, RECEIVE_BYTES, admit_unauthenticated
 from .tls import TlsError, TlsStream
@@ -255,7 +255,7 @@ class KafkaConnection:
                 return False
             try:
                 r = LO.decode_request(req.body, req.body_at, req.api_version)
-            except MalformedRequest:
+            except MessageError:
                 return False  # the task closes the connection, saying why
             nonblocking_mode.on = True
             try:
@@ -311,7 +311,7 @@ class KafkaConnection:
                           f"(supported: {self._advertised(req.api_key)})")
         try:
             body = await self._dispatch(req)
-        except MalformedRequest as err:
+        except MessageError as err:
             daemon.counters.errors += 1
             raise Closing(f"malformed {name} v{req.api_version} request: {err}") from None
         await self._send(framing.response(req, body))

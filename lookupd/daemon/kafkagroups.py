@@ -5,6 +5,10 @@ Commits are never written into a log dir or the bucket: each group's are one JSO
 `<state_dir>/kafka-groups/<group id, hex>.json`, replaced whole on every commit (written beside it, synced,
 renamed over it), and read back at start. With `workers`, only worker 0 serves the Kafka listener
 (lookupd.daemon.main), so a group has one coordinator and one view of its commits.
+
+OffsetFetch answers a partition the listener has no commit of its own for with the group's position
+replayed from `__consumer_offsets` in the log dirs (lookupd.log.positions), so a consumer group resumes
+where it was on the cluster that wrote them; a commit made here wins over it.
 """
 
 from __future__ import annotations
@@ -19,10 +23,12 @@ import trio
 from ..kafka import apis
 from ..kafka import errors as E
 from ..kafka.groups import Coordinator, Pending
+from ..errors import CorruptDataError, UnknownPartition
 from ..kafka.messages import (FIND_COORDINATOR_REQUEST, FIND_COORDINATOR_RESPONSE, HEARTBEAT_REQUEST,
                               HEARTBEAT_RESPONSE, JOIN_GROUP_REQUEST, JOIN_GROUP_RESPONSE, LEAVE_GROUP_REQUEST,
                               LEAVE_GROUP_RESPONSE, OFFSET_COMMIT_REQUEST, OFFSET_COMMIT_RESPONSE,
                               OFFSET_FETCH_REQUEST, OFFSET_FETCH_RESPONSE, SYNC_GROUP_REQUEST, SYNC_GROUP_RESPONSE)
+from ..log.positions import positions
 from .acl import READ
 
 log = logging.getLogger(__name__)
@@ -35,6 +41,8 @@ MAX_METADATA_BYTES = 4096
 MAX_COMMITS_PER_GROUP = 100_000
 GROUPS_DIR = "kafka-groups"
 NO_OFFSET = -1
+# Groups whose unreplayable commits were logged: each is said once, and a damaged log cannot grow the set.
+MAX_LOGGED_FAULTS = 1024
 
 
 class CommitStore:
@@ -97,11 +105,13 @@ class KafkaGroups:
     APIS = frozenset((apis.FIND_COORDINATOR, apis.JOIN_GROUP, apis.SYNC_GROUP, apis.HEARTBEAT, apis.LEAVE_GROUP,
                       apis.OFFSET_FETCH, apis.OFFSET_COMMIT))
 
-    def __init__(self, broker, state_dir: str):
+    def __init__(self, broker, state_dir: str, offsets_topic_partitions: int = 50):
         self.broker = broker
         self.coordinator = Coordinator()
         self.commits = CommitStore(state_dir)
+        self.offsets_topic_partitions = offsets_topic_partitions  # where a group's replayed commits are
         self._writing: dict[str, trio.Lock] = {}
+        self._warned: set[tuple[str, str]] = set()  # (group, fault) already logged
 
     async def run(self) -> None:
         """Expire sessions and end rebalances on time, for as long as the daemon serves."""
@@ -136,7 +146,7 @@ class KafkaGroups:
         if k == apis.OFFSET_COMMIT:
             return await self._offset_commit(OFFSET_COMMIT_REQUEST.decode(body, v, at), v, principal)
         if k == apis.OFFSET_FETCH:
-            return self._offset_fetch(OFFSET_FETCH_REQUEST.decode(body, v, at), v, principal)
+            return await self._offset_fetch(OFFSET_FETCH_REQUEST.decode(body, v, at), v, principal)
         raise AssertionError(f"not a group API: {k}")
 
     def _find_coordinator(self, r: dict, v: int) -> bytes:
@@ -187,17 +197,20 @@ class KafkaGroups:
                     await trio.to_thread.run_sync(self.commits.save, group_id, merged)
         return OFFSET_COMMIT_RESPONSE.encode({"topics": answers}, v)
 
-    def _offset_fetch(self, r: dict, v: int, principal: str) -> bytes:
+    async def _offset_fetch(self, r: dict, v: int, principal: str) -> bytes:
         if v < 8:
-            topics = self._fetched(r["group_id"], r["topics"], principal)
+            topics = await self._fetched(r["group_id"], r["topics"], principal)
             return OFFSET_FETCH_RESPONSE.encode({"topics": topics, "error_code": E.NONE}, v)
         return OFFSET_FETCH_RESPONSE.encode({"groups": [
-            {"group_id": g["group_id"], "topics": self._fetched(g["group_id"], g["topics"], principal),
+            {"group_id": g["group_id"], "topics": await self._fetched(g["group_id"], g["topics"], principal),
              "error_code": E.NONE} for g in r["groups"]]}, v)
 
-    def _fetched(self, group_id: str, topics: list | None, principal: str) -> list:
-        """The committed offsets asked for (every one of the group's when `topics` is null); -1 where none."""
+    async def _fetched(self, group_id: str, topics: list | None, principal: str) -> list:
+        """The committed offsets asked for (every one of the group's when `topics` is null): the listener's
+        own, else the replayed ones; -1 where neither has one."""
         commits = self.commits.get(group_id)
+        if topics is None or any((t["name"], p) not in commits for t in topics for p in t["partition_indexes"]):
+            commits = {**await self._replayed(group_id), **commits}
         broker = self.broker
         if topics is None:
             by_topic: dict[str, list[int]] = {}
@@ -216,6 +229,24 @@ class KafkaGroups:
                               "metadata": metadata, "error_code": E.NONE if allowed else E.TOPIC_AUTHORIZATION_FAILED})
             out.append({"name": t["name"], "partitions": parts})
         return out
+
+
+    async def _replayed(self, group_id: str) -> dict[tuple[str, int], tuple[int, int, str | None]]:
+        """The group's commits replayed from `__consumer_offsets` in the log dirs (a worker thread catches its
+        partition up); none where that partition is not there. A record of the group that could not be
+        replayed leaves it none too, logged once: the consumer's reset policy applies, as with no commit."""
+        try:
+            found = await trio.to_thread.run_sync(positions, self.broker.manager, group_id,
+                                                  self.offsets_topic_partitions)
+        except UnknownPartition:
+            return {}
+        except CorruptDataError as err:
+            if (group_id, str(err)) not in self._warned and len(self._warned) < MAX_LOGGED_FAULTS:
+                self._warned.add((group_id, str(err)))
+                log.warning("group %r: its commits in the log dirs cannot be replayed, OffsetFetch answers none: %s",
+                            group_id, err)
+            return {}
+        return {tp: (o.committed_offset, o.leader_epoch, o.metadata) for tp, o in found.items()}
 
 
 def _served(broker, topic: str, partition: int) -> bool:

@@ -61,7 +61,7 @@ from ..log.logmanager import LogManager
 from ..log.positions import coordinators_of, group_offset_columns, groups
 from ..log.schemastore import SchemaStore
 from ..rpc.columns import pack_column
-from ..rpc.protocol import Packed
+from ..rpc.protocol import Packed, pack
 from .acl import ANONYMOUS, DESCRIBE, GROUP_METHOD_OPERATIONS, METHOD_OPERATIONS, READ, Acl
 from .hints import unknown_partition_hint
 
@@ -126,6 +126,9 @@ INLINE_READ_MAX_BYTES = 64 << 10
 # The most partitions served for which an UNKNOWN_PARTITION's hint (lookupd.daemon.hints) is made on the event
 # loop: comparing a mistyped name with each topic's costs ~15 us, ~0.5 ms for this many; more go to a thread.
 INLINE_HINT_MAX_PARTITIONS = 32
+# group_offsets answers kept packed, by (group, isolation): each is as large as its group (a few KB for a
+# hundred partitions), and is packed again when its group's answer changes.
+MAX_PACKED_ANSWERS = 256
 
 
 class Method(NamedTuple):
@@ -155,6 +158,8 @@ class Service:
         self.tokens = {**({"default": token} if token is not None else {}), **(tokens or {})}
         self.acl = acl  # None: every principal may do everything
         self.inline_hot_lookups = inline_hot_lookups
+        # (group, isolation) -> (group_offset_columns' answer, its bytes): packed again when it is another
+        self.packed_answers: dict[tuple, tuple[dict, Packed]] = {}
 
     # ------------------------------------------------------------------ dispatch
 
@@ -246,8 +251,7 @@ class Service:
         answer = m.handler(self, params)
         cols = answer["offsets"]
         keep = [i for i, topic in enumerate(cols["topic"]) if self.acl.allowed(principal, topic, DESCRIBE)]
-        answer["offsets"] = {name: [values[i] for i in keep] for name, values in cols.items()}
-        return answer
+        return {**answer, "offsets": {name: [values[i] for i in keep] for name, values in cols.items()}}  # (kept: a copy)
 
     def _auth(self, session: Session, token: Any) -> bool:
         if not isinstance(token, (str, bytes)):
@@ -469,8 +473,19 @@ def _groups(s: Service, p: list) -> dict:
     return {"groups": listing, "warnings": warnings}
 
 
-def _group_offsets(s: Service, p: list) -> dict:
-    return group_offset_columns(s.coordinators, p[0], p[1])
+def _group_offsets(s: Service, p: list) -> dict | Packed:
+    """The answer, packed once while it stays the same object (positions keeps it while the group's
+    partitions do not change); under ACLs a dict, for `_group_call` to keep the principal's topics."""
+    answer = group_offset_columns(s.coordinators, p[0], p[1])
+    if s.acl is not None:
+        return answer
+    key = (p[0], p[1])
+    kept = s.packed_answers.get(key)
+    if kept is None or kept[0] is not answer:
+        if len(s.packed_answers) >= MAX_PACKED_ANSWERS:
+            s.packed_answers.clear()  # (the event loop and worker threads share it: no iteration)
+        kept = s.packed_answers[key] = (answer, pack(answer))
+    return kept[1]
 
 
 _TP = ("topic", "partition")

@@ -9,6 +9,9 @@
 #include "_decode.h"
 #include "_codecs.h"
 
+#include <sys/random.h>
+#include <time.h>
+
 /*
  * decompress(codec, data, max_size) -> bytes, or None when lookupd.format.compression must take it
  * (see _codecs.c).
@@ -80,6 +83,10 @@ PyMODINIT_FUNC
 PyInit__decode(void)
 {
     crc32c_init();
+    uint64_t seed;
+    if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed)
+        seed = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)&seed;
+    offsets_seed(seed);
     if (PyType_Ready(&CommitTableType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);

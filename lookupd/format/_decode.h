@@ -95,5 +95,6 @@ PyObject *nonempty_bitmap(PyObject *self, PyObject *arg);          /* _bitmaps.c
 PyObject *spread_flag(PyObject *self, PyObject *args);             /* _bitmaps.c */
 PyObject *commit_runs(PyObject *self, PyObject *args);             /* _offsets.c */
 extern PyTypeObject CommitTableType;                               /* _offsets.c */
+void offsets_seed(uint64_t seed);                                  /* _offsets.c */
 
 #endif

@@ -52,9 +52,16 @@ typedef struct {
     Py_ssize_t arena_len, arena_cap, dead;  /* dead: arena bytes no entry uses any more */
     Entry *entries;
     Py_ssize_t n_entries, entries_cap, live;
-    Py_ssize_t *slots;                  /* index into entries + 1; 0 is free */
+    uint64_t *slots;                    /* the hash's high 32 bits, then index into entries + 1; 0 is free */
     Py_ssize_t n_slots;                 /* a power of two, kept at most half full */
 } Table;
+
+/* A slot holds its key's hash tag beside the entry's index, so that a probe past other keys reads the
+ * slot array only (one cache line), not their entries. */
+#define SLOT(h, index) (((h) & 0xFFFFFFFF00000000ULL) | (uint64_t)(index))
+#define SLOT_INDEX(slot) ((Py_ssize_t)((slot) & 0xFFFFFFFFULL))
+#define SLOT_TAG(slot) ((slot) & 0xFFFFFFFF00000000ULL)
+#define MAX_ENTRIES 0xFFFFFFFEL             /* an index fits the slot's low 32 bits */
 
 static void
 table_free(Table *t)
@@ -85,26 +92,66 @@ arena_put(Table *t, const uint8_t *p, Py_ssize_t n, Py_ssize_t *at)
     return 0;
 }
 
+/* Whether a[0:n] == b[0:n], a word at a time (keys are short: a call to memcmp costs more than it). */
+static inline int
+same(const uint8_t *a, const uint8_t *b, Py_ssize_t n)
+{
+    uint64_t x, y;
+    for (; n >= 8; a += 8, b += 8, n -= 8) {
+        memcpy(&x, a, 8);
+        memcpy(&y, b, 8);
+        if (x != y)
+            return 0;
+    }
+    for (; n > 0; a++, b++, n--)
+        if (*a != *b)
+            return 0;
+    return 1;
+}
+
+/* Keys come from files: a seed drawn per process keeps a log written to collide from doing so here. */
+static uint64_t hash_seed;
+
+/* A word at a time, each multiplied in and folded (a key is ~40 bytes: five steps, not forty); the last
+ * word is the key's last 8 bytes, overlapping the one before (no byte-wise tail). */
 static uint64_t
 hash_bytes(const uint8_t *p, Py_ssize_t n)
 {
-    uint64_t h = 1469598103934665603ULL;   /* FNV-1a */
-    for (Py_ssize_t i = 0; i < n; i++)
-        h = (h ^ p[i]) * 1099511628211ULL;
+    uint64_t h = hash_seed ^ ((uint64_t)n * 0x9E3779B97F4A7C15ULL), w = 0;
+    const uint8_t *end = p + n;
+    if (n >= 8) {
+        for (; end - p > 8; p += 8) {
+            memcpy(&w, p, 8);
+            h = (h ^ w) * 0xFF51AFD7ED558CCDULL;
+            h ^= h >> 32;
+        }
+        memcpy(&w, end - 8, 8);
+    } else {
+        for (Py_ssize_t i = 0; i < n; i++)
+            w |= (uint64_t)p[i] << (8 * i);
+    }
+    h = (h ^ w) * 0xC4CEB9FE1A85EC53ULL;
     return h ^ (h >> 29);
+}
+
+void
+offsets_seed(uint64_t seed)
+{
+    hash_seed = seed | 1;
 }
 
 static int
 table_rehash(Table *t, Py_ssize_t n)
 {
-    Py_ssize_t *slots = calloc((size_t)n, sizeof *slots);
+    uint64_t *slots = calloc((size_t)n, sizeof *slots);
     if (slots == NULL)
         return -1;
     for (Py_ssize_t i = 0; i < t->n_entries; i++) {
-        Py_ssize_t s = (Py_ssize_t)(t->entries[i].hash & (uint64_t)(n - 1));
+        uint64_t h = t->entries[i].hash;
+        Py_ssize_t s = (Py_ssize_t)(h & (uint64_t)(n - 1));
         while (slots[s])
             s = (s + 1) & (n - 1);
-        slots[s] = i + 1;
+        slots[s] = SLOT(h, i + 1);
     }
     free(t->slots);
     t->slots = slots;
@@ -112,23 +159,26 @@ table_rehash(Table *t, Py_ssize_t n)
     return 0;
 }
 
-/* The entry of key k[0:n], made (absent) when `create`; NULL when there is none, or on no memory
- * (*oom set). */
+/* The entry of key k[0:n] whose hash_bytes is h, made (absent) when `create`; NULL when there is none,
+ * or on no memory (*oom set). */
 static Entry *
-table_find(Table *t, const uint8_t *k, Py_ssize_t n, int create, int *oom)
+table_find_hashed(Table *t, const uint8_t *k, Py_ssize_t n, uint64_t h, int create, int *oom)
 {
-    if (create && (t->n_entries + 1) * 2 > t->n_slots && table_rehash(t, t->n_slots ? t->n_slots * 2 : 1024) < 0) {
+    if (create && (t->n_entries + 1) * 2 > t->n_slots &&
+        (t->n_entries >= MAX_ENTRIES || table_rehash(t, t->n_slots ? t->n_slots * 2 : 1024) < 0)) {
         *oom = 1;
         return NULL;
     }
     if (t->n_slots == 0)
         return NULL;
-    uint64_t h = hash_bytes(k, n);
+    uint64_t slot;
     Py_ssize_t s = (Py_ssize_t)(h & (uint64_t)(t->n_slots - 1));
-    while (t->slots[s]) {
-        Entry *x = &t->entries[t->slots[s] - 1];
-        if (x->hash == h && x->key_len == n && memcmp(t->arena + x->key_at, k, (size_t)n) == 0)
-            return x;
+    while ((slot = t->slots[s]) != 0) {
+        if (SLOT_TAG(slot) == SLOT_TAG(h)) {
+            Entry *x = &t->entries[SLOT_INDEX(slot) - 1];
+            if (x->key_len == n && same(t->arena + x->key_at, k, n))
+                return x;
+        }
         s = (s + 1) & (t->n_slots - 1);
     }
     if (!create)
@@ -152,7 +202,39 @@ table_find(Table *t, const uint8_t *k, Py_ssize_t n, int create, int *oom)
         return NULL;
     }
     e->key_len = n;
-    t->slots[s] = ++t->n_entries;
+    t->slots[s] = SLOT(h, ++t->n_entries);
+    return e;
+}
+
+static Entry *
+table_find(Table *t, const uint8_t *k, Py_ssize_t n, int create, int *oom)
+{
+    return table_find_hashed(t, k, n, hash_bytes(k, n), create, oom);
+}
+
+/* Fetch the slot the probe of a key hashed h starts at into the cache ahead of its lookup. */
+static inline void
+table_prefetch(const Table *t, uint64_t h)
+{
+    if (t->n_slots)
+        __builtin_prefetch(&t->slots[h & (uint64_t)(t->n_slots - 1)]);
+}
+
+/* Then (the slot at hand) the entry of the probe's first slot with the key's tag: a key seen before. */
+static inline const Entry *
+table_prefetch_entry(const Table *t, uint64_t h)
+{
+    if (t->n_slots == 0)
+        return NULL;
+    Py_ssize_t s = (Py_ssize_t)(h & (uint64_t)(t->n_slots - 1));
+    uint64_t slot;
+    while ((slot = t->slots[s]) != 0 && SLOT_TAG(slot) != SLOT_TAG(h))  /* (the probe's next slots: mostly in
+                                                                          * the same cache line) */
+        s = (s + 1) & (t->n_slots - 1);
+    if (slot == 0)
+        return NULL;
+    const Entry *e = &t->entries[SLOT_INDEX(slot) - 1];
+    __builtin_prefetch(e);
     return e;
 }
 
@@ -194,6 +276,7 @@ typedef struct {
     PyObject_HEAD
     Table t;                            /* key fields -> commit */
     Table groups;                       /* group name -> its first key (offset: index + 1 into t) */
+    Py_ssize_t last_group;              /* the group entry a key was last added to, index + 1 (0: none) */
 } CommitTable;
 
 static void
@@ -207,18 +290,29 @@ ct_dealloc(CommitTable *self)
 /* The key's entry, made (absent, linked into its group's keys) when `create`; NULL if none or on no
  * memory (*oom set). The fields are known to read (a group string first). */
 static Entry *
-ct_entry(CommitTable *self, const uint8_t *k, Py_ssize_t n, int create, int *oom)
+ct_entry_hashed(CommitTable *self, const uint8_t *k, Py_ssize_t n, uint64_t h, int create, int *oom)
 {
     Py_ssize_t before = self->t.n_entries;
-    Entry *e = table_find(&self->t, k, n, create, oom);
+    Entry *e = table_find_hashed(&self->t, k, n, h, create, oom);
     if (e == NULL || self->t.n_entries == before)
         return e;
-    Entry *g = table_find(&self->groups, k + 2, (int16_t)be16(k), 1, oom);
-    if (g == NULL)
-        return NULL;
+    Py_ssize_t glen = (int16_t)be16(k);
+    Entry *g = self->last_group ? &self->groups.entries[self->last_group - 1] : NULL;
+    if (g == NULL || g->key_len != glen || !same(self->groups.arena + g->key_at, k + 2, glen)) {
+        g = table_find(&self->groups, k + 2, glen, 1, oom);  /* (a batch's keys are mostly one group's) */
+        if (g == NULL)
+            return NULL;
+        self->last_group = g - self->groups.entries + 1;
+    }
     e->group_next = (Py_ssize_t)g->offset;
     g->offset = self->t.n_entries;      /* the new entry's index + 1 */
     return e;
+}
+
+static Entry *
+ct_entry(CommitTable *self, const uint8_t *k, Py_ssize_t n, int create, int *oom)
+{
+    return ct_entry_hashed(self, k, n, hash_bytes(k, n), create, oom);
 }
 
 /* Rebuild the tables with the present keys only, in a new arena (when most of the old one is dead). */
@@ -245,6 +339,7 @@ ct_maybe_compact(CommitTable *self)
     table_free(&self->groups);
     self->t = fresh.t;
     self->groups = fresh.groups;
+    self->last_group = fresh.last_group;
     return 0;
 }
 
@@ -375,6 +470,8 @@ typedef struct {                    /* one record of the batch being checked */
     const uint8_t *key, *value;     /* key: its fields (after the record type); value NULL: a tombstone */
     Py_ssize_t key_len, value_len;
     int64_t offset;
+    uint64_t hash;                  /* hash_bytes of the key's fields (set when it is applied) */
+    const Entry *seen;              /* (apply_all: the entry the key may have, fetched ahead) */
 } Commit;
 
 static int
@@ -397,7 +494,7 @@ string16(const uint8_t **p, const uint8_t *end)
     return n < 0 ? -1 : take(p, end, n);
 }
 
-/* Kafka's readUnsignedVarint, as the Java int it returns (lookupd.format.internal.schema.uvarint). */
+/* Kafka's readUnsignedVarint, as the Java int it returns (lookupd.message.wire.Reader.uvarint). */
 static int
 uvarint(const uint8_t **pp, const uint8_t *end, int32_t *out)
 {
@@ -492,12 +589,13 @@ commit_value(const uint8_t *v, Py_ssize_t n)
     }
     if (take(&p, end, version == 1 ? 16 : 8) < 0)                /* commitTimestamp (, expireTimestamp) */
         return 0;
-    if (version >= 4) {                                          /* tagged fields: none known */
+    if (version >= 4) {                                          /* tagged fields: 0 is topicId, a uuid */
         int32_t count, tag, size;
         if (uvarint(&p, end, &count) < 0)
             return 0;
         for (int32_t i = 0; i < count; i++)
-            if (uvarint(&p, end, &tag) < 0 || uvarint(&p, end, &size) < 0 || take(&p, end, size) < 0)
+            if (uvarint(&p, end, &tag) < 0 || uvarint(&p, end, &size) < 0 || (tag == 0 && size != 16) ||
+                take(&p, end, size) < 0)
                 return 0;
     }
     return 1;
@@ -592,7 +690,7 @@ static int
 apply(CommitTable *ct, Notes *notes, const Commit *c)
 {
     int oom = 0;
-    Entry *e = ct_entry(ct, c->key, c->key_len, c->value != NULL, &oom);
+    Entry *e = ct_entry_hashed(ct, c->key, c->key_len, c->hash, c->value != NULL, &oom);
     if (oom)
         return -1;
     if (c->value == NULL) {  /* a tombstone, for a key committed or not (pending offsets go either way) */
@@ -603,7 +701,7 @@ apply(CommitTable *ct, Notes *notes, const Commit *c)
     if (entry_set(&ct->t, e, c->offset, c->value, c->value_len) < 0)
         return -1;
     Py_ssize_t glen = (int16_t)be16(c->key);
-    if (notes->last_group != NULL && notes->last_group_len == glen && memcmp(notes->last_group, c->key + 2, glen) == 0)
+    if (notes->last_group != NULL && notes->last_group_len == glen && same(notes->last_group, c->key + 2, glen))
         return 0;
     notes->last_group = c->key + 2;
     notes->last_group_len = glen;
@@ -629,6 +727,34 @@ transactional(int64_t producer_id, const Commit *recs, int64_t count)
     return list == NULL ? NULL : Py_BuildValue("(LN)", (long long)producer_id, list);
 }
 
+/* Records gathered before they are applied: enough for their cache misses to overlap, few enough for
+ * what was fetched to stay in the cache until it is used. */
+#define GATHER 256
+
+/* Apply recs[0:n] (checked commits, in offset order) to the table and note them. Their slots, then the
+ * entries of keys seen before, then those keys' and values' bytes are fetched first, all together,
+ * rather than one miss after another as each record is applied. */
+static int
+apply_all(CommitTable *ct, Notes *notes, Commit *recs, Py_ssize_t n)
+{
+    Table *t = &ct->t;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        recs[i].hash = hash_bytes(recs[i].key, recs[i].key_len);
+        table_prefetch(t, recs[i].hash);
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        recs[i].seen = table_prefetch_entry(t, recs[i].hash);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (recs[i].seen != NULL) {
+            __builtin_prefetch(t->arena + recs[i].seen->key_at);
+            __builtin_prefetch(t->arena + recs[i].seen->value_at, 1);
+        }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (apply(ct, notes, &recs[i]) < 0)
+            return -1;
+    return 0;
+}
+
 PyObject *
 commit_runs(PyObject *self, PyObject *args)
 {
@@ -645,8 +771,8 @@ commit_runs(PyObject *self, PyObject *args)
     const uint8_t *buf = (const uint8_t *)view.buf;
     Notes notes = {PyList_New(0), PyList_New(0), {0}, NULL, 0};
     PyObject *txn = NULL;
-    Commit *recs = NULL;
-    Py_ssize_t recs_cap = 0;
+    Commit *recs = NULL;               /* recs[0:n]: taken, not applied yet; a batch being checked after them */
+    Py_ssize_t recs_cap = 0, n = 0;
     Py_ssize_t pos = start;
     int64_t next_offset = -1;
     int err = notes.tombstoned == NULL || notes.groups == NULL;
@@ -667,6 +793,14 @@ commit_runs(PyObject *self, PyObject *args)
             const uint8_t *records = b + V2_HEADER;
             Py_ssize_t records_len = size - V2_HEADER;
             if (attrs & ATTR_CODEC) {
+                /* (the decompressed bytes are a buffer the next batch's decompression reuses: what was
+                 * gathered is applied first, while the bytes it points into are still its own) */
+                if (n > 0) {
+                    err = apply_all(ct, &notes, recs, n) < 0;
+                    n = 0;
+                    if (err)
+                        break;
+                }
                 uint8_t *out;
                 records_len = codecs_decompress(attrs & ATTR_CODEC, records, (size_t)records_len, MAX_DECOMPRESSED, &out);
                 if (records_len < 0)
@@ -675,34 +809,42 @@ commit_runs(PyObject *self, PyObject *args)
             }
             if (count > records_len)   /* every record takes at least a byte */
                 break;
-            if (count > recs_cap) {
-                Commit *c = realloc(recs, (size_t)count * sizeof *c);
+            if (n + count > recs_cap) {
+                Py_ssize_t cap = n + count > 2 * recs_cap ? n + count : 2 * recs_cap;
+                Commit *c = realloc(recs, (size_t)cap * sizeof *c);
                 if (c == NULL) {
                     PyErr_NoMemory();
                     err = 1;
                     break;
                 }
                 recs = c;
-                recs_cap = count;
+                recs_cap = cap;
             }
-            if (!batch_commits(records, records_len, count, base_offset, recs))
+            if (!batch_commits(records, records_len, count, base_offset, recs + n))
                 break;
             if (producer_id != -1) {
-                txn = transactional(producer_id, recs, count);
-                err = txn == NULL;
+                err = n > 0 && apply_all(ct, &notes, recs, n) < 0;
+                txn = err ? NULL : transactional(producer_id, recs + n, count);
+                n = 0;
+                err = err || txn == NULL;
                 if (!err) {
                     next_offset = last_offset + 1;
                     pos += size;
                 }
                 break;
             }
-            for (int64_t i = 0; i < count && !err; i++)
-                err = apply(ct, &notes, &recs[i]) < 0;
-            if (err)
-                break;
+            n += count;
+            if (n >= GATHER || (attrs & ATTR_CODEC)) {
+                err = apply_all(ct, &notes, recs, n) < 0;
+                n = 0;
+                if (err)
+                    break;
+            }
         } else if (producer_id != -1) {
-            txn = transactional(producer_id, recs, 0);
-            err = txn == NULL;
+            err = n > 0 && apply_all(ct, &notes, recs, n) < 0;
+            txn = err ? NULL : transactional(producer_id, recs, 0);
+            n = 0;
+            err = err || txn == NULL;
             if (!err) {
                 next_offset = last_offset + 1;
                 pos += size;
@@ -712,6 +854,8 @@ commit_runs(PyObject *self, PyObject *args)
         next_offset = last_offset + 1;
         pos += size;
     }
+    if (!err && n > 0)
+        err = apply_all(ct, &notes, recs, n) < 0;
     PyBuffer_Release(&view);
     free(recs);
     table_free(&notes.seen);

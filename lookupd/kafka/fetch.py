@@ -9,7 +9,7 @@ from __future__ import annotations
 import struct
 from typing import Any, NamedTuple
 
-from . import wire
+from ..message import wire
 from .messages import FETCH_REQUEST
 
 MIN_VERSION, MAX_VERSION = 4, 17
@@ -72,7 +72,7 @@ class FetchRequest(NamedTuple):
 
 
 def decode_request(body: bytes, at: int, version: int) -> FetchRequest:
-    """A Fetch request (MalformedRequest if it breaks the schema)."""
+    """A Fetch request (MessageError if it breaks the schema)."""
     d = FETCH_REQUEST.decode(body, version, at)
     topics = [FetchTopic(t["topic"], t["topic_id"],
                          [FetchPartition(p["partition"], p["fetch_offset"], p["partition_max_bytes"],

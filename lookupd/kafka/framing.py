@@ -15,10 +15,10 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from . import wire
+from ..message import wire
 from .apis import supported as is_supported
 from .messages import REQUESTS
-from .wire import MalformedRequest, Reader
+from ..message.wire import MessageError, Reader
 
 _SIZE = struct.Struct(">i")
 _HEAD = struct.Struct(">hhi")  # api key, api version, correlation id
@@ -143,7 +143,7 @@ class Connection:
                 r = Reader(frame, at)
                 try:
                     r.skip_tagged_fields()
-                except MalformedRequest as err:
+                except MessageError as err:
                     return self._fail(f"bad request header ({err})")
                 at = r.pos
         return Request(api_key, version, correlation_id, client_id, frame, at, True, size)

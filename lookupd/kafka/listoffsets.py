@@ -1,5 +1,5 @@
 """ListOffsets (API key 2), versions 1-10, read and written by hand: a lookup by timestamp is a round trip
-whose whole cost is these few bytes, so the generic codec's dicts (lookupd.kafka.schema, about 15 us a
+whose whole cost is these few bytes, so the generic codec's dicts (lookupd.message.codec, about 15 us a
 request) would dominate it. Field layouts are those of ListOffsetsRequest.json and
 ListOffsetsResponse.json (lookupd.kafka.messages declares them; tests check both codecs agree).
 """
@@ -9,9 +9,9 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from . import wire
-from .schema import MAX_REQUEST_ITEMS
-from .wire import MalformedRequest, Reader
+from ..message import wire
+from ..message.wire import MessageError, Reader
+from .messages import MAX_REQUEST_ITEMS
 
 MIN_VERSION, MAX_VERSION = 1, 10
 FLEXIBLE = 6
@@ -50,7 +50,7 @@ _ONE_FIXED = _ONE_HEAD.size + _ONE_PARTITION.size  # bytes besides the topic nam
 
 
 def decode_request(body: bytes, at: int, version: int) -> ListOffsetsRequest:
-    """The request; MalformedRequest if it breaks the schema. One topic with one partition at a flexible
+    """The request; MessageError if it breaks the schema. One topic with one partition at a flexible
     version before 10, what a lookup by timestamp sends, is read in two struct calls (`_decode` reads the rest)."""
     size = len(body) - at
     if FLEXIBLE <= version < 10 and size > _ONE_HEAD.size and size == _ONE_FIXED + body[at + 6] - 1:
@@ -58,10 +58,7 @@ def decode_request(body: bytes, at: int, version: int) -> ListOffsetsRequest:
         name_end = at + _ONE_HEAD.size + name_len - 1
         parts, p, epoch, ts, t1, t2, t3 = _ONE_PARTITION.unpack_from(body, name_end)
         if topics == 2 and 0 < name_len < 0x80 and parts == 2 and t1 == t2 == t3 == 0:
-            try:
-                name = body[at + _ONE_HEAD.size:name_end].decode()
-            except UnicodeDecodeError:
-                raise MalformedRequest("topic name is not UTF-8") from None
+            name = str(body[at + _ONE_HEAD.size:name_end], "utf-8", "replace")  # as Kafka reads a string
             return ListOffsetsRequest(replica_id, isolation, [(name, [Target(p, epoch, ts)])])
     return _decode(body, at, version)
 
@@ -81,7 +78,7 @@ def _decode(body: bytes, at: int, version: int) -> ListOffsetsRequest:
         n = r.count(flex, False, part_size, "partitions")
         items += n + 1
         if items > MAX_REQUEST_ITEMS:
-            raise MalformedRequest(f"request holds more than {MAX_REQUEST_ITEMS} elements (MAX_REQUEST_ITEMS)")
+            raise MessageError(f"request holds more than {MAX_REQUEST_ITEMS} elements (MAX_REQUEST_ITEMS)")
         targets = []
         for _ in range(n):
             if version >= 4:

@@ -58,7 +58,10 @@ def resident(address: int, length: int) -> bool:
     return False  # cannot be asked: the safe answer
 
 
+open_sizes = None  # lookupd.log.fileio.open_sizes does it in Python
+
 if extension is not None:
+    open_sizes = extension.open_sizes
     entry = extension.entry  # noqa: F811 - the C function replaces its stand-in
     locate = extension.locate  # noqa: F811
     locate_time = extension.locate_time  # noqa: F811

@@ -646,7 +646,52 @@ native_locate_time(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return answer;
 }
 
+/*
+ * open_sizes(handles) -> [int]: for each lookupd.log.fileio.LazyHandle, the size of its file (lseek to
+ * the end) where its `_handle` is open, -1 where it is not. The handle is held (so its descriptor stays
+ * open: only its finalizer closes it) from reading `fd` to the lseek. An lseek that fails answers -1 too.
+ */
+static PyObject *
+native_open_sizes(PyObject *self, PyObject *arg)
+{
+    PyObject *seq = PySequence_Fast(arg, "open_sizes takes a list of handles");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        long long size = -1;
+        PyObject *h = PyObject_GetAttrString(PySequence_Fast_GET_ITEM(seq, i), "_handle");
+        if (h == NULL) {
+            Py_CLEAR(out);
+            break;
+        }
+        if (h != Py_None) {
+            PyObject *fd = PyObject_GetAttrString(h, "fd");
+            long v = fd == NULL ? -1 : PyLong_AsLong(fd);
+            Py_XDECREF(fd);
+            if (PyErr_Occurred()) {
+                Py_DECREF(h);
+                Py_CLEAR(out);
+                break;
+            }
+            off_t end = lseek((int)v, 0, SEEK_END);
+            size = end < 0 ? -1 : (long long)end;
+        }
+        Py_DECREF(h);
+        PyObject *item = PyLong_FromLongLong(size);
+        if (item == NULL)
+            Py_CLEAR(out);
+        else
+            PyList_SET_ITEM(out, i, item);
+    }
+    Py_DECREF(seq);
+    return out;
+}
+
 static PyMethodDef methods[] = {
+    {"open_sizes", native_open_sizes, METH_O,
+     "open_sizes(handles) -> [size or -1]: each open LazyHandle's file size, in one call (see _native.c)."},
     {"resident", native_resident, METH_VARARGS,
      "resident(address, length) -> whether every page of the range is in memory (mincore)."},
     {"slot", native_slot, METH_VARARGS,

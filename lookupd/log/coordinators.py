@@ -26,7 +26,7 @@ from ..errors import CorruptDataError, CorruptRecordError, InvalidArgument, Unkn
 from ..format.batch import BatchHeader, ensure_valid, frame_size, parse_header
 from ..format.internal import transactions as txn
 from ..format.internal.group_state import GroupCoordinatorState, ReplayError, key_group
-from ..format.internal.schema import MessageError
+from ..message import MessageError
 from ..format.internal.topics import CONSUMER_OFFSETS, DEFAULT_PARTITIONS, TRANSACTION_STATE, partition_for
 from ..format.records import control_record, decode_batch
 from .fileio import WouldBlock, mode as nonblocking
@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 CHUNK_BYTES = 1 << 20
 # Faults kept per partition: a badly damaged log must not grow the daemon's memory without bound.
 MAX_FAULTS = 100
+# Group ids whose partition is kept (Coordinators.group_partition): the groups asked about lately.
+MAX_GROUP_PARTITIONS_KEPT = 4096
 
 
 class Fault(NamedTuple):
@@ -378,6 +380,7 @@ class Coordinators:
         self.partitions = partitions
         self.progress: Callable[[int], None] | None = None  # given to each replay (the command's progress line)
         self._replays: dict[tuple[str, int], PartitionReplay] = {}
+        self._group_partitions: dict[str, int] = {}  # group id -> its partition, as asked lately
         self._lock = threading.Lock()
 
     def replay(self, topic: str, partition: int) -> PartitionReplay:
@@ -415,7 +418,12 @@ class Coordinators:
                 yield p, r
 
     def group_partition(self, group: str) -> int:
-        return partition_for(group, self.partitions)
+        p = self._group_partitions.get(group)
+        if p is None:  # (String.hashCode over the group id's UTF-16: a few us in Python, so kept)
+            if len(self._group_partitions) >= MAX_GROUP_PARTITIONS_KEPT:
+                self._group_partitions.clear()
+            p = self._group_partitions[group] = partition_for(group, self.partitions)
+        return p
 
     def caught_up(self, r: PartitionReplay):
         """A context holding `r`'s lock with `r` caught up. In the daemon's non-blocking mode a lock another

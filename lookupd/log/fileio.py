@@ -26,6 +26,7 @@ import stat
 import threading
 import weakref
 
+from . import _accel
 from .cache import tick
 
 
@@ -188,3 +189,17 @@ class LazyHandle:
         self.unmap()
         if self._cache is not None:
             self._cache.forget(self)
+
+
+def open_sizes(handles: list[LazyHandle]) -> list[int]:
+    """Each file's current size where its handle is open now, -1 where it is not (nothing is opened: a
+    reader keeping sizes to tell whether files grew asks again after opening them). One call of the C
+    extension where it is built: it reads each LazyHandle's `_handle` and its `fd`, holding the handle
+    (so its descriptor stays open) across the lseek."""
+    if _accel.open_sizes is not None and not _accel.mode.python:
+        return _accel.open_sizes(handles)
+    out = []
+    for lazy in handles:
+        h = lazy._handle
+        out.append(-1 if h is None else h.size())
+    return out

@@ -112,6 +112,11 @@ class FileRecords:
     def close(self) -> None:
         self._file.close()
 
+    @property
+    def file(self) -> LazyHandle:
+        """The file's handle, opened on first use (fileio.open_sizes reads many such at once)."""
+        return self._file
+
     def size(self) -> int:
         """Current size of the file in bytes (an fstat: the broker may be appending)."""
         return self._file.get().size()

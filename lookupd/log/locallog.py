@@ -75,6 +75,23 @@ _tuple = tuple.__new__
 _OTHER_SEGMENT_FILES = frozenset(("index", "timeindex", "txnindex", "snapshot"))
 
 
+class ListingChanges:
+    """How many times any partition's segment listing has been replaced in this process (LocalLog.refresh
+    counts each, after the new listing is in place): a reader that derived something from many
+    partitions' listings compares one number rather than each listing."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.count = 0
+
+    def bump(self) -> None:
+        with self._lock:  # (two partitions rolling at once must count twice)
+            self.count += 1
+
+
+LISTING_CHANGES = ListingChanges()
+
+
 def scan_segments(directory: str) -> tuple[list[int], frozenset[str]]:
     """Sorted base offsets of the segments (those with a `.log`) in a partition directory, and the names of
     segment files that are symbolic links or not regular files: never read (lookupd.log.fileio), and a
@@ -265,6 +282,7 @@ class LocalLog:
             old_last = self._bases[-1] if self._bases else None
             gone = set(self._bases).difference(bases) | replaced
             self._bases = bases
+            LISTING_CHANGES.bump()
             released = [self._segments.pop(b) for b in gone if b in self._segments]
             rolled = self._segments.get(old_last) if old_last is not None and bases and bases[-1] != old_last else None
             active = self._segments.get(bases[-1]) if bases else None

@@ -13,11 +13,14 @@ from typing import Any
 
 from ..errors import InvalidArgument, UnknownGroup, UnknownPartition, Unavailable
 from ..format.internal.consumer_protocol import decode_assignment
-from ..format.internal.group_state import (MEMBER_STATES, ClassicGroup, GroupCoordinatorState, ModernGroup,
-                                           OffsetAndMetadata)
+from ..format.internal.group_kinds import (MEMBER_STATES, STREAMS_MEMBER_STATES, ClassicGroup, ModernGroup,
+                                           StreamsGroup)
+from ..format.internal.group_state import GroupCoordinatorState, OffsetAndMetadata
 from ..format.internal.topics import CONSUMER_OFFSETS, TRANSACTION_STATE
 from ..format.internal.transactions import OPEN_STATES
 from .coordinators import Coordinators, GroupReplay
+from .fileio import open_sizes
+from .locallog import LISTING_CHANGES
 
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 # transaction.max.timeout.ms's default: an open transaction with no entry in __transaction_state is
@@ -87,6 +90,8 @@ def _members(g) -> list[dict]:
                         "session_timeout_ms": m["sessionTimeout"], "rebalance_timeout_ms": m.get("rebalanceTimeout", -1),
                         "assignment": assigned})
         return out
+    if isinstance(g, StreamsGroup):
+        return [_streams_member(g.members[member_id]) for member_id in sorted(g.members)]
     out = []
     for member_id in sorted(g.members):
         m = g.members[member_id]
@@ -101,6 +106,16 @@ def _members(g) -> list[dict]:
     return out
 
 
+def _streams_member(m: dict) -> dict:
+    """A streams group's member: its process, topology epoch and tasks (subtopology -> partitions)."""
+    state = m["state"]
+    return {"member_id": m["memberId"], "instance_id": m["instanceId"], "rack_id": m["rackId"],
+            "client_id": m["clientId"], "client_host": m["clientHost"], "process_id": m["processId"],
+            "topology_epoch": m["topologyEpoch"], "member_epoch": m["memberEpoch"],
+            "state": None if state is None else STREAMS_MEMBER_STATES.get(state, str(state)),
+            "assignment": m["assignedTasks"], "pending_revocation": m["tasksPendingRevocation"]}
+
+
 def describe_group(g, partition: int) -> dict:
     """One group as `lookupd groups` lists it."""
     out: dict[str, Any] = {"group": g.group_id, "type": g.type, "protocol_type": g.protocol_type, "state": g.state,
@@ -110,6 +125,9 @@ def describe_group(g, partition: int) -> dict:
         out.update(protocol=v.get("protocol"), generation=v.get("generation", 0), leader=v.get("leader"))
     else:
         out.update(group_epoch=g.group_epoch, assignment_epoch=g.assignment_epoch)
+    if isinstance(g, StreamsGroup):
+        out.update(topology_epoch=g.topology["epoch"] if g.topology else None,
+                   validated_topology_epoch=g.validated_topology_epoch)
     out["members"] = _members(g)
     return out
 
@@ -158,8 +176,10 @@ def group_offsets(coordinators: Coordinators, group: str, isolation: str = "read
 
 def group_offset_columns(coordinators: Coordinators, group: str, isolation: str = "read_uncommitted") -> dict:
     """`group_offsets` with `offsets` as columns (one list per field, a partition per index): what the
-    daemon sends. The committed side is kept until the group's partition replays more; the log offsets
-    and lag are read each time."""
+    daemon sends. The committed side is kept until the group's partition replays more; an answer is kept
+    with it, and given again (the same object: the daemon keeps its packed bytes by it) while the log
+    dirs' listing, each partition's segments and each active segment's size stay the same, which costs
+    an lseek a partition (`_unchanged`)."""
     if isolation not in ISOLATION_LEVELS:
         raise InvalidArgument(f"isolation must be one of {', '.join(ISOLATION_LEVELS)}, got {isolation!r:.40}")
 
@@ -188,11 +208,15 @@ def group_offset_columns(coordinators: Coordinators, group: str, isolation: str 
         r.cache[group] = (state.generation, r.fault_count, found)
         return found
 
-    head, committed, warnings, places = coordinators.with_group(group, read)
+    head, committed, warnings, kept = coordinators.with_group(group, read)
+    manager = coordinators.manager
+    made = kept.get(isolation)
+    if made is not None and _unchanged(manager, made[1]):
+        return made[0]
     starts, ends, stables, lags, out_of_ranges = [], [], [], [], []
+    log_offsets, probe = _log_offsets(manager, committed, kept)
     for (topic, partition, offset), (start, leo) in zip(
-            zip(committed["topic"], committed["partition"], committed["committed_offset"]),
-            _log_offsets(coordinators.manager, committed, places)):
+            zip(committed["topic"], committed["partition"], committed["committed_offset"]), log_offsets):
         lso = lag = out_of_range = None
         if leo is not None:
             end = leo
@@ -212,36 +236,60 @@ def group_offset_columns(coordinators: Coordinators, group: str, isolation: str 
         out_of_ranges.append(out_of_range)
     columns = {**committed, "log_start_offset": starts, "log_end_offset": ends, "last_stable_offset": stables,
                "lag": lags, "out_of_range": out_of_ranges}
-    return {**head, "isolation": isolation, "offsets": columns, "warnings": warnings}
+    answer = {**head, "isolation": isolation, "offsets": columns, "warnings": warnings}
+    if probe is not None:
+        kept[isolation] = (answer, probe)  # given again while `_unchanged(probe)`
+    return answer
 
 
-def _log_offsets(manager, committed: dict, kept: dict) -> list[tuple[int | None, int | None]]:
+def _log_offsets(manager, committed: dict, kept: dict) -> tuple[list[tuple[int | None, int | None]], tuple | None]:
     """(log start, log end offset) of each of the group's partitions, (None, None) where it is not in the
     log dirs. Where each partition's log and active segment are is kept in `kept` (kept with the group's
     committed columns until the group changes) while the manager's listing and each partition's
-    segments stay the same objects: then only each active segment's end is read."""
+    segments stay the same objects: then only each active segment's end is read. With the offsets, what
+    `_unchanged` compares to tell whether they still hold: (listing, LISTING_CHANGES, the active segments'
+    files, their sizes), all noted before the offsets are read; None where a partition could not be read."""
+    changes = LISTING_CHANGES.count  # (before the listings are read: a change after it shows)
     listing = manager.listing
     if kept.get("listing") is not listing:
         kept["listing"] = listing
         kept["places"] = [None if llog is None else [llog, None, None, None] for llog in
                           (listing.get(tp) for tp in zip(committed["topic"], committed["partition"]))]
-    out = []
-    for place in kept["places"]:
-        if place is None:
-            out.append((None, None))
-            continue
-        llog, bases, active, start = place
-        try:
-            if bases is not llog.base_offsets:
+    places = kept["places"]
+    failed = False
+    for place in places:
+        if place is not None and place[1] is not place[0].base_offsets:
+            llog = place[0]
+            try:
                 start, _ = llog.offset_range()
                 bases = llog.base_offsets
                 place[1:] = bases, (llog.segment(bases[-1]) if bases else None), start
-                active = place[2]
+            except (Unavailable, OSError):
+                place[1] = None
+                failed = True
+    files = [place[2].log.file for place in places if place is not None and place[2] is not None]
+    probe = None if failed else (listing, changes, files, open_sizes(files))
+    out = []
+    for place in places:
+        if place is None or place[1] is None:
+            out.append((None, None))
+            continue
+        _, _, active, start = place
+        try:
             out.append((start, active.read_next_offset() if active is not None else start))
         except (Unavailable, OSError):
             place[1] = None
+            probe = None
             out.append((None, None))
-    return out
+    return out, probe
+
+
+def _unchanged(manager, probe: tuple) -> bool:
+    """Whether the group's partitions are as when an answer was made (`probe`, from `_log_offsets`): the
+    same listing, no segment listing replaced anywhere (LISTING_CHANGES), every active segment the size it
+    was (a file not open now counts as changed)."""
+    listing, changes, files, sizes = probe
+    return listing is manager.listing and changes == LISTING_CHANGES.count and open_sizes(files) == sizes
 
 
 def last_stable_offset(coordinators: Coordinators, topic: str, partition: int) -> int:

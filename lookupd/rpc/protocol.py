@@ -298,8 +298,10 @@ class Connection:
             raise InvalidArgument(f"cannot send {method} {list(params)!r}: {err}") from None
 
     def send_response(self, msgid: int, error: Any, result: Any) -> bytes:
-        """Bytes of a response; raises TypeError/ValueError/OverflowError if `result` cannot be packed. A map
-        result's Packed values go in as they are (columns packed once, lookupd.rpc.columns)."""
+        """Bytes of a response; raises TypeError/ValueError/OverflowError if `result` cannot be packed. A Packed
+        result, or a map result's Packed values, go in as they are (an answer or columns packed once)."""
+        if type(result) is Packed:  # the array's first three elements, then the result's bytes
+            return b"".join([b"\x94", _pack(RESPONSE), _pack(msgid), _pack(error), result])
         if type(result) is dict and any(type(v) is Packed for v in result.values()):
             return b"".join([b"\x94", _pack(RESPONSE), _pack(msgid), _pack(error), _map_header(len(result)),
                              *(_pack(k) + (v if type(v) is Packed else _pack(v)) for k, v in result.items())])
@@ -357,7 +359,13 @@ _packers = threading.local()
 
 
 class Packed(bytes):
-    """A value already in msgpack form, spliced into a response map as it is (see send_response)."""
+    """A value already in msgpack form, sent as it is: a whole result, or a value of a result map (see
+    send_response)."""
+
+
+def pack(value: Any) -> Packed:
+    """`value` in msgpack, as a response carries it (raises TypeError/ValueError/OverflowError as packing does)."""
+    return Packed(_pack(value))
 
 
 def _map_header(n: int) -> bytes:

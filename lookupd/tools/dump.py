@@ -21,7 +21,7 @@ from ..format.names import INDEX_SUFFIX, LOG_SUFFIX, SEGMENT_SUFFIXES, TIME_INDE
 from .progress import Progress
 from ..format.records import decode_batch
 from ..format.internal.metadata import decode_control
-from ..format.internal.schema import MessageError
+from ..message import MessageError
 from ..format.internal.topics import decode_record, decode_text, dumps, internal_topic, jsonable
 from ..format.records import control_record
 from ..format.render import batch_json, batch_line, record_json, record_line, record_lines

@@ -9,9 +9,10 @@ kafka-dump-log does, rather than as an error.
 
 from __future__ import annotations
 
-from .schema import MessageError, message, read_prefixed
+from ...message import MessageError, read_prefixed
+from . import record
 
-SUBSCRIPTION = message("ConsumerProtocolSubscription", "0-3", "none", """
+SUBSCRIPTION = record("ConsumerProtocolSubscription", "0-3", "none", """
     topics           []string  0+
     userData         bytes     0+  null=0+ default=null
     ownedPartitions  []TopicPartition 1+
@@ -21,7 +22,7 @@ SUBSCRIPTION = message("ConsumerProtocolSubscription", "0-3", "none", """
     rackId           string    3+  null=3+ default=null
 """)
 
-ASSIGNMENT = message("ConsumerProtocolAssignment", "0-3", "none", """
+ASSIGNMENT = record("ConsumerProtocolAssignment", "0-3", "none", """
     assignedPartitions  []TopicPartition 0+
       topic       string   0+
       partitions  []int32  0+

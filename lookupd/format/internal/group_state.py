@@ -10,10 +10,10 @@ Records are fed in offset order with their batch's producer id:
 * a tombstone removes the committed offset and that partition's pending offsets of the group's
   open transactions;
 * a commit for a group that does not exist creates an empty classic group with no protocol type
-  (a "simple" group), which a consumer group's record then replaces;
-* group records (classic, consumer and share) create, update and delete groups, as strictly as
-  Kafka: a record Kafka's replay would refuse (a member tombstone before its assignment's, a
-  partition owned by two members, ...) raises ReplayError naming the group.
+  (a "simple" group), which a consumer or streams group's record then replaces;
+* group records (classic, consumer, share and streams: group_kinds) create, update and delete groups,
+  as strictly as Kafka: a record Kafka's replay would refuse (a member tombstone before its
+  assignment's, a partition owned at a later epoch, ...) raises ReplayError naming the group.
 
 Committed offsets are kept by the bytes of their key's fields (group, topic, partition, the strings
 as UTF-8, malformed bytes replaced as Java reads them): (record offset, value bytes), decoded when
@@ -27,25 +27,19 @@ pending offsets, which nothing adds there.
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
+from collections.abc import Mapping
+from typing import Iterator, NamedTuple
 
+from ...message import MessageError
 from .. import _accel
-from .groups import GROUP_METADATA, OFFSET_COMMIT_TYPES, OFFSET_COMMIT_VALUE, decode_key, decode_value, record_type
-from .schema import MessageError
+from .group_kinds import KINDS, ClassicGroup, ConsumerGroup, Group, ReplayError, ShareGroup, StreamsGroup
+from .groups import (GROUP_METADATA, OFFSET_COMMIT_TYPES, OFFSET_COMMIT_VALUE, RECORD_TYPES, decode_key, decode_value,
+                     record_type)
 
 NO_PRODUCER_ID = -1
-LEAVE_GROUP_MEMBER_EPOCH = -2
-MEMBER_STATES = {0: "STABLE", 1: "UNREVOKED_PARTITIONS", 2: "UNRELEASED_PARTITIONS", 127: "UNKNOWN"}
+SHARE_GROUP_STATE_PARTITION_METADATA = 15
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-
-
-class ReplayError(MessageError):
-    """A record Kafka's replay would refuse (IllegalStateException and the like), for one group."""
-
-    def __init__(self, group: str, reason: str):
-        super().__init__(reason)
-        self.group = group
 
 
 class OffsetAndMetadata(NamedTuple):
@@ -89,178 +83,6 @@ def _group_bytes(fields: bytes) -> bytes:
 
 def _group_of(fields: bytes) -> str:
     return _group_bytes(fields).decode("utf-8", "replace")
-
-
-# ------------------------------------------------------------------ groups
-
-
-class ClassicGroup:
-    """A classic group as GroupMetadataValue loads it (Empty without members, else Stable), or a simple
-    group an offset commit made (no protocol type, no members)."""
-
-    type = "classic"
-
-    def __init__(self, group_id: str, value: dict | None = None):
-        self.group_id = group_id
-        self.value = value  # the GroupMetadataValue, None for a simple group
-
-    @property
-    def simple(self) -> bool:
-        return self.value is None or (not self.value["protocolType"] and not self.value["members"])
-
-    @property
-    def protocol_type(self) -> str:
-        return (self.value or {}).get("protocolType") or ""
-
-    @property
-    def state(self) -> str:
-        return "Stable" if self.value and self.value["members"] else "Empty"
-
-
-class ModernGroup:
-    """What KIP-848 consumer groups and KIP-932 share groups share: epochs, members, target assignment."""
-
-    def __init__(self, group_id: str):
-        self.group_id = group_id
-        self.group_epoch = 0
-        self.assignment_epoch = -1
-        self.members: dict[str, dict] = {}
-        self.target_assignment: dict[str, dict[str, list[int]]] = {}  # member -> topic id -> partitions
-        self.topics: dict[str, str] = {}  # topic id -> name, from the partition metadata record
-
-    def member(self, member_id: str, create: bool) -> dict:
-        m = self.members.get(member_id)
-        if m is None:
-            if not create:
-                raise ReplayError(self.group_id, f"member {member_id} is not a member of group {self.group_id}")
-            m = self.new_member(member_id)
-        return dict(m)
-
-    def new_member(self, member_id: str) -> dict:
-        return {"memberId": member_id, "memberEpoch": 0, "previousMemberEpoch": -1, "state": 0,
-                "assignedPartitions": {}, "clientId": "", "clientHost": "", "rackId": None,
-                "subscribedTopicNames": []}
-
-    def update_member(self, member: dict) -> None:
-        self.members[member["memberId"]] = member
-
-    def remove_member(self, member_id: str) -> None:
-        self.members.pop(member_id, None)
-
-    # What consumer and share groups replay alike (GroupMetadataManager's replay of their records).
-    epoch_tombstone_left = ""  # the end of the error of a group tombstone before its assignment epoch's
-
-    def check_deletable(self) -> None:
-        """A group tombstone needs the group empty, its target assignment and then its epoch gone first."""
-        gid = self.group_id
-        if self.members:
-            raise ReplayError(gid, f"Received a tombstone record to delete group {gid} but the group still has "
-                                   f"{len(self.members)} members.")
-        if self.target_assignment:
-            raise ReplayError(gid, f"Received a tombstone record to delete group {gid} but the target assignment "
-                                   f"still has {len(self.target_assignment)} members.")
-        if self.assignment_epoch != -1:
-            raise ReplayError(gid, f"Received a tombstone record to delete group {gid} but {self.epoch_tombstone_left}")
-
-    def replay_partition_metadata(self, v: dict | None) -> None:
-        self.topics = {} if v is None else {topic["topicId"]: topic["topicName"] for topic in v["topics"]}
-
-    def replay_target_epoch(self, v: dict | None) -> None:
-        if v is not None:
-            self.assignment_epoch = v["assignmentEpoch"]
-            return
-        if self.target_assignment:
-            raise ReplayError(self.group_id, f"Received a tombstone record to delete target assignment of "
-                                             f"{self.group_id} but the assignment still has "
-                                             f"{len(self.target_assignment)} members.")
-        self.assignment_epoch = -1
-
-    def replay_target_member(self, member_id: str, v: dict | None) -> None:
-        if v is None:
-            self.target_assignment.pop(member_id, None)
-        else:
-            self.target_assignment[member_id] = _assignment(v["topicPartitions"])
-
-
-class ConsumerGroup(ModernGroup):
-    type = "consumer"
-    protocol_type = "consumer"
-    epoch_tombstone_left = "did not receive ConsumerGroupTargetAssignmentMetadataValue tombstone."
-
-    def __init__(self, group_id: str):
-        super().__init__(group_id)
-        self.partition_epochs: dict[tuple[str, int], int] = {}  # who owns what (ConsumerGroup.currentPartitionEpoch)
-
-    def new_member(self, member_id: str) -> dict:
-        return {**super().new_member(member_id), "instanceId": None, "subscribedTopicRegex": "",
-                "rebalanceTimeoutMs": -1, "serverAssignor": None, "classicMemberMetadata": None,
-                "partitionsPendingRevocation": {}}
-
-    def update_member(self, member: dict) -> None:
-        """ConsumerGroup.updateMember's partition epochs: the old assignment is released, the new one
-        taken, and a partition may be owned (assigned or pending revocation) by one member only."""
-        old = self.members.get(member["memberId"])
-        self.members[member["memberId"]] = member
-        if old is not None:
-            self._release(old)
-        epoch = member["memberEpoch"]
-        for owned in (member["assignedPartitions"], member["partitionsPendingRevocation"]):
-            for topic_id, partitions in owned.items():
-                for p in partitions:
-                    prev = self.partition_epochs.get((topic_id, p))
-                    if prev is not None:
-                        raise ReplayError(self.group_id, f"Cannot set the epoch of {topic_id}-{p} to {epoch} because "
-                                                         f"the partition is still owned at epoch {prev}")
-                    self.partition_epochs[(topic_id, p)] = epoch
-
-    def _release(self, member: dict) -> None:
-        epoch = member["memberEpoch"]
-        for owned in (member["assignedPartitions"], member["partitionsPendingRevocation"]):
-            for topic_id, partitions in owned.items():
-                for p in partitions:
-                    prev = self.partition_epochs.pop((topic_id, p), None)
-                    if prev != epoch:
-                        raise ReplayError(self.group_id, f"Cannot remove the epoch {epoch} from {topic_id}-{p} "
-                                                         f"because the partition is still owned at a different "
-                                                         f"epoch {prev}")
-
-    def remove_member(self, member_id: str) -> None:
-        old = self.members.pop(member_id, None)
-        if old is not None:
-            self._release(old)
-
-    @property
-    def state(self) -> str:
-        """ConsumerGroup.maybeUpdateGroupState, computed from the replayed fields."""
-        if not self.members:
-            return "Empty"
-        if self.group_epoch > self.assignment_epoch:
-            return "Assigning"
-        for m in self.members.values():
-            if not (m["state"] == 0 and m["memberEpoch"] == self.assignment_epoch):
-                return "Reconciling"
-        return "Stable"
-
-
-class ShareGroup(ModernGroup):
-    type = "share"
-    protocol_type = "share"
-    epoch_tombstone_left = "target assignment epoch in invalid."
-
-    @property
-    def state(self) -> str:
-        return "Stable" if self.members else "Empty"
-
-
-Group = ClassicGroup | ConsumerGroup | ShareGroup
-
-
-def _assignment(topic_partitions: list[dict]) -> dict[str, list[int]]:
-    """topic id -> sorted partitions (Kafka keeps sets: a partition listed twice counts once)."""
-    out: dict[str, set[int]] = {}
-    for tp in topic_partitions:
-        out.setdefault(tp["topicId"], set()).update(tp["partitions"])
-    return {t: sorted(ps) for t, ps in out.items()}
 
 
 class PartitionOffset(NamedTuple):
@@ -315,17 +137,51 @@ def commit_table():
     return DictCommits()
 
 
+class Groups(Mapping):
+    """The partition's groups by id: those its group records made, and the simple groups its commits made
+    (kept as names alone, the UTF-8 bytes the C scan notes: a compacted log makes one a batch, and an
+    object each would cost more than the replay of their commits). A name with a group record is that
+    group, whatever the commits say."""
+
+    def __init__(self) -> None:
+        self.recorded: dict[str, Group] = {}
+        self.simple: set[bytes] = set()
+
+    def __getitem__(self, group_id: str) -> Group:
+        g = self.recorded.get(group_id)
+        if g is not None:
+            return g
+        if group_id.encode() in self.simple:
+            return ClassicGroup(group_id)
+        raise KeyError(group_id)
+
+    def __contains__(self, group_id: object) -> bool:
+        return group_id in self.recorded or (isinstance(group_id, str) and group_id.encode() in self.simple)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self.recorded.keys() | {name.decode() for name in self.simple}))
+
+    def __len__(self) -> int:
+        return len(self.recorded.keys() | {name.decode() for name in self.simple})
+
+    def remove(self, group_id: str) -> None:
+        """GroupMetadataManager.removeGroup."""
+        self.recorded.pop(group_id, None)
+        self.simple.discard(group_id.encode())
+
+
 class GroupCoordinatorState:
     """The groups, committed offsets and pending transactional offsets of one `__consumer_offsets`
     partition (a GroupCoordinatorShard after its load)."""
 
     def __init__(self) -> None:
-        self.groups: dict[str, Group] = {}
+        self.groups = Groups()
         self.commits = commit_table()  # key fields -> (record offset, value bytes); a group's keys
         self._decoded: dict[bytes, OffsetAndMetadata] = {}  # values read so far (checked by record offset)
         # producer id -> group -> key fields -> (record offset, value bytes) its COMMIT marker would commit
         self.pending: dict[int, dict[str, dict[bytes, tuple[int, bytes]]]] = {}
         self.open_transactions: dict[str, set[int]] = {}  # group -> producer ids with pending offsets
+        self.share_state_partitions: dict[str, dict] = {}  # share group -> its ShareGroupStatePartitionMetadata
         self.generation = 0  # counts the changes replayed: an answer made at one generation holds until the next
 
     # -------------------------------------------------------------- replay
@@ -341,13 +197,10 @@ class GroupCoordinatorState:
                                 v, value)
         elif t == GROUP_METADATA:
             self._group_metadata(k["group"], v)
-        elif t <= 8:
-            self._consumer_group(t, k["groupId"], k.get("memberId"), v)
-        elif t <= 14:
-            self._share_group(t, k["groupId"], k.get("memberId"), v)
-        else:  # 15, ShareGroupStatePartitionMetadata: GroupCoordinatorShard.replay has no case for it
-            raise ReplayError(k["groupId"], f"Received an unknown record type {t} (ShareGroupStatePartitionMetadata): "
-                                            f"Kafka's group coordinator fails its load on it")
+        elif t == SHARE_GROUP_STATE_PARTITION_METADATA:
+            self._share_state_partitions(k["groupId"], v)
+        else:
+            self._modern(t, k, v)
 
     def replay_marker(self, producer_id: int, commit: bool) -> None:
         """A COMMIT or ABORT marker (OffsetMetadataManager.replayEndTransactionMarker)."""
@@ -372,10 +225,7 @@ class GroupCoordinatorState:
         """What the C scan noted of a run of plain (no producer id) OffsetCommit records it applied to
         `commits`: the keys with a tombstone, and the groups with a value (their names' bytes)."""
         self.generation += 1
-        for g in groups:
-            name = g.decode()
-            if name not in self.groups:
-                self.groups[name] = ClassicGroup(name)
+        self.groups.simple.update(groups)
         if self.open_transactions:
             for fields in tombstoned:
                 self._drop_pending(_group_of(fields), fields)
@@ -394,7 +244,7 @@ class GroupCoordinatorState:
             self._drop_pending(group, fields)
             return
         if group not in self.groups:
-            self.groups[group] = ClassicGroup(group)
+            self.groups.simple.add(group.encode())
         if producer_id == NO_PRODUCER_ID:
             self._put(group, fields, offset, value)
         else:  # (v: the decoded value, or its bytes from the C scan: only the record offset is used)
@@ -416,112 +266,47 @@ class GroupCoordinatorState:
 
     def _group_metadata(self, group: str, v: dict | None) -> None:
         if v is None:
-            self.groups.pop(group, None)
+            self.groups.remove(group)
         else:
-            self.groups[group] = ClassicGroup(group, v)
+            self.groups.recorded[group] = ClassicGroup(group, v)
 
-    def _modern(self, cls: type, group_id: str, create: bool, tombstone_ok: bool) -> ModernGroup | None:
-        """getOrMaybeCreatePersisted{Consumer,Share}Group: None where Kafka ignores the record."""
+    def _persisted(self, cls: type, group_id: str, create: bool):
+        """getOrMaybeCreatePersisted{Consumer,Share,Streams}Group: the group, made where `create` (a value)
+        and none is there; None for a tombstone of a group that is not there (Kafka ignores it)."""
         g = self.groups.get(group_id)
         if g is None:
             if not create:
-                if tombstone_ok:
-                    return None
-                raise ReplayError(group_id, f"{cls.type.capitalize()} group {group_id} not found")
+                return None
         elif isinstance(g, cls):
             return g
-        elif cls is ConsumerGroup and isinstance(g, ClassicGroup) and g.simple:
-            pass  # a simple group only holds offsets: the consumer group takes its place
-        elif cls is ConsumerGroup:
-            raise ReplayError(group_id, f"Group {group_id} is not a consumer group")
+        elif cls in (ConsumerGroup, StreamsGroup) and isinstance(g, ClassicGroup) and g.simple:
+            pass  # a simple group only holds offsets: the group of the record's kind takes its place
         else:
-            raise ReplayError(group_id, f"Group {group_id} is not a share group.")
-        g = self.groups[group_id] = cls(group_id)
+            raise ReplayError(group_id, f"Group {group_id} is not a {cls.type} group" +
+                              ("." if cls is not ConsumerGroup else ""))
+        g = self.groups.recorded[group_id] = cls(group_id)
         return g
 
-    def _consumer_group(self, t: int, group_id: str, member_id: str | None, v: dict | None) -> None:
-        g = self._modern(ConsumerGroup, group_id, v is not None, tombstone_ok=True)
-        if g is None:
-            return
-        if t == 3:  # ConsumerGroupMetadata
-            self._group_epoch(g, v)
-        elif t == 4:  # ConsumerGroupPartitionMetadata
-            g.replay_partition_metadata(v)
-        elif t == 5:  # ConsumerGroupMemberMetadata
-            if v is not None:
-                g.update_member({**g.member(member_id, True), **v})
-                return
-            old = g.members.get(member_id)
-            if old is None:
-                return
-            if old["memberEpoch"] != LEAVE_GROUP_MEMBER_EPOCH:
-                raise ReplayError(group_id, f"Received a tombstone record to delete member {member_id} but did not "
-                                            f"receive ConsumerGroupCurrentMemberAssignmentValue tombstone.")
-            if member_id in g.target_assignment:
-                raise ReplayError(group_id, f"Received a tombstone record to delete member {member_id} but did not "
-                                            f"receive ConsumerGroupTargetAssignmentMetadataValue tombstone.")
-            g.remove_member(member_id)
-        elif t == 6:  # ConsumerGroupTargetAssignmentMetadata
-            g.replay_target_epoch(v)
-        elif t == 7:  # ConsumerGroupTargetAssignmentMember
-            g.replay_target_member(member_id, v)
-        else:  # 8, ConsumerGroupCurrentMemberAssignment
-            if v is not None:
-                g.update_member({**g.member(member_id, True), "memberEpoch": v["memberEpoch"],
-                                 "previousMemberEpoch": v["previousMemberEpoch"], "state": v["state"],
-                                 "assignedPartitions": _assignment(v["assignedPartitions"]),
-                                 "partitionsPendingRevocation": _assignment(v["partitionsPendingRevocation"])})
-            elif member_id in g.members:
-                g.update_member({**g.members[member_id], "memberEpoch": LEAVE_GROUP_MEMBER_EPOCH,
-                                 "previousMemberEpoch": LEAVE_GROUP_MEMBER_EPOCH, "assignedPartitions": {},
-                                 "partitionsPendingRevocation": {}})
+    def _modern(self, t: int, key: dict, v: dict | None) -> None:
+        """A record of a consumer, share or streams group, replayed by its group (group_kinds)."""
+        g = self._persisted(KINDS[t], key["groupId"], v is not None)
+        if g is not None and g.replay(t, key, v):
+            self.groups.remove(g.group_id)
 
-    def _group_epoch(self, g: ModernGroup, v: dict | None) -> None:
-        """A consumer or share group's metadata record: its epoch, or (a tombstone) its deletion."""
-        if v is not None:
-            g.group_epoch = v["epoch"]
-            return
-        g.check_deletable()
-        del self.groups[g.group_id]
-
-    def _share_group(self, t: int, group_id: str, member_id: str | None, v: dict | None) -> None:
-        # Share groups: only a member metadata or group metadata value creates one; anything else for a
-        # missing group fails Kafka's load.
-        g = self._modern(ShareGroup, group_id, v is not None and t in (10, 11), tombstone_ok=False)
-        if t == 11:  # ShareGroupMetadata
-            self._group_epoch(g, v)
-        elif t == 9:  # ShareGroupPartitionMetadata
-            g.replay_partition_metadata(v)
-        elif t == 10:  # ShareGroupMemberMetadata
-            if v is not None:
-                g.update_member({**g.member(member_id, True), **v})
-                return
-            old = g.member(member_id, False)
-            if old["memberEpoch"] != LEAVE_GROUP_MEMBER_EPOCH:
-                raise ReplayError(group_id, f"Received a tombstone record to delete member {member_id} with invalid "
-                                            f"leave group epoch.")
-            if member_id in g.target_assignment:
-                raise ReplayError(group_id, f"Received a tombstone record to delete member {member_id} but member "
-                                            f"exists in target assignment.")
-            g.remove_member(member_id)
-        elif t == 12:  # ShareGroupTargetAssignmentMetadata
-            g.replay_target_epoch(v)
-        elif t == 13:  # ShareGroupTargetAssignmentMember
-            g.replay_target_member(member_id, v)
-        else:  # 14, ShareGroupCurrentMemberAssignment
-            old = g.member(member_id, False)
-            if v is not None:
-                g.update_member({**old, "memberEpoch": v["memberEpoch"], "previousMemberEpoch": v["previousMemberEpoch"],
-                                 "state": v["state"], "assignedPartitions": _assignment(v["assignedPartitions"])})
-            else:
-                g.update_member({**old, "memberEpoch": LEAVE_GROUP_MEMBER_EPOCH,
-                                 "previousMemberEpoch": LEAVE_GROUP_MEMBER_EPOCH, "assignedPartitions": {}})
+    def _share_state_partitions(self, group_id: str, v: dict | None) -> None:
+        """ShareGroupStatePartitionMetadata: which share partitions are initialized, kept by group (a value
+        makes the share group; a tombstone removes what was kept, group or not)."""
+        if v is None:
+            self.share_state_partitions.pop(group_id, None)
+        else:
+            self._persisted(ShareGroup, group_id, True)
+            self.share_state_partitions[group_id] = v
 
     # -------------------------------------------------------------- answers
 
     def group_ids(self) -> list[str]:
         """Every group, sorted."""
-        return sorted(self.groups)
+        return list(self.groups)
 
     def committed(self, group: str) -> dict[tuple[str, int], OffsetAndMetadata]:
         """The group's committed offsets by (topic, partition)."""
@@ -560,7 +345,7 @@ def key_group(key: bytes | None) -> str | None:
     which group a record that does not decode belongs to); None otherwise."""
     try:
         t = record_type(key)
-        if not 0 <= t <= 15:
+        if t not in RECORD_TYPES:
             return None
         n = _I16.unpack_from(key, 2)[0]
         if n < 0 or 4 + n > len(key):

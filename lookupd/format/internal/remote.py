@@ -1,14 +1,15 @@
 """`__remote_log_metadata`: the tiered-storage metadata records (RemoteLogMetadataSerde). No I/O.
 
 Key-less records whose values are ApiMessageAndVersion frames, as in `__cluster_metadata` (see
-`metadata.decode_frame`); the tables are storage/src/main/resources/message/*.json of Kafka 4.0.
+`metadata.decode_frame`); the tables are storage/src/main/resources/message/*.json of the 4.x line's newest.
 States are RemoteLogSegmentState and RemotePartitionDeleteState by id.
 """
 
 from __future__ import annotations
 
+from ...message import Message, common
+from . import record
 from .metadata import FramedRecord, decode_frame
-from .schema import Message, common, message
 
 _TOPIC_ID_PARTITION = common("TopicIdPartitionEntry", """
     name       string  0+
@@ -27,7 +28,7 @@ _LEADER_EPOCHS = """
 """
 
 REMOTE_LOG_METADATA_RECORDS: dict[int, Message] = {
-    0: message("RemoteLogSegmentMetadataRecord", "0", "0+", """
+    0: record("RemoteLogSegmentMetadataRecord", "0", "0+", """
     remoteLogSegmentId  RemoteLogSegmentIdEntry 0+
     startOffset         int64  0+
     endOffset           int64  0+
@@ -38,21 +39,22 @@ REMOTE_LOG_METADATA_RECORDS: dict[int, Message] = {
     segmentSizeInBytes     int32  0+
     customMetadata         bytes  0+  null=0+ default=null
     remoteLogSegmentState  int8   0+
+    txnIndexEmpty          bool   0+  tag=0
 """, _COMMON),
-    1: message("RemoteLogSegmentMetadataUpdateRecord", "0", "0+", """
+    1: record("RemoteLogSegmentMetadataUpdateRecord", "0", "0+", """
     remoteLogSegmentId     RemoteLogSegmentIdEntry 0+
     brokerId               int32  0+
     eventTimestampMs       int64  0+
     customMetadata         bytes  0+  null=0+ default=null
     remoteLogSegmentState  int8   0+
 """, _COMMON),
-    2: message("RemotePartitionDeleteMetadataRecord", "0", "0+", """
+    2: record("RemotePartitionDeleteMetadataRecord", "0", "0+", """
     topicIdPartition            TopicIdPartitionEntry 0+
     brokerId                    int32  0+
     eventTimestampMs            int64  0+
     remotePartitionDeleteState  int8   0+
 """, _COMMON),
-    3: message("RemoteLogSegmentMetadataSnapshotRecord", "0", "0+", """
+    3: record("RemoteLogSegmentMetadataSnapshotRecord", "0", "0+", """
     segmentId              uuid   0+
     startOffset            int64  0+
     endOffset              int64  0+
@@ -63,6 +65,7 @@ REMOTE_LOG_METADATA_RECORDS: dict[int, Message] = {
     segmentSizeInBytes     int32  0+
     customMetadata         bytes  0+  null=0+ default=null
     remoteLogSegmentState  int8   0+
+    txnIndexEmpty          bool   0+  tag=0
 """),
 }
 

@@ -7,8 +7,8 @@ import base64
 import json
 from typing import Any
 
+from ...message import MessageError
 from . import groups, metadata, remote, transactions
-from .schema import MessageError
 
 CONSUMER_OFFSETS = "__consumer_offsets"
 TRANSACTION_STATE = "__transaction_state"

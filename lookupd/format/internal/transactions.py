@@ -13,17 +13,19 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .schema import MessageError, message, read_prefixed
+from ...message import MessageError, read_prefixed
+from . import record
 
-TRANSACTION_LOG_KEY = message("TransactionLogKey", "0", "none", """
+TRANSACTION_LOG_KEY = record("TransactionLogKey", "0", "none", """
     transactionalId  string  0
 """)
 
-TRANSACTION_LOG_VALUE = message("TransactionLogValue", "0-1", "1+", """
+TRANSACTION_LOG_VALUE = record("TransactionLogValue", "0-1", "1+", """
     producerId                        int64  0+
     previousProducerId                int64  1+  tag=0@1+ default=-1
     nextProducerId                    int64  1+  tag=1@1+ default=-1
     producerEpoch                     int16  0+
+    nextProducerEpoch                 int16  1+  tag=3@1+ default=-1
     transactionTimeoutMs              int32  0+
     transactionStatus                 int8   0+
     transactionPartitions             []PartitionsSchema 0+ null=0+
