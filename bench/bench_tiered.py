@@ -70,7 +70,7 @@ def _wait_whole(manager, targets, warm, timeout: float = 60.0) -> None:
     bases = log.base_offsets
     remote = {log.segment(bases[bisect.bisect_right(bases, o) - 1]) for o, _ in targets}
     deadline = time.monotonic() + timeout
-    while not all(seg.whole for seg in remote):
+    while not all(seg.log.file.whole for seg in remote):
         if time.monotonic() > deadline:
             raise RuntimeError("remote segments were not fetched whole in time")
         warm()

@@ -21,6 +21,8 @@ from typing import Iterator, NamedTuple
 from lookupd.format.batch import BatchHeader, parse_header, whole_frames
 from lookupd.log.fileio import FileHandle, regular_stat
 from lookupd.log.filerecords import read_frames
+from lookupd.log.segment import LogSegment
+from lookupd.log.tiered.segment import UploadData
 from lookupd.format.names import segment_file_name
 from lookupd.errors import OffsetOutOfRange
 from lookupd.rpc.client import RemoteError
@@ -207,8 +209,11 @@ class TieredSource(LocalSource):
         seg = self._catalog.segments(self.part).get(base_offset)
         return seg is not None and seg.tier == "remote"
 
-    def remote_segment(self, base_offset: int):
+    def remote_segment(self, base_offset: int) -> LogSegment:
         return self._remote.segment(self.part.topic, self.part.partition, self.part.local_dir, base_offset)
+
+    def remote_data(self, base_offset: int) -> UploadData:
+        return self._remote.data(self.part.topic, self.part.partition, self.part.local_dir, base_offset)
 
     def log_name(self, base_offset: int) -> str:
         if self.is_remote(base_offset):
@@ -218,7 +223,7 @@ class TieredSource(LocalSource):
     def open_raw(self, base_offset: int, suffix: str):
         if not self.is_remote(base_offset):
             return super().open_raw(base_offset, suffix)
-        data = self.remote_segment(base_offset).data
+        data = self.remote_data(base_offset)
         if suffix == "log":
             return RemoteLogFile(data)
         path = data.index_paths([INDEX_KINDS[suffix]])[INDEX_KINDS[suffix]]
@@ -230,7 +235,7 @@ class TieredSource(LocalSource):
 
     def index_size(self, base_offset: int, suffix: str) -> int | None:
         """A remote segment file's size (from its manifest); None when the segment has no such index."""
-        data = self.remote_segment(base_offset).data
+        data = self.remote_data(base_offset)
         return data.size if suffix == "log" else data.index_size(INDEX_KINDS[suffix])
 
     def pin(self, base_offset: int):

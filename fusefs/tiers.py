@@ -19,7 +19,8 @@ from lookupd.log.remote.config import RemoteConfig, load_remote
 from lookupd.log.tiered.layout import partition_dirs
 from lookupd.log.tiered.brokerfiles import read_leader_epoch_checkpoint, read_topic_id
 from lookupd.log.tiered.listing import RemoteTier
-from lookupd.log.tiered.segment import RemoteSegment, RemoteSegmentInfo
+from lookupd.log.segment import LogSegment
+from lookupd.log.tiered.segment import RemoteSegmentInfo, UploadData
 
 LIST_TTL_S = 30.0  # as the daemon's REMOTE_RESCAN_S: uploads appear within this, retention is noticed on a miss
 MARK = "remote"    # remote segments' files are named <base>.remote.<suffix>: `ls` tells the tiers apart
@@ -76,7 +77,8 @@ class RemoteSegments:
         self.tier = RemoteTier(load_config(config_path))
         self._lock = threading.Lock()
         self._listed: dict[tuple[str, int], tuple[float, dict[int, RemoteSegmentInfo]]] = {}
-        self._segments: dict[str, RemoteSegment] = {}  # `.log` key -> its segment (indexes mapped once)
+        # `.log` key -> its segment (indexes mapped once) and the upload's bytes
+        self._segments: dict[str, tuple[LogSegment, UploadData]] = {}
 
     def _list(self, topic: str, partition: int, local_dir: str | None) -> dict[int, RemoteSegmentInfo]:
         topic_id, lineage = None, []
@@ -96,8 +98,10 @@ class RemoteSegments:
             self._listed[(topic, partition)] = (time.monotonic(), out)
         return out
 
-    def segment(self, topic: str, partition: int, local_dir: str | None, base_offset: int) -> RemoteSegment:
-        """The remote segment at `base_offset`; FileNotFoundError when the bucket has none (deleted by retention)."""
+    def _opened(self, topic: str, partition: int, local_dir: str | None,
+                base_offset: int) -> tuple[LogSegment, UploadData]:
+        """The remote segment at `base_offset` and its upload's bytes; FileNotFoundError when the bucket has none
+        (deleted by retention)."""
         with self._lock:
             listed = self._listed.get((topic, partition))
         infos = listed[1] if listed is not None and time.monotonic() - listed[0] < LIST_TTL_S else None
@@ -108,7 +112,15 @@ class RemoteSegments:
             raise FileNotFoundError(f"{topic}-{partition}: no remote segment at offset {base_offset} in "
                                     f"s3://{self.tier.config.bucket}")
         with self._lock:
-            seg = self._segments.get(info.log_key)
-            if seg is None:
-                seg = self._segments[info.log_key] = self.tier.open(info)
-        return seg
+            opened = self._segments.get(info.log_key)
+            if opened is None:
+                opened = self._segments[info.log_key] = (self.tier.open(info), self.tier.upload_data(info))
+        return opened
+
+    def segment(self, topic: str, partition: int, local_dir: str | None, base_offset: int) -> LogSegment:
+        """The remote segment at `base_offset`; FileNotFoundError when the bucket has none (deleted by retention)."""
+        return self._opened(topic, partition, local_dir, base_offset)[0]
+
+    def data(self, topic: str, partition: int, local_dir: str | None, base_offset: int) -> UploadData:
+        """The bytes and indexes of the upload at `base_offset`, as the bucket holds them."""
+        return self._opened(topic, partition, local_dir, base_offset)[1]

@@ -141,7 +141,7 @@ class IndexEntries(NamedTuple):
 def read_index(directory: str, base_offset: int, suffix: str, active: bool) -> IndexEntries:
     """The entries of the segment's `.index`, `.timeindex` or `.txnindex`, read now: an open
     view keeps them when retention deletes the segment (FileNotFoundError when it is gone already)."""
-    seg = LogSegment(directory, base_offset, live=active)
+    seg = LogSegment.open(directory, base_offset, live=active)
     try:
         return segment_index(seg, suffix)
     finally:

@@ -50,7 +50,7 @@ def _chosen(t) -> dict[int, str]:
     _, tm = t.managers()
     try:
         log = tm.get("plain", 0)
-        return {b: log.segment(b).info_.segment_id for b in log.base_offsets if log.segment(b).tier == "remote"}
+        return {b: log.segment(b).origin.info.segment_id for b in log.base_offsets if log.segment(b).tier == "remote"}
     finally:
         tm.close()
 

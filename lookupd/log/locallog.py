@@ -264,6 +264,11 @@ class LocalLog:
     def __repr__(self) -> str:
         return f"LocalLog({self.topic}-{self.partition}, {len(self._bases)} segments)"
 
+    @property
+    def local_dir(self) -> str | None:
+        """The partition directory on this host (a TieredLog's is None when it is only in the bucket)."""
+        return self.dir
+
     # ------------------------------------------------------------- segments
 
     def refresh(self) -> bool:
@@ -310,7 +315,7 @@ class LocalLog:
         return bases
 
     def _new_segment(self, base_offset: int, live: bool) -> LogSegment:
-        return LogSegment(self.dir, base_offset, self._cache, live=live)
+        return LogSegment.open(self.dir, base_offset, self._cache, live=live)
 
     def local_log_start(self, v: SegmentList) -> int:
         """SegmentList.local_log_start_offset's answer: every segment is local here."""

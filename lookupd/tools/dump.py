@@ -106,7 +106,7 @@ class Dumper:
         d, name = os.path.split(os.path.abspath(path))
         base = parse_segment_file(name)[0]
         bases = list_segments(d)
-        return LogSegment(d, base, live=bool(bases) and base == bases[-1])
+        return LogSegment.open(d, base, live=bool(bases) and base == bases[-1])
 
     def dump(self, path: str) -> None:
         if is_remote(path):

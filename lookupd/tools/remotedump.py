@@ -16,7 +16,8 @@ from ..log.remote.config import RemoteSettings, load_remote
 from ..errors import InvalidArgument
 from ..log.tiered.layout import INDEXES, LOG, parse_key
 from ..log.tiered.listing import RemoteTier
-from ..log.tiered.segment import RemoteSegment, RemoteSegmentInfo
+from ..log.segment import LogSegment
+from ..log.tiered.segment import RemoteSegmentInfo
 
 SCHEME = "s3://"
 
@@ -46,7 +47,7 @@ class RemoteSegments:
         self._tiers: dict[str, RemoteTier] = {}
         self._tmp: str | None = None
 
-    def open(self, url: str) -> tuple[RemoteSegment, str]:
+    def open(self, url: str) -> tuple[LogSegment, str]:
         """(segment, suffix) for a `.log` or `.indexes` URL."""
         bucket, key, suffix = split_url(url)
         parts = key.split("/")

@@ -149,7 +149,7 @@ def _prepare(dest: Directory, bases: set[int], topic_id: str) -> dict[str, bytes
 
 def verify_segment(dest: str, base: int) -> list[str]:
     """What `lookupd dump --verify-index-only` reports for the restored segment (empty: all good)."""
-    seg = LogSegment(dest, base, live=False)
+    seg = LogSegment.open(dest, base, live=False)
     try:
         check = check_segment(seg)
     finally:

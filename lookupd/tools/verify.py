@@ -267,7 +267,7 @@ def check_partition(directory: str, *, index_interval_bytes: int = DEFAULT_INDEX
     bases = list_segments(directory)
     tracker = TransactionTracker()
     for i, base in enumerate(bases):
-        seg = LogSegment(directory, base, live=i == len(bases) - 1)
+        seg = LogSegment.open(directory, base, live=i == len(bases) - 1)
         try:
             check = check_segment(seg, index_interval_bytes=index_interval_bytes, tracker=tracker,
                                   progress=progress)

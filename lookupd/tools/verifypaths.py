@@ -53,7 +53,7 @@ class Verifier:
     def segment(self, directory: str, base: int) -> Iterator[tuple[str, str]]:
         """One local segment, by itself."""
         bases = list_segments(directory)
-        seg = LogSegment(directory, base, live=bool(bases) and base == bases[-1])
+        seg = LogSegment.open(directory, base, live=bool(bases) and base == bases[-1])
         try:
             check = check_segment(seg, progress=self.progress)
         finally:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 LOG, INDEXES, MANIFEST = "log", "indexes", "rsm-manifest"
 
 
@@ -11,3 +13,12 @@ def sibling_key(log_key: str, suffix: str) -> str:
     if not log_key.endswith("." + LOG):
         raise ValueError(f"{log_key!r} is not a segment's .log key")
     return log_key[:-len(LOG)] + suffix
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """An object as a listing gives it."""
+
+    key: str
+    size: int
+    etag: str | None = None  # what the store says of its content: a rewritten object has another

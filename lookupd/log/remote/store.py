@@ -23,7 +23,6 @@ import random
 import re
 import threading
 import time
-from dataclasses import dataclass
 
 import boto3
 import botocore
@@ -37,6 +36,7 @@ from obstore.store import S3Store
 from ...errors import Unauthorized, Unavailable
 from .config import RemoteConfig
 from .errors import ObjectNotFound, ObjectTooLarge, StoreWouldWait, local_only  # noqa: F401 - callers catch them here
+from .objects import ObjectInfo
 
 ATTEMPTS = 5                # transient faults (5xx, SlowDown, resets, timeouts) are tried this often in all
 BACKOFF_FIRST = 0.05        # seconds before the first retry; doubled each time (full jitter)
@@ -45,13 +45,6 @@ CONNECT_TIMEOUT = 5.0       # seconds; a store that does not accept a connection
 REQUEST_TIMEOUT = 30.0      # seconds for a whole request: a 32 MiB GET on a slow link, then retried
 LIST_PAGE = 1000            # keys per ListObjectsV2 page (S3's maximum)
 _STATUS = re.compile(r"status code: (\d{3})")
-
-
-@dataclass(frozen=True, slots=True)
-class ObjectInfo:
-    key: str
-    size: int
-    etag: str | None = None  # what the store says of its content: a rewritten object has another
 
 
 def endpoint_url(cfg: RemoteConfig) -> str | None:

@@ -15,7 +15,7 @@ import bisect
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from ...errors import LookupdError
 from ..remote.config import RemoteConfig
@@ -25,7 +25,9 @@ from ..remote.extra import open_bucket
 from ..remote.manifest import Manifest
 from .layout import ListedSegment, RemotePartition, SegmentKeys, list_partitions, list_segments
 from .brokerfiles import MetadataReader, RemoteLogMetadata, read_leader_epoch_checkpoint, read_topic_id
-from .segment import RemoteSegment, RemoteSegmentInfo
+from ..locallog import LocalLog
+from ..segment import LogSegment
+from .segment import Listing, RemoteSegmentInfo, UploadData, remote_segment
 
 if TYPE_CHECKING:
     from ..remote.bucket import BucketSegment
@@ -108,14 +110,16 @@ def choose(candidates: Iterable[RemoteSegmentInfo], lineage: list[tuple[int, int
 
 
 class PartitionListing:
-    """One bucket partition directory's chosen segments, and how to list it again."""
+    """One bucket partition directory's chosen segments, and what listing it again needs: the partition's
+    epoch lineage and the logs the listing read the metadata topic from."""
 
     def __init__(self, partition: RemotePartition, url: str, segments: list[RemoteSegmentInfo],
-                 relist: Callable[[], list[RemoteSegmentInfo]]):
+                 lineage: list[tuple[int, int]], local_logs: list[LocalLog]):
         self.partition = partition
         self.url = url
         self.segments = segments
-        self.relist = relist
+        self.lineage = lineage
+        self.local_logs = local_logs
 
 
 class RemoteTier:
@@ -152,10 +156,14 @@ class RemoteTier:
         """The segment's BucketSegment (made once per upload; its manifest fetched then)."""
         return self.bucket.segment(keys.log)
 
-    def open(self, info: RemoteSegmentInfo, cache=None, current=None) -> RemoteSegment:
-        data = _LazyData(lambda: self.data(info.keys), lambda: self.gone(info.keys))
-        return RemoteSegment(info, data, cache, url=self.url(info.keys.log), current=current,
-                             fetch_whole=lambda: self.whole_segment(info.keys))
+    def open(self, info: RemoteSegmentInfo, cache=None, listing: Listing | None = None) -> LogSegment:
+        """The listed upload as a LogSegment of remote parts (nothing fetched until it is read); `listing`: the
+        partition's (a TieredLog), asked whether it still names this upload."""
+        return remote_segment(self, info, cache, listing)
+
+    def upload_data(self, info: RemoteSegmentInfo) -> UploadData:
+        """The listed upload's bytes and indexes, opened on first use (what a remote segment reads through)."""
+        return UploadData(self, info.keys)
 
     def gone(self, keys: SegmentKeys) -> None:
         """The store no longer has one of the upload's objects: listings from the metadata topic leave it out
@@ -260,11 +268,11 @@ class RemoteTier:
                     "layout (an illegal topic name or number, an upload missing its .log or .indexes): %s%s",
                     self.config.bucket, len(new), shown, more)
 
-    def scan(self, local_logs: list) -> dict[tuple[str, int], PartitionListing]:
+    def scan(self, local_logs: list[LocalLog]) -> dict[tuple[str, int], PartitionListing]:
         """Every bucket partition that matches a local partition's topic id or has no local partition,
         with its chosen segments; LookupdError (UNAVAILABLE, UNAUTHORIZED) when the store cannot be listed."""
         state = self._metadata.read(local_logs)
-        local = {(llog.topic, llog.partition): llog for llog in local_logs if getattr(llog, "local_dir", "") is not None}
+        local = {(llog.topic, llog.partition): llog for llog in local_logs if llog.local_dir is not None}
         out: dict[tuple[str, int], PartitionListing] = {}
         skipped: list[str] = []
         partitions = list_partitions(self.store, self.config.prefix, skipped)
@@ -276,7 +284,7 @@ class RemoteTier:
             llog = local.get(key)
             lineage: list[tuple[int, int]] = []
             if llog is not None:
-                local_dir = getattr(llog, "local_dir", llog.dir)
+                local_dir = llog.local_dir
                 try:
                     topic_id = read_topic_id(local_dir)
                 except LookupdError as err:
@@ -290,50 +298,11 @@ class RemoteTier:
             segments = self.list_partition(rp, state, lineage, skipped=skipped)
             if not segments:
                 continue
-            out[key] = PartitionListing(rp, self.url(rp.dir(self.config.prefix).rstrip("/")), segments,
-                                        lambda rp=rp, lineage=lineage, llogs=local_logs: self._relist(rp, llogs, lineage))
+            out[key] = PartitionListing(rp, self.url(rp.dir(self.config.prefix).rstrip("/")), segments, lineage,
+                                        local_logs)
         self.note_skipped(skipped, whole=True)
         return out
 
-    def _relist(self, rp: RemotePartition, local_logs: list, lineage: list[tuple[int, int]]) -> list[RemoteSegmentInfo]:
-        return self.list_partition(rp, self._metadata.read(local_logs), lineage)
-
-
-class _LazyData:
-    """RemoteSegmentData made on first use: a listed segment costs no GET until it is read. `gone`: told when
-    the store no longer has one of the upload's objects (deleted by retention since it was listed)."""
-
-    def __init__(self, make: Callable[[], object], gone: Callable[[], None] | None = None):
-        self._make = make
-        self._gone = gone
-        self._data = None
-
-    def _get(self):
-        data = self._data
-        if data is None:
-            data = self._data = self._make()
-        return data
-
-    def _with(self, use: Callable[[object], object]):
-        try:
-            return use(self._get())
-        except ObjectNotFound:
-            if self._gone is not None:
-                self._gone()
-            raise
-
-    @property
-    def size(self) -> int:
-        return self._with(lambda d: d.size)
-
-    def read(self, position: int, size: int, *, sequential: bool | None = None) -> bytes:
-        return self._with(lambda d: d.read(position, size, sequential=sequential))
-
-    def read_into(self, position: int, out: memoryview, *, sequential: bool | None = None) -> int:
-        return self._with(lambda d: d.read_into(position, out, sequential=sequential))
-
-    def index_paths(self, kinds: list[str]) -> dict[str, str | bytes | None]:
-        return self._with(lambda d: d.index_paths(kinds))
-
-    def index_size(self, kind: str) -> int | None:
-        return self._with(lambda d: d.index_size(kind))
+    def relist(self, listing: PartitionListing) -> list[RemoteSegmentInfo]:
+        """The partition's chosen segments now (a TieredLog's `refresh`)."""
+        return self.list_partition(listing.partition, self._metadata.read(listing.local_logs), listing.lineage)
