@@ -22,7 +22,7 @@ from lookupd.format.batch import BatchHeader, parse_header, whole_frames
 from lookupd.log.fileio import FileHandle, regular_stat
 from lookupd.log.filerecords import read_frames
 from lookupd.log.segment import LogSegment
-from lookupd.log.tiered.segment import UploadData
+from lookupd.log.tiered.segment import INDEX_SUFFIXES, UploadData
 from lookupd.format.names import segment_file_name
 from lookupd.errors import OffsetOutOfRange
 from lookupd.rpc.client import RemoteError
@@ -31,7 +31,8 @@ from .catalog import Catalog, PartitionInfo
 from .daemon import DaemonLink
 from .tiers import RemoteLogFile
 
-INDEX_KINDS = {"index": "offset", "timeindex": "timestamp", "txnindex": "transaction"}  # file suffix -> kind
+# A file suffix (without its dot) -> the upload's index kind.
+INDEX_KINDS = {suffix[1:]: kind for kind, suffix in INDEX_SUFFIXES.items()}
 
 READ_BYTES = 1 << 20  # one pread of a .log, one daemon `read`
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from lookupd.format.batch import LOG_OVERHEAD, RECORD_OVERHEAD_V0
-from lookupd.format.names import segment_file_name
+from lookupd.format.names import LOG_SUFFIX, segment_file_name
 from pyspark.sql.datasource import InputPartition
 
 from .remote import RemoteLocation
@@ -117,7 +117,7 @@ class PartitionRange:
         if seg.key is not None:
             return self.remote.url(seg.key) if self.remote is not None else f"remote segment {seg.key}"
         return os.path.join(self.info.log_dir, f"{self.info.topic}-{self.info.partition}",
-                            segment_file_name(seg.base_offset, ".log"))
+                            segment_file_name(seg.base_offset, LOG_SUFFIX))
 
 
 def part_counts(sizes: list[int], min_partitions: int | None) -> list[int]:

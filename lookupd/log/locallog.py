@@ -18,7 +18,7 @@ import numpy as np
 
 from ..format.batch import parse_header, whole_batches
 from ..errors import INT64_MAX, CorruptDataError, InvalidArgument, OffsetOutOfRange, Unavailable, check_int64
-from ..format.names import parse_segment_file
+from ..format.names import LOG_SUFFIX, parse_segment_file
 from .segment import LOCATE_BATCH, LOCATE_CEILING, LOCATE_ENTRY, LOCATE_READ, LogSegment
 from .txnindex import AbortedTxn
 
@@ -121,7 +121,7 @@ def list_segments(directory: str) -> list[int]:
 
 def _warn_refused(directory: str, names: frozenset[str]) -> None:
     for name in sorted(names):
-        what = "its segment is not served" if name.endswith(".log") else "the segment is answered without it"
+        what = "its segment is not served" if name.endswith(LOG_SUFFIX) else "the segment is answered without it"
         log.warning("%s is a symbolic link or not a regular file: not read, %s (files in a log dir must be "
                     "regular files)", os.path.join(directory, name), what)
 

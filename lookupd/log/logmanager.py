@@ -12,10 +12,9 @@ from .fileio import RefusedFile, open_regular
 from ..errors import LookupdError, Unavailable, UnknownPartition
 from .locallog import LocalLog
 from .logdirs import misplaced
-from .tiered.brokerfiles import PARTITION_METADATA
 from .tiered.listing import RemoteTier
 from .tiered.log import TieredLog
-from ..format.names import parse_partition_dir, validate_partition, validate_topic
+from ..format.names import PARTITION_METADATA, parse_partition_dir, validate_partition, validate_topic
 from .statewarnings import StateWarnings
 
 log = logging.getLogger(__name__)

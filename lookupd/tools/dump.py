@@ -26,7 +26,7 @@ from ..format.internal.topics import decode_record, decode_text, dumps, internal
 from ..format.records import control_record
 from ..format.render import batch_json, batch_line, record_json, record_line, record_lines
 from ..format.wire import ValueDecoder
-from ..log.segment import LogSegment
+from ..log.segment import TIER_LOCAL, LogSegment
 from .remotedump import RemoteSegments, is_remote, remote_segments, split_url
 from .dumpfilter import DumpFilter
 from .verify import SegmentCheck, check_partition, check_segment
@@ -156,7 +156,7 @@ class Dumper:
         found = self._problems.get(seg.log.path)
         if found is not None:
             return found
-        checks = self._replayed.get(os.path.dirname(seg.log.path)) if seg.tier == "local" else None
+        checks = self._replayed.get(os.path.dirname(seg.log.path)) if seg.tier == TIER_LOCAL else None
         check = None
         if checks is not None:
             for c in checks:  # the partition's segments before this one are judged (and dropped) on the way

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from ..errors import CorruptDataError
+from ..format.names import LOG_SUFFIX, filename_prefix
 from ..log.tiered.layout import ListedSegment
+from ..log.tiered.segment import INDEX_SUFFIXES
 from .durable import TMP, Directory, drop_cached, start_writeback, write_all, write_atomically
 from .progress import Progress
 
@@ -38,9 +40,6 @@ SYNC_THREADS = 2                 # threads writing and syncing the small files (
                                  # the GET threads: a sync may wait for a journal commit
 SYNCS_QUEUED = 2                 # segments whose `.log` waits for its sync and rename while the next ones are
                                  # fetched (a failed one stops the restore this soon)
-# The index kinds restored, with their file suffixes (the producer snapshot and leader-epoch index are
-# per-segment copies of broker state, not segment files: the broker rebuilds both on load).
-INDEX_FILES = {"offset": ".index", "timestamp": ".timeindex", "transaction": ".txnindex"}
 
 
 class SegmentFiles:
@@ -49,7 +48,7 @@ class SegmentFiles:
 
     def __init__(self, dest: Directory, base: int, size: int, open_data: Callable[[], Upload]):
         self.dest = dest
-        self.stem = f"{base:020d}"            # its files' names in `dest`
+        self.stem = filename_prefix(base)         # its files' names in `dest`
         self.size = size                      # of its `.log`
         self._open_data = open_data           # its Upload, opened when first asked for
         self._data = None
@@ -67,13 +66,13 @@ class SegmentFiles:
     def write_indexes(self, fetched: Callable[[], dict]) -> None:
         """Write the indexes `fetched()` gives (it waits for their GET)."""
         indexes = fetched()
-        write_atomically(self.dest, {self.stem + suffix: indexes[kind] for kind, suffix in INDEX_FILES.items()
+        write_atomically(self.dest, {self.stem + suffix: indexes[kind] for kind, suffix in INDEX_SUFFIXES.items()
                                      if indexes[kind] is not None})
 
     def _open(self) -> int:
         with self._lock:
             if self._fd is None:
-                self._fd = self.dest.create_fresh(self.stem + ".log" + TMP)
+                self._fd = self.dest.create_fresh(self.stem + LOG_SUFFIX + TMP)
             return self._fd
 
     def write_at(self, position: int, pieces) -> int:
@@ -108,7 +107,7 @@ class SegmentFiles:
             raise CorruptDataError(self.data.key, self._written, f"the segment ends after {self._written} "
                                    f"bytes, its manifest says {self.size}")
         self.indexes.result()
-        self.dest.replace(self.stem + ".log" + TMP, self.stem + ".log")
+        self.dest.replace(self.stem + LOG_SUFFIX + TMP, self.stem + LOG_SUFFIX)
 
     def abandon(self) -> None:
         if self._fd is not None:
@@ -197,9 +196,9 @@ class Pipeline:
             upload = files.data
             mine = head is not None and head.key == upload.key
             if mine and head.indexes is not None:
-                fetched = lambda upload=upload: upload.indexes.fetch(list(INDEX_FILES), head.indexes.result())  # noqa: E731
+                fetched = lambda upload=upload: upload.indexes.fetch(list(INDEX_SUFFIXES), head.indexes.result())  # noqa: E731
             else:
-                fetched = self._gets.submit(upload.indexes.fetch, list(INDEX_FILES)).result
+                fetched = self._gets.submit(upload.indexes.fetch, list(INDEX_SUFFIXES)).result
             files.indexes = self._syncer.submit(files.write_indexes, fetched)
             chunks = upload.chunks
             for run in chunks.plan(PIECE_BYTES, DECODED_BYTES, head.size if mine else 0):

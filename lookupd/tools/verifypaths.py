@@ -20,7 +20,7 @@ import sys
 from typing import Iterator
 
 from ..errors import LookupdError
-from ..format.names import parse_segment_file
+from ..format.names import LOG_SUFFIX, parse_segment_file
 from ..log.locallog import list_segments
 from ..log.segment import LogSegment
 from .dump import expand, partition_dirs_in
@@ -100,7 +100,7 @@ def _targets(paths: list[str]) -> tuple[list[str], list[tuple[str, int]], list[s
 
 def run(args) -> int:
     dirs, alone, urls = _targets(args.paths)
-    total = sum(os.path.getsize(os.path.join(d, f)) for d in dirs for f in os.listdir(d) if f.endswith(".log"))
+    total = sum(os.path.getsize(os.path.join(d, f)) for d in dirs for f in os.listdir(d) if f.endswith(LOG_SUFFIX))
     show = sys.stderr.isatty() and not sys.stdout.isatty()
     with Progress(total, "verify", enabled=show) as progress, \
             remote_segments(getattr(args, "config", None)) as remote:

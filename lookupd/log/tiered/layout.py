@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from ...errors import INT64_MAX, InvalidArgument
-from ...format.names import validate_topic
+from ...format.names import OFFSET_DIGITS, filename_prefix, validate_topic
 from ..remote.objects import INDEXES, LOG, MANIFEST, ObjectInfo
-OFFSET_DIGITS = 20  # Kafka's segment file names: the base offset zero-padded to 20 digits
+
 ID_CHARS = 22       # Kafka's Uuid.toString(): 16 bytes in unpadded base64url
 INT32_MAX = 2 ** 31 - 1
 
@@ -70,7 +70,7 @@ class SegmentKeys:
     prefix: str
 
     def key(self, suffix: str) -> str:
-        return f"{self.partition.dir(self.prefix)}{self.start_offset:0{OFFSET_DIGITS}d}-{self.segment_id}.{suffix}"
+        return f"{self.partition.dir(self.prefix)}{filename_prefix(self.start_offset)}-{self.segment_id}.{suffix}"
 
     @property
     def log(self) -> str:

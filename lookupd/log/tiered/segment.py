@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Callable, NamedTuple, Protocol, TypeVar
 
 from ...errors import LookupdError
+from ...format.names import INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
 from ..fileio import FileHandle, WouldBlock, mode as _nonblocking
 from ..filerecords import FileRecords
 from ..index import OffsetIndex, TimeIndex
@@ -35,6 +36,10 @@ if TYPE_CHECKING:
 
 # The Bucket's index kinds read as a segment's three indexes (the plugin's IndexType names).
 OFFSET, TIMESTAMP, TRANSACTION = "offset", "timestamp", "transaction"
+# Each as Kafka's file (its suffix) and as the class reading it. The upload's other two (the producer snapshot
+# and the leader-epoch index) are copies of broker state, not segment files: the broker rebuilds both on load.
+INDEX_SUFFIXES = {OFFSET: INDEX_SUFFIX, TIMESTAMP: TIME_INDEX_SUFFIX, TRANSACTION: TXN_INDEX_SUFFIX}
+_INDEX_CLASSES = {OFFSET: OffsetIndex, TIMESTAMP: TimeIndex, TRANSACTION: TransactionIndex}
 # Reads of a segment's bytes after which it is fetched whole into the cache: a segment read this often
 # is being looked up repeatedly, and a local copy makes each lookup as cheap as on a local segment.
 MATERIALIZE_AFTER_READS = 16
@@ -182,8 +187,6 @@ class RemoteFile:
     def close(self) -> None:
         pass
 
-
-_INDEX_CLASSES = {OFFSET: OffsetIndex, TIMESTAMP: TimeIndex, TRANSACTION: TransactionIndex}
 
 
 class RemoteIndexes:
