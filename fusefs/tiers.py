@@ -4,6 +4,9 @@ bucket named by the `[remote]` table of the daemon's config (`fusefs mount --con
 Their `.log` bytes come through the Bucket's chunk cache (chunks fetched on demand, with
 read-ahead for sequential reads), their indexes as the files it fetches into `cache_dir`. The bucket is
 listed per partition (the plugin's layout: its keys, the manifest last) and the listing kept for
+if TYPE_CHECKING:
+    from lookupd.log.remote.bucket import BucketSegment
+
 LIST_TTL_S; a base offset it does not know lists again once. Which upload of the offsets is read
 follows the local `leader-epoch-checkpoint` as the daemon's choice does.
 """
@@ -12,13 +15,14 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import TYPE_CHECKING
 
-from lookupd.errors import InvalidArgument, LookupdError
+from lookupd.errors import InvalidArgument
 from lookupd.format.names import segment_file_name
+from lookupd.log.remote.readpattern import ReadPattern
 from lookupd.log.remote.config import RemoteConfig, load_remote
 from lookupd.log.tiered.layout import partition_dirs
-from lookupd.log.tiered.brokerfiles import read_leader_epoch_checkpoint, read_topic_id
-from lookupd.log.tiered.listing import RemoteTier
+from lookupd.log.tiered.listing import RemoteTier, local_history
 from lookupd.log.segment import LogSegment
 from lookupd.log.tiered.segment import RemoteSegmentInfo, UploadData
 
@@ -44,17 +48,18 @@ def file_name(base_offset: int, suffix: str, remote: bool) -> str:
     return segment_file_name(base_offset, f".{MARK}.{suffix}" if remote else f".{suffix}")
 
 
-class RemoteLogFile:
+class BucketLogFile:
     """A remote segment's `.log` open in the mount: `read_into(buf, offset)` of the original bytes.
 
     A read within SEQUENTIAL_SLACK of where the last one ended counts as sequential and starts the read-ahead
-    (reads of one file may come from several FUSE threads, so a little out of order)."""
+    (reads of one file may come from several FUSE threads, so a little out of order); a read from the start
+    does too."""
 
     SEQUENTIAL_SLACK = 1 << 20
 
-    def __init__(self, data):
+    def __init__(self, data: UploadData | BucketSegment):
         self._data = data
-        self._end = 0  # where the last read ended (0: a read from the start counts as sequential)
+        self._pattern = ReadPattern(self.SEQUENTIAL_SLACK, from_start=True)
 
     def size(self) -> int:
         return self._data.size
@@ -62,16 +67,12 @@ class RemoteLogFile:
     def read_into(self, buf: memoryview, offset: int) -> int:
         """The original bytes from `offset` into `buf` (libfuse's reply buffer), copied once from the decoded
         chunks; how many went in (fewer at the end of the segment)."""
-        return self._data.read_into(offset, buf, sequential=self._sequential(offset, len(buf)))
-
-    def _sequential(self, offset: int, size: int) -> bool:
-        sequential = abs(offset - self._end) <= self.SEQUENTIAL_SLACK
-        self._end = offset + size
-        return sequential
+        return self._data.read_into(offset, buf, sequential=self._pattern.sequential(offset, offset + len(buf)))
 
 
-class RemoteSegments:
-    """Remote segments by (topic, partition, base offset), from one bucket."""
+class BucketSegments:
+    """Remote segments by (topic, partition, base offset), read from the bucket itself (not through the
+    daemon: DaemonSource)."""
 
     def __init__(self, config_path: str):
         self.tier = RemoteTier(load_config(config_path))
@@ -81,19 +82,12 @@ class RemoteSegments:
         self._segments: dict[str, tuple[LogSegment, UploadData]] = {}
 
     def _list(self, topic: str, partition: int, local_dir: str | None) -> dict[int, RemoteSegmentInfo]:
-        topic_id, lineage = None, []
-        if local_dir is not None:
-            try:
-                topic_id = read_topic_id(local_dir)
-            except LookupdError:
-                topic_id = None
-            lineage = read_leader_epoch_checkpoint(local_dir)
-        store, prefix = self.tier.store, self.tier.config.prefix
-        found = [rp for rp in partition_dirs(store, prefix, topic, partition)
-                 if topic_id is None or rp.topic_id == topic_id]
+        history = local_history(topic, partition, local_dir)
+        found = [] if history is None else \
+            [rp for rp in partition_dirs(self.tier.store, self.tier.config.prefix, topic, partition) if history.holds(rp)]
         out: dict[int, RemoteSegmentInfo] = {}
         if found:
-            out = {info.base_offset: info for info in self.tier.list_partition(found[0], None, lineage)}
+            out = {info.base_offset: info for info in self.tier.list_partition(found[0], None, history.lineage())}
         with self._lock:
             self._listed[(topic, partition)] = (time.monotonic(), out)
         return out

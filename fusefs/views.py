@@ -25,7 +25,7 @@ from lookupd.format.wire import ValueDecoder
 from lookupd.log.segment import LogSegment
 
 from .catalog import PartitionInfo, Segments
-from .sources import Cursor, LocalSource, RemoteSource
+from .sources import Cursor, DaemonSource, LocalSource
 from .stream import Pieces
 
 LINES_PER_PIECE = 4096
@@ -76,7 +76,7 @@ class RenderCache:
         return rendered
 
 
-def record_lines(source: LocalSource | RemoteSource, cache: RenderCache, first: int | None, end: int | None,
+def record_lines(source: LocalSource | DaemonSource, cache: RenderCache, first: int | None, end: int | None,
                  follow: bool, cursor: Cursor, *, decoder: ValueDecoder | None = None) -> Pieces:
     """Producer: JSON lines of the records with first <= offset < end, from the batch at `cursor`
     to the end of its segment, or of the partition if `follow`; with a `decoder`, keys and values in

@@ -27,7 +27,7 @@ from ..format.records import control_record
 from ..format.render import batch_json, batch_line, record_json, record_line, record_lines
 from ..format.wire import ValueDecoder
 from ..log.segment import TIER_LOCAL, LogSegment
-from .remotedump import RemoteSegments, is_remote, remote_segments, split_url
+from .remotedump import BucketUrls, bucket_urls, is_remote, split_url
 from .dumpfilter import DumpFilter
 from .verify import SegmentCheck, check_partition, check_segment
 
@@ -72,7 +72,7 @@ def expand(paths: list[str]) -> list[str]:
 class Dumper:
     """Writes one file's dump as text or JSON lines; remembers whether anything was wrong."""
 
-    def __init__(self, args, out=None, progress: Progress | None = None, remote: RemoteSegments | None = None,
+    def __init__(self, args, out=None, progress: Progress | None = None, remote: BucketUrls | None = None,
                  only: DumpFilter | None = None, decoder: ValueDecoder | None = None):
         self.args = args
         self.filter = only  # --offsets/--times (None: everything)
@@ -358,7 +358,7 @@ def run(args) -> int:
         decoder = decoder_for(args.paths[0], args.schemas)
     show = sys.stderr.isatty() and not sys.stdout.isatty()
     with Progress(sum(_log_bytes(files)), "dump", enabled=show) as progress, \
-            remote_segments(getattr(args, "config", None)) as remote:
+            bucket_urls(getattr(args, "config", None)) as remote:
         dumper = Dumper(args, progress=progress, remote=remote, only=only, decoder=decoder)
         if args.verify_index_only:
             for path in args.paths:

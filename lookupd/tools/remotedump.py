@@ -39,8 +39,8 @@ def split_url(url: str) -> tuple[str, str, str]:
     return bucket, key, parsed[1]
 
 
-class RemoteSegments:
-    """Opens `s3://` segments with one RemoteTier per bucket."""
+class BucketUrls:
+    """Segments named by `s3://` URL, read from their buckets (one RemoteTier per bucket)."""
 
     def __init__(self, config_path: str | None):
         self.settings = load_remote(config_path) if config_path else RemoteSettings()
@@ -71,8 +71,8 @@ class RemoteSegments:
 
 
 @contextmanager
-def remote_segments(config_path: str | None) -> Iterator[RemoteSegments]:
-    segments = RemoteSegments(config_path)
+def bucket_urls(config_path: str | None) -> Iterator[BucketUrls]:
+    segments = BucketUrls(config_path)
     try:
         yield segments
     finally:

@@ -21,7 +21,7 @@ from ..format.names import LOG_SUFFIX, PARTITION_METADATA, parse_segment_file, s
 from ..log.remote.config import load_remote
 from ..log.tiered.layout import ListedSegment, RemotePartition, segments_in, topic_ids
 from ..log.remote.indexes import index_size
-from ..log.tiered.listing import RemoteTier
+from ..log.tiered.listing import History, RemoteTier
 from ..log.tiered.segment import INDEX_SUFFIXES
 from ..log.segment import LogSegment
 from .progress import Progress
@@ -82,9 +82,9 @@ def _find_partition(store, prefix: str, topic: str, partition: int,
     """The partition's bucket directory and its uploads: one listing of the topic directories, then one of
     the partition directory under each that bears the topic's name."""
     found = []
-    for tid in topic_ids(store, prefix, topic):
-        if topic_id is None or tid == topic_id:
-            rp = RemotePartition(topic, partition, tid)
+    history = History(topic_id)
+    for rp in (RemotePartition(topic, partition, tid) for tid in topic_ids(store, prefix, topic)):
+        if history.holds(rp):
             objects = store.list(rp.dir(prefix))
             if objects:
                 found.append((rp, segments_in(prefix, rp, objects)))

@@ -25,14 +25,14 @@ from ..log.locallog import list_segments
 from ..log.segment import LogSegment
 from .dump import expand, partition_dirs_in
 from .progress import Progress
-from .remotedump import RemoteSegments, is_remote, remote_segments, split_url
+from .remotedump import BucketUrls, bucket_urls, is_remote, split_url
 from .verify import SegmentCheck, check_partition, check_segment
 
 
 class Verifier:
     """Judges segments and counts them and their problems; yields (file, message) for each problem."""
 
-    def __init__(self, remote: RemoteSegments | None = None, progress: Progress | None = None):
+    def __init__(self, remote: BucketUrls | None = None, progress: Progress | None = None):
         self.remote = remote
         self.progress = progress
         self.segments = 0
@@ -103,7 +103,7 @@ def run(args) -> int:
     total = sum(os.path.getsize(os.path.join(d, f)) for d in dirs for f in os.listdir(d) if f.endswith(LOG_SUFFIX))
     show = sys.stderr.isatty() and not sys.stdout.isatty()
     with Progress(total, "verify", enabled=show) as progress, \
-            remote_segments(getattr(args, "config", None)) as remote:
+            bucket_urls(getattr(args, "config", None)) as remote:
         verifier = Verifier(remote, progress)
         found = [verifier.partition(d) for d in dirs] + [verifier.segment(d, b) for d, b in alone] + \
             [verifier.tiered(u) for u in urls]

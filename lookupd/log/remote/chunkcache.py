@@ -17,6 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from .chunks import MAX_GET_BYTES, ChunkFetcher
 from .diskcache import DiskCache, cache_name
 from .errors import StoreWouldWait, local_only
+from .readpattern import ReadPattern
 
 READ_AHEAD_BYTES = 16 * 1024 * 1024  # how far ahead of a sequential reader chunks are fetched: with the
                                      # plugin's usual 4 MiB chunks, one arriving while two decode in parallel
@@ -69,21 +70,6 @@ class Pools:
 
 
 SHARED_POOLS = Pools()  # one process's: decoding is bound by its cores, whatever the buckets
-
-
-class ReadPattern:
-    """Whether a read continues where the last one of the same reader ended (within `slack` bytes: reads of one
-    file from several threads come a little out of order): the one "sequential read" decision, which starts
-    the read-ahead. The first read counts as sequential only `from_start` and at position 0."""
-
-    def __init__(self, slack: int = 0, *, from_start: bool = False):
-        self.slack = slack
-        self._end: int | None = 0 if from_start else None  # where the last read ended
-
-    def sequential(self, position: int, end: int) -> bool:
-        """Whether a read of [position, end) is sequential; it is the last read from now on."""
-        last, self._end = self._end, end
-        return last is not None and abs(position - last) <= self.slack
 
 
 class ChunkCache:

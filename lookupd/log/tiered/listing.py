@@ -15,7 +15,7 @@ import bisect
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, NamedTuple
 
 from ...errors import LookupdError
 from ..remote.config import RemoteConfig
@@ -39,6 +39,37 @@ MANIFEST_GETS_IN_FLIGHT = 8  # a listing's manifest GETs at once: each is a few 
                              # bandwidth, and a partition of hundreds of segments lists in a fraction of the time
 # Objects skipped by a listing are named in the log once each, at most this many per listing (then counted).
 SKIPPED_NAMED = 20
+
+
+class History(NamedTuple):
+    """Which bucket directory holds a partition's history: the partition matching rule, the one the daemon, the
+    mount and restore read. A partition's directory is the one of its topic's id (a topic deleted and created
+    again has a new one); `topic_id` None: any (a partition with no local directory, restore without
+    --topic-id). `local_dir`: where its leader-epoch lineage is read, if anywhere."""
+
+    topic_id: str | None
+    local_dir: str | None = None
+
+    def holds(self, rp: RemotePartition) -> bool:
+        return self.topic_id is None or rp.topic_id == self.topic_id
+
+    def lineage(self) -> list[tuple[int, int]]:
+        """The partition's leader-epoch lineage (the local `leader-epoch-checkpoint`; [] without one)."""
+        return [] if self.local_dir is None else read_leader_epoch_checkpoint(self.local_dir)
+
+
+def local_history(topic: str, partition: int, local_dir: str | None) -> History | None:
+    """What a partition's local directory says of its history in the bucket; None when it has none there: a
+    local partition without a topic id yet, or whose `partition.metadata` cannot be read (said in the log:
+    it is served from local disk only). No local directory: any directory of the topic's name."""
+    if local_dir is None:
+        return History(None)
+    try:
+        topic_id = read_topic_id(local_dir)
+    except LookupdError as err:
+        log.warning("%s; serving %s-%d from local disk only", err, topic, partition)
+        return None
+    return None if topic_id is None else History(topic_id, local_dir)
 
 
 def on_lineage(epochs: tuple[tuple[int, int], ...], end_offset: int | None,
@@ -282,19 +313,12 @@ class RemoteTier:
         for rp in partitions:
             key = (rp.topic, rp.partition)
             llog = local.get(key)
-            lineage: list[tuple[int, int]] = []
-            if llog is not None:
-                local_dir = llog.local_dir
-                try:
-                    topic_id = read_topic_id(local_dir)
-                except LookupdError as err:
-                    log.warning("%s; serving %s-%d from local disk only", err, *key)
-                    continue
-                if topic_id != rp.topic_id:
-                    continue  # another incarnation of the topic (or no id yet): not this partition's history
-                lineage = read_leader_epoch_checkpoint(local_dir)
-            elif key in out:
+            history = local_history(rp.topic, rp.partition, None if llog is None else llog.local_dir)
+            if history is None or not history.holds(rp):
+                continue  # another incarnation of the topic (or no id yet): not this partition's history
+            if llog is None and key in out:
                 continue  # two ids for one name with no local dir to tell them apart: the first listed
+            lineage = history.lineage()
             segments = self.list_partition(rp, state, lineage, skipped=skipped)
             if not segments:
                 continue
