@@ -201,7 +201,7 @@ def _restore(tier: RemoteTier, pipeline: Pipeline, dest: str, opened: list[Direc
         manifest = tier.manifest(info.keys)  # fetched by the listing
         if not _complete(directory, info.base_offset, expected_files(manifest)):
             todo.append(SegmentFiles(directory, info.base_offset, manifest.chunk_index.file_size,
-                                     lambda keys=info.keys: tier.bucket.upload(keys.log)))  # when its turn comes
+                                     tier.bucket, info.keys.log))
     counts = Counts(restored=len(todo), skipped=len(segments) - len(todo))
     with Progress(sum(files.size for files in todo), f"restore {rp.topic}-{rp.partition}") as progress:
         counts.bytes = pipeline.run(todo, progress, head)

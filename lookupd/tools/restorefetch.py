@@ -26,7 +26,7 @@ from .durable import TMP, Directory, drop_cached, start_writeback, write_all, wr
 from .progress import Progress
 
 if TYPE_CHECKING:
-    from ..log.remote.bucket import Upload
+    from ..log.remote.bucket import Bucket, Upload
 
 PIECE_BYTES = 4 * 1024 * 1024    # one GET of a `.log` (whole chunks; the plugin's usual chunk.size): small enough
                                  # to overlap writing with fetching, big enough for few calls
@@ -46,12 +46,13 @@ class SegmentFiles:
     """One segment's files in DEST_DIR (`<base>.*`, each created and renamed in `dest`): its indexes, then
     its `.log`."""
 
-    def __init__(self, dest: Directory, base: int, size: int, open_data: Callable[[], Upload]):
+    def __init__(self, dest: Directory, base: int, size: int, bucket: Bucket, log_key: str):
         self.dest = dest
-        self.stem = filename_prefix(base)         # its files' names in `dest`
+        self.stem = filename_prefix(base)     # its files' names in `dest`
         self.size = size                      # of its `.log`
-        self._open_data = open_data           # its Upload, opened when first asked for
-        self._data = None
+        self._bucket = bucket                 # where its Upload is opened when first asked for (its turn)
+        self._log_key = log_key
+        self._data: Upload | None = None
         self.indexes: Future | None = None    # the index files written
         self._fd: int | None = None
         self._lock = threading.Lock()         # the fd opened once; the bytes written counted
@@ -60,7 +61,7 @@ class SegmentFiles:
     @property
     def data(self) -> Upload:
         if self._data is None:
-            self._data = self._open_data()
+            self._data = self._bucket.upload(self._log_key)
         return self._data
 
     def write_indexes(self, fetched: Callable[[], dict]) -> None:
