@@ -83,8 +83,8 @@ class BucketSegments:
 
     def _list(self, topic: str, partition: int, local_dir: str | None) -> dict[int, RemoteSegmentInfo]:
         history = local_history(topic, partition, local_dir)
-        found = [] if history is None else \
-            [rp for rp in partition_dirs(self.tier.store, self.tier.config.prefix, topic, partition) if history.holds(rp)]
+        found = [] if history is None else [rp for rp in partition_dirs(self.tier.store, self.tier.config.prefix,
+                                                                        topic, partition) if history.holds(rp)]
         out: dict[int, RemoteSegmentInfo] = {}
         if found:
             out = {info.base_offset: info for info in self.tier.list_partition(found[0], None, history.lineage())}

@@ -20,6 +20,7 @@ INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 TXN_INDEX_SUFFIX = ".txnindex"
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+SNAPSHOT_SUFFIX = ".snapshot"  # the producer state at a segment's base offset (not a segment file: rebuilt on load)
 
 # The broker's other files about a partition: its topic id, and its leader epochs' start offsets.
 PARTITION_METADATA = "partition.metadata"
@@ -31,7 +32,7 @@ TRANSIENT_FILE_SUFFIXES = (".deleted", ".cleaned", ".swap", ".tmp")
 # Directories a broker is deleting or moving between log dirs.
 TRANSIENT_DIR_SUFFIXES = ("-delete", "-future", "-stray")
 # Other files a broker keeps in a partition directory, which carry no segment data.
-KNOWN_OTHER_FILES = re.compile(rf"[0-9]{{{OFFSET_DIGITS}}}\.snapshot|{re.escape(LEADER_EPOCH_CHECKPOINT)}|"
+KNOWN_OTHER_FILES = re.compile(rf"[0-9]{{{OFFSET_DIGITS}}}{re.escape(SNAPSHOT_SUFFIX)}|{re.escape(LEADER_EPOCH_CHECKPOINT)}|"
                                rf"{re.escape(PARTITION_METADATA)}")
 
 MAX_TOPIC_LENGTH = 249

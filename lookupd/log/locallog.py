@@ -18,7 +18,7 @@ import numpy as np
 
 from ..format.batch import parse_header, whole_batches
 from ..errors import INT64_MAX, CorruptDataError, InvalidArgument, OffsetOutOfRange, Unavailable, check_int64
-from ..format.names import LOG_SUFFIX, parse_segment_file
+from ..format.names import LOG_SUFFIX, OFFSET_DIGITS, SEGMENT_SUFFIXES, SNAPSHOT_SUFFIX, parse_segment_file
 from .segment import LOCATE_BATCH, LOCATE_CEILING, LOCATE_ENTRY, LOCATE_READ, LogSegment
 from .txnindex import AbortedTxn
 
@@ -72,7 +72,9 @@ class ReadResult(NamedTuple):
 # (a tenth of a microsecond, on every lookup).
 _tuple = tuple.__new__
 
-_OTHER_SEGMENT_FILES = frozenset(("index", "timeindex", "txnindex", "snapshot"))
+# A partition directory's files named by a base offset, by suffix without its dot: the `.log`, and the others
+_LOG = LOG_SUFFIX[1:]
+_OTHER_SEGMENT_FILES = frozenset(s[1:] for s in SEGMENT_SUFFIXES + (SNAPSHOT_SUFFIX,) if s != LOG_SUFFIX)
 
 
 class ListingChanges:
@@ -102,11 +104,11 @@ def scan_segments(directory: str) -> tuple[list[int], frozenset[str]]:
         for entry in entries:
             name = entry.name
             stem, _, suffix = name.partition(".")
-            if len(stem) == 20 and stem.isascii() and stem.isdigit():
-                if suffix == "log" or suffix in _OTHER_SEGMENT_FILES:
+            if len(stem) == OFFSET_DIGITS and stem.isascii() and stem.isdigit():
+                if suffix == _LOG or suffix in _OTHER_SEGMENT_FILES:
                     if not entry.is_file(follow_symlinks=False):
                         refused.append(name)
-                    elif suffix == "log":
+                    elif suffix == _LOG:
                         bases.append(int(stem))
                     continue
             parse_segment_file(name)  # debug-logs what is skipped and why

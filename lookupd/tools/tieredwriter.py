@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from lookupd.format.batch import max_timestamp_at, parse_header, whole_frames
 from lookupd.format.names import (INDEX_SUFFIX, LEADER_EPOCH_CHECKPOINT, LOG_SUFFIX, PARTITION_METADATA,
-                                  TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, filename_prefix, parse_segment_file)
+                                  SNAPSHOT_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, filename_prefix, parse_segment_file)
 
 H_LEN = 64
 
@@ -215,7 +215,7 @@ def upload_segment(client, bucket: str, partition_dir: Path, base_offset: int, *
         return p.read_bytes() if p.exists() else None
 
     originals = {"offset": local(INDEX_SUFFIX) or b"", "timestamp": local(TIME_INDEX_SUFFIX) or b"",
-                 "producer_snapshot": local(".snapshot") or b"",
+                 "producer_snapshot": local(SNAPSHOT_SUFFIX) or b"",
                  "leader_epoch": checkpoint_bytes(epochs),
                  "transaction": local(TXN_INDEX_SUFFIX)}
     names = {"offset": "offset", "timestamp": "timestamp", "producer_snapshot": "producerSnapshot",
