@@ -26,7 +26,8 @@ EXTENSIONS = [
     Extension("lookupd.format._decode",
               ["lookupd/format/_decode.c", "lookupd/format/_records.c", "lookupd/format/_crc32c.c",
                "lookupd/format/_frames.c", "lookupd/format/_json.c", "lookupd/format/_timestamps.c",
-               "lookupd/format/_bitmaps.c", "lookupd/format/_codecs.c", "lookupd/format/_offsets.c"],
+               "lookupd/format/_bitmaps.c", "lookupd/format/_codecs.c", "lookupd/format/_offsets.c",
+               "lookupd/format/_avro.c"],
               depends=["lookupd/format/_decode.h", "lookupd/format/_kafka.h", "lookupd/format/_codecs.h"],
               extra_compile_args=["-O3", "-fvisibility=hidden"], optional=True),
     # A listing's attributes into libfuse's buffer; without it fusefs.binding does it in Python.

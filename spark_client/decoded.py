@@ -22,10 +22,11 @@ from typing import Any, Callable
 
 import pyarrow as pa
 from pyspark.sql.types import (ArrayType, BinaryType, BooleanType, DataType, DateType, DecimalType, DoubleType,
-                               FloatType, IntegerType, LongType, MapType, StringType, StructField, StructType,
-                               TimestampNTZType, TimestampType)
+                               FloatType, IntegerType, LongType, MapType, NullType, StringType, StructField,
+                               StructType, TimestampNTZType, TimestampType)
 
 from lookupd.errors import LookupdError
+from lookupd.format import avrocolumns
 from lookupd.format.schemas import Registry, SchemaVersion
 from lookupd.format.wire import MissingExtra, ValueDecoder, require
 
@@ -118,40 +119,85 @@ class Decoding:
                 else:
                     to_row = _proto_rows(codec.message_class((0,)).DESCRIPTOR.full_name)
             self._state = (decoder, reader, to_row)
+            self._programs: dict = {}  # schema id -> its JSON program in C (None: the reference path)
+            self._struct_program: tuple | None = None  # (Arrow type, program) of the latest Avro version
         return self._state
 
     def arrays(self, keys: pa.Array, values: pa.Array, value_type: pa.DataType) -> list[pa.Array]:
-        """The five columns for a batch's keys and values."""
+        """The five columns for a batch's keys and values: Avro values decoded in C a column at a time
+        (lookupd.format.avrocolumns), the values C hands back and all others by the reference path
+        (ValueDecoder.decode_many), in their rows; within `_accel.python_only()`, all by the reference path."""
         decoder, reader, to_row = self._decoder()
-        k_ids, k_objs, k_why = decoder.decode_many(keys.to_pylist())
-        value_list = values.to_pylist()
-        resolve = None
-        if reader is not None:  # the subject's other Avro versions resolved to the latest one's schema
-            resolve = {sid: reader[1] for sid in _ids(value_list) if sid != reader[0]}
-        v_ids, v_objs, v_why = decoder.decode_many(value_list, resolve)
-        k_json = _texts(decoder, k_ids, k_objs)
+        k_ids, k_json, k_why = self._json_column(decoder, keys)
         if to_row is None:
-            v_out = _texts(decoder, v_ids, v_objs)
+            v_ids, value_col, v_why = self._json_column(decoder, values)
         else:
-            v_out = [None] * len(v_objs)
-            for i, obj in enumerate(v_objs):
-                if obj is not None:
-                    try:
-                        v_out[i] = to_row(obj)
-                    except ValueError as err:
-                        v_why[i] = str(err)
-        errors = [None if k is None and v is None else "; ".join(
-            f"{what}: {why}" for what, why in (("key", k), ("value", v)) if why is not None)
-            for k, v in zip(k_why, v_why)]
-        if to_row is None:
-            value_col = pa.array(v_out, pa.string())
+            v_ids, value_col, v_why = self._struct_column(decoder, reader, to_row, values, value_type)
+        if not k_why and not v_why:
+            errors = pa.nulls(len(keys), pa.string())
         else:
+            errors = [None] * len(keys)
+            for i in sorted({*k_why, *v_why}):
+                errors[i] = "; ".join(f"{what}: {why[i]}" for what, why in (("key", k_why), ("value", v_why)) if i in why)
+            errors = pa.array(errors, pa.string())
+        return [k_json, k_ids, value_col, v_ids, errors]
+
+    def _json_column(self, decoder: ValueDecoder, column: pa.Array) -> tuple[pa.Array, pa.Array, dict[int, str]]:
+        """(ids, JSON texts, {row: why it did not decode}) of a column of keys or values."""
+        native = avrocolumns.json_column(self._programs, decoder.codec, column)
+        if native is None:
+            ids, objs, why = decoder.decode_many(column.to_pylist())
+            return pa.array(ids, pa.int32()), pa.array(_texts(decoder, ids, objs), pa.string()), _reasons(why)
+        rows = native.reference_rows()
+        if not len(rows):
+            return native.ids, native.values, {}
+        ids, objs, why = decoder.decode_many(column.take(rows).to_pylist())
+        texts = pa.array(_texts(decoder, ids, objs), pa.string())
+        return native.ids, avrocolumns.put_rows(native.values, rows, texts), _reasons(why, rows)
+
+    def _struct_column(self, decoder: ValueDecoder, reader, to_row, column: pa.Array,
+                       value_type: pa.DataType) -> tuple[pa.Array, pa.Array, dict[int, str]]:
+        """(ids, struct values, {row: why it did not decode}) of a column of values."""
+        native = None
+        if reader is not None:
+            if self._struct_program is None or self._struct_program[0] != value_type:
+                self._struct_program = (value_type, avrocolumns.program(decoder.codec(reader[0]), value_type))
+            native = avrocolumns.struct_column(reader[0], self._struct_program[1], value_type, column)
+        if native is None:
+            ids, col, why = _struct_values(decoder, reader, to_row, column.to_pylist(), value_type)
+            return pa.array(ids, pa.int32()), col, _reasons(why)
+        rows = native.reference_rows()
+        if not len(rows):
+            return native.ids, native.values, {}
+        _, col, why = _struct_values(decoder, reader, to_row, column.take(rows).to_pylist(), value_type)
+        return native.ids, avrocolumns.put_rows(native.values, rows, col), _reasons(why, rows)
+
+
+def _reasons(why: list, rows=None) -> dict[int, str]:
+    """{row: reason} of the values that did not decode (`rows`: the rows of `why`'s items, else 0, 1, ...)."""
+    return {i if rows is None else int(rows[i]): w for i, w in enumerate(why) if w is not None}
+
+
+def _struct_values(decoder: ValueDecoder, reader, to_row, value_list: list,
+                   value_type: pa.DataType) -> tuple[list, pa.Array, list]:
+    """The reference path of a struct column: (ids, values, reasons) of `value_list`, each value decoded with
+    its schema (Avro: resolved to the latest version's, `reader`) and made a row of `value_type`."""
+    resolve = None
+    if reader is not None:  # the subject's other Avro versions resolved to the latest one's schema
+        resolve = {sid: reader[1] for sid in _ids(value_list) if sid != reader[0]}
+    v_ids, v_objs, v_why = decoder.decode_many(value_list, resolve)
+    v_out = [None] * len(v_objs)
+    for i, obj in enumerate(v_objs):
+        if obj is not None:
             try:
-                value_col = pa.array(v_out, type=value_type)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # a value that does not fit: find it
-                value_col = _one_by_one(v_out, value_type, errors)
-        return [pa.array(k_json, pa.string()), pa.array(k_ids, pa.int32()), value_col, pa.array(v_ids, pa.int32()),
-                pa.array(errors, pa.string())]
+                v_out[i] = to_row(obj)
+            except ValueError as err:
+                v_why[i] = str(err)
+    try:
+        value_col = pa.array(v_out, type=value_type)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # a value that does not fit: find it
+        value_col = _one_by_one(v_out, value_type, v_why)
+    return v_ids, value_col, v_why
 
 
 def _ids(values: list) -> set[int]:
@@ -174,7 +220,8 @@ def _texts(decoder: ValueDecoder, ids: list, objs: list) -> list:
 
 
 def _one_by_one(rows: list, value_type: pa.DataType, errors: list) -> pa.Array:
-    """The struct column when some value does not fit its type: each such value null, with the reason."""
+    """The struct column when some value does not fit its type: each such value null, with the reason (in
+    `errors`, the values' reasons)."""
     fitted = []
     for i, row in enumerate(rows):
         try:
@@ -182,7 +229,7 @@ def _one_by_one(rows: list, value_type: pa.DataType, errors: list) -> pa.Array:
             fitted.append(row)
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as err:
             fitted.append(None)
-            errors[i] = "; ".join(filter(None, [errors[i], f"value: does not fit the struct: {err}"]))
+            errors[i] = "; ".join(filter(None, [errors[i], f"does not fit the struct: {err}"]))
     return pa.array(fitted, type=value_type)
 
 
@@ -197,6 +244,8 @@ def avro_type(schema: Any, named: dict, seen: frozenset = frozenset()) -> DataTy
             return simple
         if schema in seen:
             raise OptionError(f"{OPTION}=struct: the Avro type {schema} is recursive; use {OPTION}=json")
+        if schema not in named:
+            raise OptionError(f"{OPTION}=struct: the Avro type {schema} is not defined; use {OPTION}=json")
         return avro_type(named[schema], named, seen | {schema})
     if isinstance(schema, list):
         members = [m for m in schema if m != "null"]
@@ -232,8 +281,8 @@ def avro_type(schema: Any, named: dict, seen: frozenset = frozenset()) -> DataTy
     return avro_type(t, named, seen)
 
 
-_AVRO_PRIMITIVES = {"boolean": BooleanType(), "int": IntegerType(), "long": LongType(), "float": FloatType(),
-                    "double": DoubleType(), "bytes": BinaryType(), "string": StringType()}
+_AVRO_PRIMITIVES = {"null": NullType(), "boolean": BooleanType(), "int": IntegerType(), "long": LongType(),
+                    "float": FloatType(), "double": DoubleType(), "bytes": BinaryType(), "string": StringType()}
 
 
 def _avro_row(schema, named) -> Callable[[Any], Any]:

@@ -14,7 +14,10 @@ FileRecords.find_batch (lookupd/log/_native.c), walked as `read` walks what it h
 (`_accel.sound_batches` against the Python walk), and looked up through an offset index of its
 batches (damaged at times) by `_native.locate`, whose every answer must be the reference walk's
 (it may decline), and by timestamp through a time index of them by `_native.locate_time`, whose
-every answer must be its two halves' (`entry`, then `locate`); and taken as columns by arrays()' bitmap and flag helpers. Each pair must agree, answer or error. The C code must not crash,
+every answer must be its two halves' (`entry`, then `locate`); and taken as columns by arrays()' bitmap and flag helpers.
+Beside each input, a column of Avro values in the wire format (serialized by fastavro, then damaged
+alike) is decoded by both paths of the Spark source's `lookupd.decodeValues` (_avro.c, and fastavro
+in Python), to JSON and into a struct. Each pair must agree, answer or error. The C code must not crash,
 hang or (in the ASan + UBSan build) touch memory outside its buffers.
 
     make -C bench/fuzz asan
@@ -32,6 +35,7 @@ import argparse
 import contextlib
 import importlib.machinery
 import importlib.util
+import json
 import os
 import random
 import struct
@@ -60,7 +64,8 @@ def load_extension(name: str, path: str):
 
 # The functions each layer's switch (lookupd.format._accel, lookupd.log._accel) takes from its extension.
 DECODE_NAMES = ("decode_frames", "decode_v2", "render_batch", "find_timestamp", "find_timestamp_batch", "sound_batches",
-                "decompress", "codecs", "validity_bitmap", "nonempty_bitmap", "spread_flag")
+                "decompress", "codecs", "validity_bitmap", "nonempty_bitmap", "spread_flag", "avro_program", "avro_json",
+                "avro_arrow")
 NATIVE_NAMES = ("entry", "locate", "locate_time", "find_batch", "install", "register", "unregister", "faults",
                 "resident", "slot", "plain_slot")
 
@@ -343,6 +348,108 @@ def mutate(rnd: random.Random, pool: list[bytes]) -> bytes:
     return bytes(b)
 
 
+# Avro values in the wire format, for the Spark source's columns (lookupd/format/_avro.c against fastavro).
+AVRO_SCHEMAS = [
+    {"type": "record", "name": "Click", "fields": [
+        {"name": "user", "type": "string"}, {"name": "n", "type": "long"}, {"name": "ms", "type": "double"},
+        {"name": "ok", "type": "boolean"}, {"name": "tags", "type": {"type": "array", "items": "string"}},
+        {"name": "ref", "type": ["null", "string"]}]},
+    {"type": "record", "name": "Mixed", "fields": [
+        {"name": "m", "type": {"type": "map", "values": ["null", "int"]}}, {"name": "f", "type": "float"},
+        {"name": "e", "type": {"type": "enum", "name": "E", "symbols": ["A", "B", "C"]}},
+        {"name": "x", "type": {"type": "fixed", "name": "X", "size": 3}}, {"name": "b", "type": "bytes"},
+        {"name": "t", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "d", "type": {"type": "int", "logicalType": "date"}},
+        {"name": "u", "type": {"type": "string", "logicalType": "uuid"}},
+        {"name": "r", "type": {"type": "array", "items": {"type": "record", "name": "In", "fields": [
+            {"name": "i", "type": "int"}, {"name": "s", "type": ["null", "string"]}]}}}]},
+]
+
+
+def avro_value(rnd: random.Random, schema, named: dict):
+    """A value of the schema, small and varied (fastavro writes it)."""
+    import datetime
+    import uuid
+
+    if isinstance(schema, list):
+        return avro_value(rnd, rnd.choice(schema), named)
+    if isinstance(schema, str):
+        schema = named.get(schema, {"type": schema})
+    t, logical = schema["type"], schema.get("logicalType")
+    if logical == "timestamp-millis":
+        return datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc) + datetime.timedelta(
+            milliseconds=rnd.randrange(-10**13, 10**13))
+    if logical == "date":
+        return datetime.date.fromordinal(rnd.randrange(1, 3652059))
+    if logical == "uuid":
+        return uuid.UUID(int=rnd.getrandbits(128))
+    text = "".join(rnd.choice("ab\"\\\n\x01é😀") for _ in range(rnd.randrange(5)))
+    simple = {"null": None, "boolean": rnd.random() < 0.5, "int": rnd.randrange(-2**31, 2**31),
+              "long": rnd.randrange(-2**63, 2**63), "float": rnd.choice([0.1, -2.5, float("nan"), float("inf")]),
+              "double": rnd.choice([rnd.random() * 10**rnd.randrange(-300, 300), float("-inf"), -0.0]),
+              "bytes": rnd.randbytes(rnd.randrange(4)), "string": text}
+    if t in simple:
+        return simple[t]
+    if t == "enum":
+        return rnd.choice(schema["symbols"])
+    if t == "fixed":
+        return rnd.randbytes(schema["size"])
+    if t == "array":
+        return [avro_value(rnd, schema["items"], named) for _ in range(rnd.randrange(4))]
+    if t == "map":
+        return {str(rnd.randrange(9)): avro_value(rnd, schema["values"], named) for _ in range(rnd.randrange(4))}
+    named[schema["name"]] = schema
+    return {f["name"]: avro_value(rnd, f["type"], named) for f in schema["fields"]}
+
+
+def avro_seeds() -> list:
+    """Per schema: its JSON and struct decodings (spark_client.decoded) and serialized values."""
+    import io
+
+    import fastavro
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    from lookupd.format.schemas import Registry
+    from spark_client.decoded import Decoding
+
+    rnd, out = random.Random(2), []
+    for schema in AVRO_SCHEMAS:
+        reg = Registry.from_records([(0, json.dumps({"keytype": "SCHEMA", "subject": "t-value", "version": 1}).encode(),
+                                      json.dumps({"subject": "t-value", "version": 1, "id": 1,
+                                                  "schema": json.dumps(schema)}).encode())]).to_json()
+        parsed, payloads = fastavro.parse_schema(schema), []
+        for _ in range(50):
+            buf = io.BytesIO()
+            fastavro.schemaless_writer(buf, parsed, avro_value(rnd, schema, {}))
+            payloads.append(buf.getvalue())
+        struct_dec = Decoding("struct", reg, "t-value")
+        out.append(([(Decoding("json", reg, "t-value"), pa.string()),
+                     (struct_dec, to_arrow_type(struct_dec.value_type(), timezone="UTC"))], payloads))
+    return out
+
+
+def avro_check(rnd: random.Random, avro: list) -> str | None:
+    """A column of Avro values, some damaged or under another id, decoded by both paths of the Spark source's
+    decoding (C, and python_only's fastavro): the same five columns."""
+    import pyarrow as pa
+
+    decodings, payloads = rnd.choice(avro)
+    column = []
+    for _ in range(rnd.randint(1, 8)):
+        p = rnd.choice(payloads)
+        p = mutate(rnd, [p]) if rnd.random() < 0.7 else p
+        column.append(b"\0" + struct.pack(">I", rnd.choice([1, 1, 1, 7])) + p)
+    values = pa.array(column, pa.binary())
+    for dec, value_type in decodings:
+        fast = dec.arrays(values, values, value_type)
+        with format_accel.python_only():
+            ref = dec.arrays(values, values, value_type)
+        if [repr(a.to_pylist()) for a in fast] != [repr(a.to_pylist()) for a in ref]:
+            return f"the Avro columns disagree ({dec.mode}): {column!r}"
+    return None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=600)
@@ -354,7 +461,7 @@ def main() -> int:
     if not columnar.NATIVE:
         print("the native decoder is not built: nothing to fuzz", file=sys.stderr)
         return 2
-    pool, rnd = seeds(), random.Random(args.seed)
+    pool, avro, rnd = seeds(), avro_seeds(), random.Random(args.seed)
     end, n, errors = time.monotonic() + args.seconds, 0, 0
     while time.monotonic() < end:
         data = mutate(rnd, pool)
@@ -363,7 +470,7 @@ def main() -> int:
                 scans_outcome(data, log_path, True) != scans_outcome(data, log_path, False):
             why = "the decoders, the renderers or the scans disagree"
         else:
-            why = walk_check(data) or locate_checks(rnd, data, log_path) or helpers_check(data)
+            why = walk_check(data) or locate_checks(rnd, data, log_path) or helpers_check(data) or avro_check(rnd, avro)
         if why is not None:
             path = f"crash-{n}"
             open(path, "wb").write(data)

@@ -67,6 +67,18 @@ def codecs() -> dict[str, bool]:
     return {"gzip": False, "snappy": False, "lz4": False, "zstd": False}
 
 
+def avro_program(nodes, arrow: bool) -> None:
+    return None  # no program: every Avro value goes to the reference path (lookupd.format.avrocolumns)
+
+
+def avro_json(*args: Any) -> None:
+    return None
+
+
+def avro_arrow(*args: Any) -> None:
+    return None
+
+
 def validity_bitmap(flags) -> tuple[Any, int]:
     """(Arrow validity bitmap, null count) of one byte per item, 0 for null; (None, 0) without nulls."""
     import numpy as np
@@ -113,3 +125,6 @@ if extension is not None:
     validity_bitmap = extension.validity_bitmap  # noqa: F811
     nonempty_bitmap = extension.nonempty_bitmap  # noqa: F811
     spread_flag = extension.spread_flag  # noqa: F811
+    avro_program = extension.avro_program  # noqa: F811
+    avro_json = extension.avro_json  # noqa: F811
+    avro_arrow = extension.avro_arrow  # noqa: F811

@@ -72,6 +72,14 @@ static PyMethodDef methods[] = {
     {"decode_v2", decode_v2, METH_VARARGS,
      "decode_v2(records, count, base_offset, base_timestamp, fixed_timestamp, has_fixed, headers, *columns) -> "
      "whether the batch's records were appended to the 14 bytearray columns (else nothing was)."},
+    {"avro_program", avro_program, METH_VARARGS,
+     "avro_program(nodes, arrow) -> an Avro schema's program, compiled by lookupd.format.avrocolumns (see _avro.c)."},
+    {"avro_json", avro_json, METH_VARARGS,
+     "avro_json(programs, validity, offsets, data, offset, length) -> (status, ids, missing, ends, text) of a binary "
+     "column's values decoded to JSON text, or None (see _avro.c)."},
+    {"avro_arrow", avro_arrow, METH_VARARGS,
+     "avro_arrow(schema_id, program, validity, offsets, data, offset, length) -> (status, ids, columns) of a binary "
+     "column's values decoded into a struct's Arrow columns (see _avro.c)."},
     {NULL, NULL, 0, NULL},
 };
 

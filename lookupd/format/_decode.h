@@ -10,6 +10,7 @@
  *   _timestamps.c  the timestamp scan of one batch
  *   _bitmaps.c     Arrow validity bitmaps, and a batch flag spread over its records
  *   _offsets.c     __consumer_offsets' committed offsets (CommitTable) and its plain commits applied to them
+ *   _avro.c        Avro values in Confluent's wire format, a column at a time: JSON text, or a struct's columns
  *
  * Kafka's format constants and the big-endian and varint readers are in _kafka.h (shared with
  * lookupd/log/_native.c); the codecs are _codecs.c.
@@ -81,6 +82,57 @@ enum { F_POSITION, F_BASE_OFFSET, F_LAST_OFFSET, F_PRODUCER_ID, F_FLAGS, F_COUNT
 void crc32c_init(void);
 uint32_t crc32c_of(const uint8_t *p, size_t n);
 
+/* ------------------------------------------------------------------ UTF-8 (_json.c, _avro.c) */
+
+/* Length of the valid UTF-8 sequence at s[0..n) (n >= 1, s[0] >= 0x80), 0 if it is not one. */
+static inline int
+utf8_sequence(const uint8_t *s, Py_ssize_t n, uint32_t *cp)
+{
+    uint8_t c = s[0];
+    if (c >= 0xC2 && c <= 0xDF) {
+        if (n < 2 || (s[1] & 0xC0) != 0x80)
+            return 0;
+        *cp = (uint32_t)(c & 0x1F) << 6 | (s[1] & 0x3F);
+        return 2;
+    }
+    if (c >= 0xE0 && c <= 0xEF) {
+        if (n < 3 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80)
+            return 0;
+        if ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] > 0x9F))
+            return 0;                   /* overlong, or a surrogate */
+        *cp = (uint32_t)(c & 0x0F) << 12 | (uint32_t)(s[1] & 0x3F) << 6 | (s[2] & 0x3F);
+        return 3;
+    }
+    if (c >= 0xF0 && c <= 0xF4) {
+        if (n < 4 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80)
+            return 0;
+        if ((c == 0xF0 && s[1] < 0x90) || (c == 0xF4 && s[1] > 0x8F))
+            return 0;                   /* overlong, or above U+10FFFF */
+        *cp = (uint32_t)(c & 0x07) << 18 | (uint32_t)(s[1] & 0x3F) << 12 | (uint32_t)(s[2] & 0x3F) << 6 | (s[3] & 0x3F);
+        return 4;
+    }
+    return 0;
+}
+
+/* Whether s[0..n) is valid UTF-8 (Python's strict decoder). */
+static inline int
+is_utf8(const uint8_t *s, Py_ssize_t n)
+{
+    Py_ssize_t i = 0;
+    uint32_t cp;
+    while (i < n) {
+        if (s[i] < 0x80) {
+            i++;
+            continue;
+        }
+        int k = utf8_sequence(s + i, n - i, &cp);
+        if (k == 0)
+            return 0;
+        i += k;
+    }
+    return 1;
+}
+
 /* ------------------------------------------------------------------ the module's functions */
 
 PyObject *decode_v2(PyObject *self, PyObject *args);               /* _records.c */
@@ -95,6 +147,9 @@ PyObject *nonempty_bitmap(PyObject *self, PyObject *arg);          /* _bitmaps.c
 PyObject *spread_flag(PyObject *self, PyObject *args);             /* _bitmaps.c */
 PyObject *commit_runs(PyObject *self, PyObject *args);             /* _offsets.c */
 extern PyTypeObject CommitTableType;                               /* _offsets.c */
+PyObject *avro_program(PyObject *self, PyObject *arg);             /* _avro.c */
+PyObject *avro_json(PyObject *self, PyObject *args);               /* _avro.c */
+PyObject *avro_arrow(PyObject *self, PyObject *args);              /* _avro.c */
 void offsets_seed(uint64_t seed);                                  /* _offsets.c */
 
 #endif

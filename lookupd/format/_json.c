@@ -10,54 +10,6 @@
  * {"base64":"..."} in the standard alphabet with padding, and null when absent.
  */
 
-/* Length of the valid UTF-8 sequence at s[0..n) (n >= 1, s[0] >= 0x80), 0 if it is not one. */
-static inline int
-utf8_sequence(const uint8_t *s, Py_ssize_t n, uint32_t *cp)
-{
-    uint8_t c = s[0];
-    if (c >= 0xC2 && c <= 0xDF) {
-        if (n < 2 || (s[1] & 0xC0) != 0x80)
-            return 0;
-        *cp = (uint32_t)(c & 0x1F) << 6 | (s[1] & 0x3F);
-        return 2;
-    }
-    if (c >= 0xE0 && c <= 0xEF) {
-        if (n < 3 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80)
-            return 0;
-        if ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] > 0x9F))
-            return 0;                   /* overlong, or a surrogate */
-        *cp = (uint32_t)(c & 0x0F) << 12 | (uint32_t)(s[1] & 0x3F) << 6 | (s[2] & 0x3F);
-        return 3;
-    }
-    if (c >= 0xF0 && c <= 0xF4) {
-        if (n < 4 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80)
-            return 0;
-        if ((c == 0xF0 && s[1] < 0x90) || (c == 0xF4 && s[1] > 0x8F))
-            return 0;                   /* overlong, or above U+10FFFF */
-        *cp = (uint32_t)(c & 0x07) << 18 | (uint32_t)(s[1] & 0x3F) << 12 | (uint32_t)(s[2] & 0x3F) << 6 | (s[3] & 0x3F);
-        return 4;
-    }
-    return 0;
-}
-
-static int
-is_utf8(const uint8_t *s, Py_ssize_t n)
-{
-    Py_ssize_t i = 0;
-    uint32_t cp;
-    while (i < n) {
-        if (s[i] < 0x80) {
-            i++;
-            continue;
-        }
-        int k = utf8_sequence(s + i, n - i, &cp);
-        if (k == 0)
-            return 0;
-        i += k;
-    }
-    return 1;
-}
-
 static const char HEX[] = "0123456789abcdef";
 
 static inline char *

@@ -22,6 +22,7 @@ import decimal
 import io
 import json
 import math
+import re
 import struct
 import uuid
 from typing import Any, Callable, NamedTuple
@@ -103,8 +104,7 @@ class ValueDecoder:
         except RecursionError:
             raise WireError(sid, f"the payload nests too deeply for schema id {sid}") from None
         except Exception as err:  # noqa: BLE001 - each library has its own errors for bytes that do not match
-            raise WireError(sid, f"the payload does not match schema id {sid} ({codec.label}): "
-                                 f"{type(err).__name__}: {err}") from None
+            raise WireError(sid, _mismatch(sid, codec, err)) from None
 
     def decode_many(self, datas: list, reader_schemas: dict | None = None) -> tuple[list, list, list]:
         """`decode_object` over many keys or values in one loop: (ids, objects, reasons), each a list as long
@@ -135,7 +135,7 @@ class ValueDecoder:
             except RecursionError:
                 reasons[i] = f"the payload nests too deeply for schema id {sid}"
             except Exception as err:  # noqa: BLE001 - as decode_object
-                reasons[i] = f"the payload does not match schema id {sid} ({codec.label}): {type(err).__name__}: {err}"
+                reasons[i] = _mismatch(sid, codec, err)
         return ids, objs, reasons
 
     def codec(self, sid: int) -> "_Codec":
@@ -172,6 +172,15 @@ class ValueDecoder:
 
 
 _NO_READER = object()
+# fastavro names the file object it read from ("cannot read boolean from <_io.BytesIO object at 0x...>"):
+# an address that differs at each read, which a reason leaves out.
+_FILE_OBJECT = re.compile(r" from <_io\.BytesIO object at 0x[0-9a-fA-F]+>")
+
+
+def _mismatch(sid: int, codec: "_Codec", err: Exception) -> str:
+    """Why a payload did not read as its schema: the library's error, without the address of its buffer."""
+    return f"the payload does not match schema id {sid} ({codec.label}): {type(err).__name__}: " + \
+        _FILE_OBJECT.sub("", str(err))
 
 
 class _Codec:
