@@ -26,6 +26,9 @@ from lookupd.log.tiered.listing import RemoteTier, local_history
 from lookupd.log.segment import LogSegment
 from lookupd.log.tiered.segment import RemoteSegmentInfo, UploadData
 
+if TYPE_CHECKING:
+    from lookupd.log.remote.bucket import BucketSegment
+
 LIST_TTL_S = 30.0  # as the daemon's REMOTE_RESCAN_S: uploads appear within this, retention is noticed on a miss
 MARK = "remote"    # remote segments' files are named <base>.remote.<suffix>: `ls` tells the tiers apart
 # A remote `.log` is opened with direct I/O: each read(2) of it reaches the mount as one read of up to this

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import CorruptDataError, InvalidArgument
-from .locallog import (LATEST_TIERED_TIMESTAMP, BatchLocation, OffsetAndTimestamp, SegmentList, _check_mode, _check_timestamp,
-                       _find_batch)
+from .segmentlist import (LATEST_TIERED_TIMESTAMP, BatchLocation, OffsetAndTimestamp, SegmentList, _check_mode,
+                          _check_timestamp, _find_batch)
 
 
 def lookup_offsets(v: SegmentList, offsets, mode: str = "floor") -> dict[str, np.ndarray]:
