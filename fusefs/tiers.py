@@ -4,9 +4,6 @@ bucket named by the `[remote]` table of the daemon's config (`fusefs mount --con
 Their `.log` bytes come through the Bucket's chunk cache (chunks fetched on demand, with
 read-ahead for sequential reads), their indexes as the files it fetches into `cache_dir`. The bucket is
 listed per partition (the plugin's layout: its keys, the manifest last) and the listing kept for
-if TYPE_CHECKING:
-    from lookupd.log.remote.bucket import BucketSegment
-
 LIST_TTL_S; a base offset it does not know lists again once. Which upload of the offsets is read
 follows the local `leader-epoch-checkpoint` as the daemon's choice does.
 """
