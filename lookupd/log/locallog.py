@@ -343,7 +343,7 @@ class LocalLog:
         seg = v.segment(bases[i])
         if offset <= seg.base_offset:
             return IndexPoint(seg.base_offset, seg.base_offset, 0)
-        found = seg.offset_index.ceiling_entry(offset, limit=seg.size())
+        found = seg.indexes.offset.ceiling_entry(offset, limit=seg.size())
         if found is not None:
             return IndexPoint(seg.base_offset, *found)
         return IndexPoint(bases[i + 1], bases[i + 1], 0) if i + 1 < len(bases) else None
@@ -411,7 +411,7 @@ class LocalLog:
             return TimeIndexPoint(seg.base_offset, ts, o, seg.offset_index_lookup(o, size)[1])
         for seg in v.segments(i):
             size = seg.size()
-            found = seg.time_index.ceiling_entry(timestamp, limit=seg.time_index_limit(size))
+            found = seg.indexes.time.ceiling_entry(timestamp, limit=seg.time_index_limit(size))
             if found is not None:
                 ts, o = found
                 return TimeIndexPoint(seg.base_offset, ts, o, seg.offset_index_lookup(o, size)[1])

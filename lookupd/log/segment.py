@@ -256,22 +256,22 @@ class LogSegment:
 
     def offset_index_lookup(self, offset: int, log_size: int | None = None) -> tuple[int, int]:
         """OffsetIndex.lookup over the valid entries (those inside the `.log`)."""
-        return self.offset_index.lookup(offset, limit=self.size() if log_size is None else log_size)
+        return self.indexes.offset.lookup(offset, limit=self.size() if log_size is None else log_size)
 
     def time_index_limit(self, log_size: int) -> int | None:
         """Bound on live time-index entries: the broker writes the offset-index entry first."""
         if not self.live:
             return None
-        return self.offset_index.last_offset(limit=log_size)
+        return self.indexes.offset.last_offset(limit=log_size)
 
     def time_index_lookup(self, timestamp: int, log_size: int | None = None) -> tuple[int, int]:
         """TimeIndex.lookup over the valid entries."""
         size = self.size() if log_size is None else log_size
-        return self.time_index.lookup(timestamp, limit=self.time_index_limit(size))
+        return self.indexes.time.lookup(timestamp, limit=self.time_index_limit(size))
 
     def _start_position(self, offset: int, log_size: int) -> int:
         try:
-            return self.offset_index.lookup(offset, limit=log_size)[1]
+            return self.indexes.offset.lookup(offset, limit=log_size)[1]
         except CorruptIndexError as err:
             self._degraded(err)
             return 0
@@ -331,7 +331,7 @@ class LogSegment:
             return None
         try:
             limit = self.time_index_limit(self.size()) if self.live else None
-            return self.time_index.lookup_fast(timestamp, limit)
+            return self.indexes.time.lookup_fast(timestamp, limit)
         except CorruptIndexError:
             return None
 
@@ -436,7 +436,7 @@ class LogSegment:
         if cached is not None and cached[0] == size:
             return cached[1]
         try:
-            last = self.offset_index.last_offset(limit=size)
+            last = self.indexes.offset.last_offset(limit=size)
         except CorruptIndexError as err:
             self._degraded(err)
             last = self.base_offset
@@ -461,13 +461,13 @@ class LogSegment:
         cached = self._cached_max_ts
         if cached is not None and cached[0] == size:
             return cached[1]
-        peeked = None if self.live else self.time_index.peek_last_entry()
+        peeked = None if self.live else self.indexes.time.peek_last_entry()
         if peeked is not None:
             self._cached_max_ts = (size, peeked)
             return peeked
         try:
-            entry = self.time_index.last_entry(limit=self.time_index_limit(size))
-            start = self.offset_index.lookup(entry[1], limit=size)[1] if self.live else None
+            entry = self.indexes.time.last_entry(limit=self.time_index_limit(size))
+            start = self.indexes.offset.lookup(entry[1], limit=size)[1] if self.live else None
         except CorruptIndexError as err:
             self._degraded(err)
             entry, start = (-1, self.base_offset), 0
@@ -493,7 +493,7 @@ class LogSegment:
         return ts if mtime is None else mtime
 
     def collect_aborted_txns(self, fetch_offset: int, upper_bound_offset: int) -> tuple[list[AbortedTxn], bool]:
-        return self.txn_index.collect_aborted_txns(fetch_offset, upper_bound_offset)
+        return self.indexes.txn.collect_aborted_txns(fetch_offset, upper_bound_offset)
 
     def info(self) -> dict:
         """Summary for listings: counts of valid index entries, size, largest timestamp. For a segment whose
@@ -511,14 +511,14 @@ class LogSegment:
     def _info(self) -> dict:
         size = self._peek_size()
         # A rolled segment's trimmed indexes are counted from their sizes, without mapping them.
-        oi = None if self.live else self.offset_index.peek_entries()
-        ti = None if self.live else self.time_index.peek_entries()
+        oi = None if self.live else self.indexes.offset.peek_entries()
+        ti = None if self.live else self.indexes.time.peek_entries()
         try:
-            oi = self.offset_index.valid_entries(limit=size) if oi is None else oi
+            oi = self.indexes.offset.valid_entries(limit=size) if oi is None else oi
         except LookupdError:
             oi = -1
         try:
-            ti = self.time_index.valid_entries(limit=self.time_index_limit(size)) if ti is None else ti
+            ti = self.indexes.time.valid_entries(limit=self.time_index_limit(size)) if ti is None else ti
         except LookupdError:
             ti = -1
         try:
