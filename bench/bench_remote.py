@@ -1,7 +1,11 @@
-"""Tiered storage, the object-store half: S3 clients on ranged GETs, a sequential read through
-RemoteSegmentData against plain ranged GETs of the same objects, what a cold index fetch costs, and
-`lookupd restore` against plain GETs of the same objects, and a remote `.log` read through the FUSE
-mount against plain ranged GETs.
+"""Tiered storage, the object-store half: S3 clients on ranged GETs, a sequential read through the Bucket,
+what a cold index fetch costs, `lookupd restore`, and a remote `.log` read through the FUSE mount.
+
+Each is measured against plain ranged GETs of the same objects and against the fair anchor of issue 43,
+what a user would write by hand (ByHand): the same ranged GETs, one a chunk, decrypted and decompressed
+with the same libraries (cryptography's AESGCM, zstandard) in the simplest loop at the same concurrency;
+for restore, that loop plus writing the same bytes and fdatasync (restore_by_hand). Targets: the zstd +
+encrypted sequential read at least 0.9x its anchor, restore and the cold FUSE read at least 0.8x.
 
 Against a real S3 server on this machine (SeaweedFS `weed mini`, started here), so the network is the
 loopback: the figures show client and decoding overhead, not a WAN. The segment is Kafka-written

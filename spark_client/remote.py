@@ -31,7 +31,7 @@ EXECUTOR_CACHE_BYTES = 256 << 20
 
 
 @dataclass(frozen=True)
-class RemoteLocation:
+class BucketLocation:
     """Where remote segments are read from (picklable, shipped in splits; no credentials)."""
 
     bucket: str
@@ -44,14 +44,14 @@ class RemoteLocation:
         return f"s3://{self.bucket}/{key}"
 
 
-def resolve_location(options: RemoteOptions, daemon: dict | None) -> RemoteLocation | None:
+def resolve_location(options: RemoteOptions, daemon: dict | None) -> BucketLocation | None:
     """Each lookupd.remote.* option, else the daemon's [remote] value (`stats`' `remote`), else the default;
     None when no bucket is named either way (remote pieces are then read through the daemon)."""
     daemon = daemon or {}
     bucket = options.bucket or daemon.get("bucket")
     if not bucket:
         return None
-    return RemoteLocation(
+    return BucketLocation(
         bucket=bucket,
         prefix=options.prefix if options.prefix is not None else daemon.get("prefix") or "",
         endpoint_url=options.endpoint_url or daemon.get("endpoint_url"),
@@ -59,7 +59,7 @@ def resolve_location(options: RemoteOptions, daemon: dict | None) -> RemoteLocat
         encryption_keys=options.encryption_keys)
 
 
-def _open(location: RemoteLocation) -> Bucket:
+def _open(location: BucketLocation) -> Bucket:
     """This executor process's Bucket for `location`: its cache in a private temporary directory."""
     cache_dir = tempfile.mkdtemp(prefix="lookupd-spark-cache-")
     atexit.register(shutil.rmtree, cache_dir, True)
@@ -69,11 +69,11 @@ def _open(location: RemoteLocation) -> Bucket:
                                     encryption_keys=dict(location.encryption_keys)))
 
 
-_buckets: dict[RemoteLocation, Bucket] = {}
+_buckets: dict[BucketLocation, Bucket] = {}
 _buckets_lock = threading.Lock()
 
 
-def segment_data(location: RemoteLocation, key: str) -> BucketSegment:
+def segment_data(location: BucketLocation, key: str) -> BucketSegment:
     """The remote segment whose `.log` object is `key`, shared by the tasks of this executor process."""
     with _buckets_lock:
         bucket = _buckets.get(location)
@@ -82,7 +82,7 @@ def segment_data(location: RemoteLocation, key: str) -> BucketSegment:
     return bucket.segment(key)  # its manifest: one GET, the first time
 
 
-class RemoteHandle:
+class BucketHandle:
     """FileHandle's reading surface (`pread`, `size`) over a remote segment's original bytes, for
     lookupd.log.filerecords.read_frames. Reads go front to back: each starts the next chunks' read-ahead."""
 

@@ -20,7 +20,7 @@ from lookupd.format.batch import LOG_OVERHEAD, RECORD_OVERHEAD_V0
 from lookupd.format.names import LOG_SUFFIX, segment_file_name
 from pyspark.sql.datasource import InputPartition
 
-from .remote import RemoteLocation
+from .remote import BucketLocation
 from .routing import PartitionInfo
 
 SMALLEST_BATCH = LOG_OVERHEAD + RECORD_OVERHEAD_V0  # bytes of the smallest possible batch (a v0 message)
@@ -71,7 +71,7 @@ class Split(InputPartition):
 
     def __init__(self, info: PartitionInfo, start: int, end: int, pieces: tuple[Piece, ...],
                  stop: tuple[int, int] | None, aborted: tuple[tuple[int, int, int], ...],
-                 remote: RemoteLocation | None = None):
+                 remote: BucketLocation | None = None):
         super().__init__((info.topic, info.partition, start, end))
         self.topic = info.topic
         self.partition = info.partition
@@ -101,7 +101,7 @@ class PartitionRange:
     segments: tuple[Segment, ...]  # from first.segment to the last segment read
     end_position: int  # bytes of the last segment that are read
     aborted: tuple[tuple[int, int, int], ...]
-    remote: RemoteLocation | None = None
+    remote: BucketLocation | None = None
 
     def spans(self) -> list[tuple[int, int]]:
         """Byte span [lo, hi) read in each segment."""
