@@ -36,11 +36,12 @@ from common import Figure, ratio  # noqa: E402
 
 import msgpack  # noqa: E402
 
-from coordinator_writer import (CoordinatorLog, Record, commit_key, commit_value, group_key, group_value,  # noqa: E402
-                                replayed)
+from coordinator_writer import (Cleaner, CoordinatorLog, Record, commit_key, commit_value, group_key,  # noqa: E402
+                                group_value, read_batches, replayed)
 from lookupd.format.builder import build_batch  # noqa: E402
 from lookupd.format.columnar import ColumnBuilder  # noqa: E402
 from lookupd.format.internal.topics import partition_for  # noqa: E402
+from lookupd.log.locallog import list_segments  # noqa: E402
 from lookupd.tools.writer import LogWriter  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -49,18 +50,22 @@ GROUP = "etl-orders"
 
 
 def write_offsets(root: str, batches: int, groups: int = 500, per_batch: int = 10, group_every: int = 2000,
-                  txn_every: int = 1000) -> int:
+                  txn_every: int = 1000, delete_every: int = 0, segment_bytes: int = 100 << 20) -> int:
     """__consumer_offsets-0 as the coordinator writes it: commit requests of `groups` groups, a GroupMetadata
-    record every `group_every` batches (a rebalance), a transactional commit every `txn_every` batches;
-    returns its record count."""
+    record every `group_every` batches (a rebalance), a transactional commit every `txn_every` batches, and
+    (`delete_every`) a group deleted every so many (DeleteGroups: a tombstone for each of its offsets, then
+    for the group); returns its log end offset."""
     rnd = random.Random(7)
-    log = CoordinatorLog(os.path.join(root, "__consumer_offsets-0"), segment_bytes=100 << 20)
+    log = CoordinatorLog(os.path.join(root, "__consumer_offsets-0"), segment_bytes=segment_bytes)
     offsets = {}
     for b in range(batches):
         g = f"group-{rnd.randrange(groups)}"
         topic = f"topic-{hash(g) % 20}"
         if b % group_every == 0:
             log.write([Record(group_key(g), group_value("consumer", b, "range", [f"{g}-m{i}" for i in range(3)]))])
+        if delete_every and b % delete_every == delete_every // 2:
+            log.write([Record(commit_key(g, topic, p), None) for p in range(per_batch)] + [Record(group_key(g), None)])
+            continue
         recs = []
         for p in range(per_batch):
             offsets[(g, p)] = offsets.get((g, p), 0) + rnd.randrange(1, 500)
@@ -72,6 +77,23 @@ def write_offsets(root: str, batches: int, groups: int = 500, per_batch: int = 1
             log.write(recs)
     log.close()
     return log.offset
+
+
+def write_compacted(root: str, groups: int, rounds: int = 3) -> None:
+    """__consumer_offsets-0 as the cleaner leaves it: a live history of `groups` groups (write_offsets: each
+    commits about `rounds` times; rebalances, transactions and, one in a hundred, deletions at the live
+    log's rates), in 1 MiB segments, cleaned as LogCleaner cleans it up to the active segment (the last
+    record of each key; tombstones kept, as within delete.retention.ms; aborted transactions gone)."""
+    write_offsets(root, groups * rounds, groups=groups, delete_every=100, segment_bytes=1 << 20)
+    d = os.path.join(root, "__consumer_offsets-0")
+    Cleaner(d).clean(list_segments(d)[-1])
+
+
+def data_records(root: str) -> int:
+    """The records of the partition's data batches (markers are records too; the columnar decoder passes
+    over them)."""
+    return sum(h.record_count for _, h in read_batches(os.path.join(root, "__consumer_offsets-0"))
+               if not h.is_control)
 
 
 def replay(root: str, python: bool = False) -> int:
@@ -117,9 +139,16 @@ def timed(fn, *args, min_s: float = 0.3) -> float:
 
 
 # The logs replayed: a live one (500 groups committing their 10 partitions again and again, a rebalance
-# every 2000 commit requests, a transaction every 1000), and one as the cleaner leaves it (each of
-# 20,000 groups' partitions committed once: every key new to the replay).
-LOGS = {"steady": dict(groups=500), "compacted": dict(groups=20_000, group_every=10 ** 9)}
+# every 2000 commit requests, a transaction every 1000), and one as the cleaner leaves a history of 20,000
+# groups (write_compacted: nearly every record a key new to the replay).
+LOGS = {"steady": dict(groups=500), "compacted": dict(groups=20_000)}
+
+
+def write_log(root: str, label: str, quick: bool) -> None:
+    if label == "steady":
+        write_offsets(root, 4_000 if quick else 40_000, **LOGS[label])
+    else:
+        write_compacted(root, **LOGS[label])
 
 
 def replay_figures(quick: bool) -> list[Figure]:
@@ -127,12 +156,10 @@ def replay_figures(quick: bool) -> list[Figure]:
     for label, shape in LOGS.items():
         tmp = tempfile.mkdtemp(prefix="lkbg")
         try:
-            batches = 4_000 if quick else 40_000
-            records = write_offsets(tmp, batches if label == "steady" else shape["groups"], **shape)
+            write_log(tmp, label, quick)
             d = os.path.join(tmp, "__consumer_offsets-0")
             size = sum(os.path.getsize(os.path.join(d, n)) for n in os.listdir(d) if n.endswith(".log"))
-            markers = (batches if label == "steady" else shape["groups"]) // 1000
-            data_records = records - markers  # markers are records too; the columnar decoder passes over them
+            records = data_records(tmp)
             impls = [("replay", lambda: replay(tmp)), ("columnar decoder", lambda: columnar(tmp)),
                      ("reference replay", lambda: replay(tmp, python=True))]
             times = {name: [] for name, _ in impls}
@@ -143,8 +170,8 @@ def replay_figures(quick: bool) -> list[Figure]:
                     if name == "reference replay" and rep >= 3:
                         continue  # (for scale only, and slow)
                     times[name].append(timed(fn, min_s=0.2 if quick else 0.5))
-            figures += [Figure(f"groups replay {label}, {name}", "records/s", [data_records / t for t in ts],
-                               group="groups-replay", params={"log": label, "impl": name, "records": data_records,
+            figures += [Figure(f"groups replay {label}, {name}", "records/s", [records / t for t in ts],
+                               group="groups-replay", params={"log": label, "impl": name, "records": records,
                                                               "bytes": size}, higher_is_better=True)
                         for name, ts in times.items()]
         finally:

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import reference as R
+from damage import damaged
 from lookupd.errors import CorruptRecordError
 from lookupd.format import columnar
 from lookupd.format._accel import python_only
@@ -189,16 +190,7 @@ def test_random_damage_never_disagrees():
     base = good_prefix() + _sample_batch() + build_batch([(5, None, b"z" * 300, ())], base_offset=200,
                                                          compression=Compression.GZIP)
     for _ in range(2000):
-        b = bytearray(base)
-        for _ in range(rnd.randint(1, 4)):
-            i = rnd.randrange(len(b))
-            op = rnd.random()
-            if op < 0.6:
-                b[i] = rnd.randrange(256)
-            elif op < 0.8:
-                del b[i:i + rnd.randint(1, 8)]
-            else:
-                b[i:i] = bytes(rnd.randrange(256) for _ in range(rnd.randint(1, 8)))
+        b = damaged(rnd, base, 4)
         if rnd.random() < 0.5 and len(b) > 61 + 21:  # fix the first damaged batch's CRC, if it still frames
             try:
                 h = parse_header(b, 0)

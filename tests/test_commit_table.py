@@ -1,15 +1,22 @@
 """The C table of committed offsets (lookupd.format._decode.CommitTable) answers as its Python reference,
-DictCommits, through puts, removals, re-commits and the rebuilds that drop dead bytes; and a key whose
-strings are not UTF-8 is kept as Kafka reads it on both paths."""
+DictCommits, through puts, removals, re-commits and the rebuilds that drop dead bytes; a key whose
+strings are not UTF-8 is kept as Kafka reads it on both paths; and damaged bytes replay the same through
+the C commit scan as record by record."""
 
 from __future__ import annotations
 
+import os
 import random
 import struct
+import tempfile
 
+import crc32c
 import pytest
 
-from coordinator_writer import CoordinatorLog, Record, commit_key, commit_value, replayed
+from coordinator_writer import CoordinatorLog, Record, commit_key, commit_value, group_key, group_value, replayed
+from damage import damaged
+from lookupd.errors import CorruptRecordError
+from lookupd.format.batch import parse_header
 from lookupd.format import _accel
 from lookupd.format.internal.group_state import DictCommits, key_fields
 
@@ -51,3 +58,104 @@ def test_a_group_id_that_is_not_utf8_is_one_group_as_kafka_reads_it(tmp_path, py
     r = replayed([tmp_path], python=python)
     assert {tp: o.committed_offset for tp, o in r.state.committed("g\ufffd").items()} == {("t", 0): 2}
     assert set(r.state.groups) == {"g\ufffd", "ok"}
+
+
+def _fuzz_log() -> bytes:
+    """A partition's bytes with every record kind the commit scan takes or hands back: plain commits of a few
+    groups, DeleteGroups' batches (offset tombstones, then the group's), a group record, a transactional
+    commit and its marker."""
+    with tempfile.TemporaryDirectory() as tmp:
+        d = os.path.join(tmp, "__consumer_offsets-0")
+        log = CoordinatorLog(d)
+        for i in range(6):
+            g = f"g{i % 3}"
+            log.write([Record(commit_key(g, "t", p), commit_value(10 * i + p, metadata="m" * (i % 2))) for p in range(3)])
+        log.write([Record(commit_key("g1", "t", p), None) for p in range(2)] + [Record(group_key("g1"), None)])
+        log.write([Record(commit_key("g1", "t", 0), commit_value(99))])
+        log.write([Record(group_key("g2"), group_value("consumer", 1, "range", ["m0"]))])
+        log.write([Record(commit_key("g0", "u", 0), commit_value(5))], producer_id=4000, producer_epoch=0)
+        log.marker(4000, 0, commit=True)
+        log.write([Record(commit_key("g2", "t", 1), None), Record(group_key("g0"), None)])
+        log.close()
+        with open(os.path.join(d, f"{0:020d}.log"), "rb") as f:
+            return f.read()
+
+
+def _outcome(tmp_path, data: bytes, python: bool):
+    d = tmp_path / "__consumer_offsets-0"  # (the same path on both: faults name it)
+    d.mkdir(exist_ok=True)
+    (d / f"{0:020d}.log").write_bytes(data)
+    r = replayed([d.parent], python=python)
+    groups = sorted(r.state.groups)
+    committed = {}
+    for g in groups + ["g0", "g1", "g2"]:
+        try:
+            committed[g] = sorted((tp, tuple(o)) for tp, o in r.state.committed(g).items())
+        except Exception as err:  # a value the scan took but that does not decode: named the same on both paths
+            committed[g] = repr(err)
+    return groups, committed, r.next_offset, [(f.group, str(f.error)) for f in r.faults]
+
+
+def test_damaged_offsets_logs_replay_the_same_in_c_and_python(tmp_path):
+    """Bytes flipped, cut or inserted anywhere in a `__consumer_offsets` segment (the first batch's CRC made
+    right again half the time, so that the damage reaches the record parsers): the C commit scan and the
+    record-by-record replay give the same groups, positions, log position and faults."""
+    rnd = random.Random(11)
+    base = _fuzz_log()
+    for _ in range(400):
+        b = damaged(rnd, base, 3)
+        if rnd.random() < 0.5:  # the CRC of the batch holding the first change made right
+            pos = 0
+            try:
+                while pos + 61 <= len(b):
+                    h = parse_header(b, pos)
+                    if bytes(b[pos:pos + h.size]) != base[pos:pos + h.size]:
+                        if h.size >= 61 and pos + h.size <= len(b):
+                            b[pos + 17:pos + 21] = struct.pack(">I", crc32c.crc32c(bytes(b[pos + 21:pos + h.size])))
+                        break
+                    pos += h.size
+            except CorruptRecordError:
+                pass
+        assert _outcome(tmp_path, bytes(b), False) == _outcome(tmp_path, bytes(b), True)
+
+
+def test_a_log_of_new_keys_grows_the_table_at_once_and_answers_as_python(tmp_path, monkeypatch):
+    """Nearly every record a new key (a compacted log): the C table, told the bytes to come, grows its slots
+    several times over at once (Table.expect) and answers as the record-by-record replay."""
+    from lookupd.log import coordinators
+
+    monkeypatch.setattr(coordinators, "CHUNK_BYTES", 1 << 16)  # several scans, each projecting the rest
+    log = CoordinatorLog(str(tmp_path / "__consumer_offsets-0"))
+    for g in range(6000):
+        if g % 700 == 0:  # (a batch the Python replay takes between scans)
+            log.write([Record(group_key(f"g{g}"), group_value("consumer", 1, "range", ["m"]))])
+        log.write([Record(commit_key(f"g{g}", "t", p), commit_value(g + p)) for p in range(3)])
+    log.close()
+    c, p = replayed([tmp_path]), replayed([tmp_path], python=True)
+    assert len(c.state.commits) == len(p.state.commits) == 18_000
+    assert set(c.state.groups) == set(p.state.groups)
+    for g in range(0, 6000, 7):
+        assert c.state.committed(f"g{g}") == p.state.committed(f"g{g}")
+
+
+def test_a_reservation_refused_leaves_the_table_growing_as_it_fills():
+    """CommitTable.reserve only makes room: where the address space is refused (here an RLIMIT_AS, as
+    vm.overcommit_memory=2 would), the replay goes on and the table grows as it fills."""
+    import subprocess
+    import sys
+
+    code = """if True:
+        import resource
+        from lookupd.format import _decode
+        with open("/proc/self/statm") as f:
+            size = int(f.read().split()[0]) * resource.getpagesize()
+        resource.setrlimit(resource.RLIMIT_AS, (size + (256 << 20), resource.RLIM_INFINITY))
+        t = _decode.CommitTable()
+        t.reserve(1 << 40)  # (4 GiB an array at most: more than the limit)
+        for i in range(20000):
+            t.put(b"\\x00\\x01g" + i.to_bytes(4, "big"), i, b"v" * 20)
+        assert len(t) == 20000 and t.get(b"\\x00\\x01g" + (7).to_bytes(4, "big")) == (7, b"v" * 20)
+        print("ok")
+    """
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "ok", out.stderr

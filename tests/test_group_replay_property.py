@@ -29,6 +29,7 @@ op = st.one_of(
     st.tuples(st.just("marker"), st.sampled_from(PIDS + [9999]), st.booleans()),
     st.tuples(st.just("group"), st.sampled_from(GROUPS), st.integers(0, 2)),
     st.tuples(st.just("group_tombstone"), st.sampled_from(GROUPS)),
+    st.tuples(st.just("delete"), st.sampled_from(GROUPS)),  # DeleteGroups: its offsets' tombstones, then the group's
     st.just(("roll",)),
     st.just(("catch_up",)),
     st.just(("clean",)),
@@ -116,6 +117,8 @@ def test_incremental_equals_full_and_compacted_equals_uncompacted(tmp_path_facto
                 log.write([Record(group_key(o[1]), group_value("consumer", 1, "range", [f"m{i}" for i in range(o[2])]))])
             elif kind == "group_tombstone":
                 log.write([Record(group_key(o[1]), None)])
+            elif kind == "delete":
+                log.write([Record(commit_key(o[1], *tp), None) for tp in TPS] + [Record(group_key(o[1]), None)])
             elif kind == "roll":
                 log.roll()
     for log in logs:

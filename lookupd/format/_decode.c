@@ -66,8 +66,8 @@ static PyMethodDef methods[] = {
     {"spread_flag", spread_flag, METH_VARARGS,
      "spread_flag(facts, flag) -> int32 per record: 1 where its batch's flags have `flag` (see _bitmaps.c)."},
     {"commit_runs", commit_runs, METH_VARARGS,
-     "commit_runs(buffer, start, end, table) -> (stop, next offset, tombstoned, groups, transactional): the "
-     "offset commits from start applied to a CommitTable (see _offsets.c)."},
+     "commit_runs(buffer, start, end, table, note_tombstones) -> (stop, next offset, tombstoned, removed groups, "
+     "transactional): the offset commits from start applied to a CommitTable (see _offsets.c)."},
     {"crc32c", py_crc32c, METH_O, "crc32c(data) -> the CRC32C (Castagnoli) of the bytes."},
     {"decode_v2", decode_v2, METH_VARARGS,
      "decode_v2(records, count, base_offset, base_timestamp, fixed_timestamp, has_fixed, headers, *columns) -> "

@@ -3,48 +3,56 @@
  * batches applied to them in C (lookupd.format.internal.group_state).
  *
  * CommitTable: key fields (an OffsetCommit key after its record type: group, topic, partition, both
- * strings valid UTF-8) -> (offset of the commit record, its value bytes), and each group's keys. Keys
- * and values live in one arena; a value is written over the last one of its key when it fits, and
- * the table is rebuilt when more than half of the arena is dead. A removed key keeps its slot (marked
- * absent) until then. Methods: get(fields) -> (record offset, value) | None, offset_of(fields) ->
- * record offset | -1, put(fields, record offset, value), remove(fields) -> whether it was there,
- * group(name bytes) -> [(fields, record offset)] of the group's keys, len().
+ * strings valid UTF-8) -> (offset of the commit record, its value bytes), each group's keys, and the
+ * simple groups (those a commit made, not removed since). Keys and values live in one arena; a value is
+ * written over the last one of its key when it fits, and the table is rebuilt when more than half of the
+ * arena is dead. A removed key keeps its slot (marked absent) until then. Methods: get(fields) ->
+ * (record offset, value) | None, offset_of(fields) -> record offset | -1, put(fields, record offset,
+ * value), remove(fields) -> whether it was there, group(name bytes) -> [(fields, record offset)] of the
+ * group's keys, add_simple_group(name), discard_simple_group(name), has_simple_group(name),
+ * simple_groups() -> [name bytes], reserve(bytes of log to come), len().
  *
- * commit_runs(buffer, start, end, table) -> (stop, next_offset, tombstoned, groups, transactional)
+ * commit_runs(buffer, start, end, table, note_tombstones) -> (stop, next_offset, tombstoned, removed,
+ *                                                             transactional)
  *
  * Walks the batches in buffer[start:end] and takes each one that is whole, v2, CRC32C-sound, not a
- * control batch, written with no producer id (-1), and whose records are all OffsetCommit records:
- * a key of type 0 or 1 whose fields read, and a null value (a tombstone) or an OffsetCommitValue of
- * version 0-4 that reads, with group and topic valid UTF-8 (others are the Python replay's, which makes
- * them so). Their records are applied to `table` in order (a value sets its key, a tombstone removes
- * it), and it answers what GroupCoordinatorState.apply_commits needs besides:
+ * control batch, written with no producer id (-1), and whose records are all OffsetCommit records (a key
+ * of type 0 or 1 whose fields read, and a null value (a tombstone) or an OffsetCommitValue of version 0-4
+ * that reads, with group and topic valid UTF-8) or GroupMetadata tombstones (a key of type 2 whose group
+ * is valid UTF-8), as DeleteGroups writes them with the group's offset tombstones; the others are the
+ * Python replay's, which makes them so. Their records are applied to `table` in order: a value sets its
+ * key and makes its group a simple group, an offset tombstone removes its key, a group tombstone its
+ * simple group; and it answers what GroupCoordinatorState.apply_commits needs besides:
  *
- *     tombstoned  [key fields] with a tombstone (each once)
- *     groups      [group name bytes] with a value (each once)
+ *     tombstoned  [key fields] with a tombstone (each once), when note_tombstones (else None)
+ *     removed     [group name bytes] with a group tombstone (each once)
  *
- * A batch of such records written with a producer id (a transactional commit) ends the walk: it is
+ * A batch of offset commits written with a producer id (a transactional commit) ends the walk: it is
  * checked the same way and answered, unapplied, as `transactional`, (producer id, [(key fields, record
  * offset, value bytes or None)]), for the caller's pending offsets (None when the walk ended otherwise).
  *
  * Stops at the first batch it does not take and returns where it starts (`end` when all were taken)
  * and the offset after the last batch taken (-1 if none). A batch is taken whole or not at all (its
  * records are all checked before any is applied); the caller's Python replay takes the batch it
- * stopped at, and names any fault in it.
+ * stopped at, and names any fault in it. Every read is bounded by the buffer, the batch and the record.
  */
 #include "_decode.h"
 #include "_codecs.h"
 
 #include <stdlib.h>
+#include <sys/mman.h>
 
-/* ------------------------------------------------------------------ a hash table over an arena */
+/* ------------------------------------------------------------------ a hash table's layout */
 
+/* 40 bytes: what a compacted log's replay writes for nearly every record, with the key and value bytes. */
 typedef struct {
-    uint64_t hash;
-    Py_ssize_t key_at, key_len;         /* in the arena */
-    Py_ssize_t value_at, value_len;     /* value_len -1: absent (removed, or never had a value) */
-    Py_ssize_t value_cap;               /* bytes at value_at this entry may write over */
-    int64_t offset;                     /* (in a table of groups: the first of its keys, index + 1) */
-    Py_ssize_t group_next;              /* the next key of its group, index + 1; 0: none */
+    int64_t offset;                     /* of the commit record (in a table of groups: its first key, index + 1) */
+    uint64_t key_at, value_at;          /* in the arena */
+    uint32_t key_len;
+    int32_t value_len;                  /* -1: absent (removed, or never had a value); in a table of groups,
+                                         * 0: a commit made the group (a simple group), -1: not (any more) */
+    int32_t value_cap;                  /* bytes at value_at this entry may write over */
+    uint32_t group_next;                /* the next key of its group, index + 1; 0: none */
 } Entry;
 
 typedef struct {
@@ -54,59 +62,175 @@ typedef struct {
     Py_ssize_t n_entries, entries_cap, live;
     uint64_t *slots;                    /* the hash's high 32 bits, then index into entries + 1; 0 is free */
     Py_ssize_t n_slots;                 /* a power of two, kept at most half full */
+    int shift;                          /* 64 - log2(n_slots): a key hashed h starts its probe at HOME(h, shift) */
+    Py_ssize_t expect;                  /* entries the caller expects to add yet (0: unknown): growing, the slots
+                                         * go to what they need, up to MAX_GROWTH times at once */
 } Table;
 
 /* A slot holds its key's hash tag beside the entry's index, so that a probe past other keys reads the
- * slot array only (one cache line), not their entries. */
+ * slot array only (one cache line), not their entries. A probe starts at HOME: a window of 8 slots (a
+ * cache line) chosen by the hash's top bits, and the slot in it chosen by the hash's bits 32-34; the tag
+ * holds both, so a larger table is built from the slots alone, in their order (each lands at about twice
+ * its place), without reading an entry. An OffsetCommit key's bits 32-34 are its partition's low bits
+ * and the rest of its hash leaves them out (key_hash): partitions 0-7 of a group's topic, which a commit
+ * request writes together, start in one cache line, and a compacted log's replay misses the cache once
+ * for them, not once each. */
+#define HOME(h, shift) ((Py_ssize_t)((((h) >> ((shift) + 3)) << 3) | (((h) >> 32) & 7)))
 #define SLOT(h, index) (((h) & 0xFFFFFFFF00000000ULL) | (uint64_t)(index))
 #define SLOT_INDEX(slot) ((Py_ssize_t)((slot) & 0xFFFFFFFFULL))
 #define SLOT_TAG(slot) ((slot) & 0xFFFFFFFF00000000ULL)
-#define MAX_ENTRIES 0xFFFFFFFEL             /* an index fits the slot's low 32 bits */
+#define MAX_ENTRIES 0x7FFFFFFFL             /* an index fits the slot's low 32 bits, log2(n_slots) its tag */
+#define MIN_SLOTS_LOG2 10
+/* Growing the slots as a compacted log's replay fills them (nearly a key a record) cost more than the
+ * probes: each doubling reads the old array and writes a new one, a megabyte or more. Told what is still
+ * to come (Table.expect), a table grows to it at once, but at most 8 times over, so that a projection
+ * that does not come true (new keys that stop coming) leaves at most 8 times the slots needed. */
+#define MAX_GROWTH_LOG2 3
+#define MAX_KEY_LEN 0x7FFFFFFFL             /* (a key's fields are at most 65542 bytes; a Python caller's bytes may be more) */
+
+/* ------------------------------------------------------------------ memory
+
+ * A table's arrays (arena, entries, slots) of at least MAPPED bytes are mapped, not malloc'd: they grow
+ * with mremap, which moves pages rather than copying them, from at least HUGE bytes on they ask for huge
+ * pages (MADV_HUGEPAGE, where the kernel gives them for the asking), and a replay reserves room for what
+ * a segment's bytes may add (CommitTable.reserve: address space, which costs nothing until a page is
+ * written, and then a fault each 2 MiB instead of each 4 KiB). A compacted log's replay writes ~100 bytes
+ * of new table a record: faulting that in 4 KiB at a time, and copying it at each doubling, cost more
+ * than the scan. Smaller arrays (most partitions' tables, a call's notes) stay with malloc. */
+#define MAPPED ((size_t)1 << 18)
+#define HUGE ((size_t)1 << 21)
+#define MAX_RESERVED ((size_t)1 << 32)      /* bytes of address space a reservation takes at most, per array */
+
+static void *
+mapped(void *p, size_t n)
+{
+    if (p == MAP_FAILED)
+        return NULL;
+#ifdef MADV_HUGEPAGE
+    if (n >= HUGE)
+        madvise(p, n, MADV_HUGEPAGE);   /* (advice: refused or unknown, the pages are small ones) */
+#endif
+    return p;
+}
+
+/* p[0:old] grown (or made, p NULL) to n bytes, as realloc. NULL on no memory (p kept). */
+static void *
+region_resize(void *p, size_t old, size_t n)
+{
+    if (n < MAPPED)
+        return realloc(p, n);
+    if (old >= MAPPED)
+        return mapped(mremap(p, old, n, MREMAP_MAYMOVE), n);
+    void *q = mapped(mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0), n);
+    if (q != NULL) {
+        if (old)
+            memcpy(q, p, old);
+        free(p);
+    }
+    return q;
+}
+
+/* n zero bytes. */
+static void *
+region_zeroed(size_t n)
+{
+    if (n < MAPPED)
+        return calloc(n, 1);
+    return mapped(mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0), n);
+}
+
+static void
+region_free(void *p, size_t n)
+{
+    if (p == NULL)
+        return;
+    if (n < MAPPED)
+        free(p);
+    else
+        munmap(p, n);
+}
+
+/* ------------------------------------------------------------------ a hash table over an arena */
 
 static void
 table_free(Table *t)
 {
-    free(t->arena);
-    free(t->entries);
-    free(t->slots);
+    region_free(t->arena, (size_t)t->arena_cap);
+    region_free(t->entries, (size_t)t->entries_cap * sizeof(Entry));
+    region_free(t->slots, (size_t)t->n_slots * sizeof(uint64_t));
     memset(t, 0, sizeof *t);
 }
 
-static int
-arena_put(Table *t, const uint8_t *p, Py_ssize_t n, Py_ssize_t *at)
-{
-    if (t->arena_len + n > t->arena_cap) {
-        Py_ssize_t cap = t->arena_cap ? t->arena_cap * 2 : 1 << 16;
-        while (cap < t->arena_len + n)
-            cap *= 2;
-        uint8_t *a = realloc(t->arena, (size_t)cap);
-        if (a == NULL)
-            return -1;
-        t->arena = a;
-        t->arena_cap = cap;
-    }
-    if (n)
-        memcpy(t->arena + t->arena_len, p, (size_t)n);
-    *at = t->arena_len;
-    t->arena_len += n;
-    return 0;
-}
+/* Keys, values and names are short (tens of bytes): a call to memcmp or memcpy costs more than the work.
+ * These take a word at a time, the last word overlapping the one before (no byte-wise tail). */
 
-/* Whether a[0:n] == b[0:n], a word at a time (keys are short: a call to memcmp costs more than it). */
+/* Whether a[0:n] == b[0:n]. */
 static inline int
 same(const uint8_t *a, const uint8_t *b, Py_ssize_t n)
 {
     uint64_t x, y;
-    for (; n >= 8; a += 8, b += 8, n -= 8) {
-        memcpy(&x, a, 8);
-        memcpy(&y, b, 8);
-        if (x != y)
-            return 0;
+    if (n >= 8) {
+        for (; n > 8; a += 8, b += 8, n -= 8) {
+            memcpy(&x, a, 8);
+            memcpy(&y, b, 8);
+            if (x != y)
+                return 0;
+        }
+        memcpy(&x, a + n - 8, 8);
+        memcpy(&y, b + n - 8, 8);
+        return x == y;
+    }
+    if (n >= 4) {
+        uint32_t u, v, w, z;
+        memcpy(&u, a, 4);
+        memcpy(&v, b, 4);
+        memcpy(&w, a + n - 4, 4);
+        memcpy(&z, b + n - 4, 4);
+        return u == v && w == z;
     }
     for (; n > 0; a++, b++, n--)
         if (*a != *b)
             return 0;
     return 1;
+}
+
+/* d[0:n] = s[0:n] (not overlapping). */
+static inline void
+copy(uint8_t *d, const uint8_t *s, Py_ssize_t n)
+{
+    uint64_t w, z;
+    if (n >= 8 && n <= 32) {
+        for (Py_ssize_t i = 0; i + 8 < n; i += 8) {
+            memcpy(&w, s + i, 8);
+            memcpy(d + i, &w, 8);
+        }
+        memcpy(&z, s + n - 8, 8);
+        memcpy(d + n - 8, &z, 8);
+    } else if (n > 32) {
+        memcpy(d, s, (size_t)n);
+    } else {
+        for (Py_ssize_t i = 0; i < n; i++)
+            d[i] = s[i];
+    }
+}
+
+static int
+arena_put(Table *t, const uint8_t *p, Py_ssize_t n, uint64_t *at)
+{
+    if (t->arena_len + n > t->arena_cap) {
+        Py_ssize_t cap = t->arena_cap ? t->arena_cap * 2 : 1 << 16;
+        while (cap < t->arena_len + n)
+            cap *= 2;
+        uint8_t *a = region_resize(t->arena, (size_t)t->arena_cap, (size_t)cap);
+        if (a == NULL)
+            return -1;
+        t->arena = a;
+        t->arena_cap = cap;
+    }
+    copy(t->arena + t->arena_len, p, n);
+    *at = (uint64_t)t->arena_len;
+    t->arena_len += n;
+    return 0;
 }
 
 /* Keys come from files: a seed drawn per process keeps a log written to collide from doing so here. */
@@ -134,29 +258,98 @@ hash_bytes(const uint8_t *p, Py_ssize_t n)
     return h ^ (h >> 29);
 }
 
+/* The hash of OffsetCommit key fields (a group, a topic, an int32 partition: its last byte is the
+ * partition's low byte), whose bits 32-34 are the partition's low bits (see HOME). Other bytes of fields a
+ * Python caller gives are hashed as such (their last byte's low bits taken as a partition's). */
+static inline uint64_t
+key_hash(const uint8_t *k, Py_ssize_t n)
+{
+    if (n < 1)
+        return hash_bytes(k, n);
+    uint8_t last = k[n - 1];
+    uint64_t h = (hash_bytes(k, n - 1) ^ (uint64_t)(last & 0xF8)) * 0xFF51AFD7ED558CCDULL;
+    h ^= h >> 29;
+    return (h & ~(7ULL << 32)) | ((uint64_t)(last & 7) << 32);
+}
+
 void
 offsets_seed(uint64_t seed)
 {
     hash_seed = seed | 1;
 }
 
+/* Room for `entries` more entries and `bytes` more arena bytes without growing (at least doubling what
+ * grows, as growing one at a time does); -1 on no memory (the table as it was). */
 static int
-table_rehash(Table *t, Py_ssize_t n)
+table_reserve(Table *t, Py_ssize_t entries, Py_ssize_t bytes)
 {
-    uint64_t *slots = calloc((size_t)n, sizeof *slots);
+    Py_ssize_t cap = t->n_entries + entries;
+    if (cap > MAX_ENTRIES)
+        cap = MAX_ENTRIES;
+    if (cap > (Py_ssize_t)(MAX_RESERVED / sizeof(Entry)))
+        cap = (Py_ssize_t)(MAX_RESERVED / sizeof(Entry));
+    if (cap > t->entries_cap) {
+        if (cap < 2 * t->entries_cap)
+            cap = 2 * t->entries_cap;
+        Entry *es = region_resize(t->entries, (size_t)t->entries_cap * sizeof *es, (size_t)cap * sizeof *es);
+        if (es == NULL)
+            return -1;
+        t->entries = es;
+        t->entries_cap = cap;
+    }
+    cap = t->arena_len + bytes;
+    if (cap > (Py_ssize_t)MAX_RESERVED)
+        cap = (Py_ssize_t)MAX_RESERVED;
+    if (cap > t->arena_cap) {
+        if (cap < 2 * t->arena_cap)
+            cap = 2 * t->arena_cap;
+        uint8_t *a = region_resize(t->arena, (size_t)t->arena_cap, (size_t)cap);
+        if (a == NULL)
+            return -1;
+        t->arena = a;
+        t->arena_cap = cap;
+    }
+    return 0;
+}
+
+/* Rebuild the slots at 2^log2 of them, from the old slots in order: each lands near twice its old place,
+ * so both arrays are walked about in order. */
+static int
+table_rehash(Table *t, int log2)
+{
+    Py_ssize_t n = (Py_ssize_t)1 << log2;
+    int shift = 64 - log2;
+    uint64_t *slots = region_zeroed((size_t)n * sizeof *slots);
     if (slots == NULL)
         return -1;
-    for (Py_ssize_t i = 0; i < t->n_entries; i++) {
-        uint64_t h = t->entries[i].hash;
-        Py_ssize_t s = (Py_ssize_t)(h & (uint64_t)(n - 1));
+    for (Py_ssize_t i = 0; i < t->n_slots; i++) {
+        uint64_t slot = t->slots[i];
+        if (slot == 0)
+            continue;
+        Py_ssize_t s = HOME(SLOT_TAG(slot), shift);
         while (slots[s])
             s = (s + 1) & (n - 1);
-        slots[s] = SLOT(h, i + 1);
+        slots[s] = slot;
     }
-    free(t->slots);
+    region_free(t->slots, (size_t)t->n_slots * sizeof *slots);
     t->slots = slots;
     t->n_slots = n;
+    t->shift = shift;
     return 0;
+}
+
+/* log2 of the slots a full table grows to: twice as many, or room for what it expects, up to MAX_GROWTH_LOG2
+ * doublings at once (and at most 2^32 slots: MAX_ENTRIES, twice over). */
+static int
+table_growth(const Table *t)
+{
+    if (t->n_slots == 0)
+        return MIN_SLOTS_LOG2;
+    int now = 64 - t->shift, log2 = now + 1;
+    double want = 2.0 * ((double)t->n_entries + 1 + (double)t->expect);
+    while (log2 < now + MAX_GROWTH_LOG2 && log2 < 32 && (double)((Py_ssize_t)1 << log2) < want)
+        log2++;
+    return log2;
 }
 
 /* The entry of key k[0:n] whose hash_bytes is h, made (absent) when `create`; NULL when there is none,
@@ -164,15 +357,19 @@ table_rehash(Table *t, Py_ssize_t n)
 static Entry *
 table_find_hashed(Table *t, const uint8_t *k, Py_ssize_t n, uint64_t h, int create, int *oom)
 {
+    if (n > MAX_KEY_LEN) {
+        *oom = create;
+        return NULL;
+    }
     if (create && (t->n_entries + 1) * 2 > t->n_slots &&
-        (t->n_entries >= MAX_ENTRIES || table_rehash(t, t->n_slots ? t->n_slots * 2 : 1024) < 0)) {
+        (t->n_entries >= MAX_ENTRIES || table_rehash(t, table_growth(t)) < 0)) {
         *oom = 1;
         return NULL;
     }
     if (t->n_slots == 0)
         return NULL;
     uint64_t slot;
-    Py_ssize_t s = (Py_ssize_t)(h & (uint64_t)(t->n_slots - 1));
+    Py_ssize_t s = HOME(h, t->shift);
     while ((slot = t->slots[s]) != 0) {
         if (SLOT_TAG(slot) == SLOT_TAG(h)) {
             Entry *x = &t->entries[SLOT_INDEX(slot) - 1];
@@ -185,7 +382,7 @@ table_find_hashed(Table *t, const uint8_t *k, Py_ssize_t n, uint64_t h, int crea
         return NULL;
     if (t->n_entries == t->entries_cap) {
         Py_ssize_t cap = t->entries_cap ? t->entries_cap * 2 : 256;
-        Entry *es = realloc(t->entries, (size_t)cap * sizeof *es);
+        Entry *es = region_resize(t->entries, (size_t)t->entries_cap * sizeof *es, (size_t)cap * sizeof *es);
         if (es == NULL) {
             *oom = 1;
             return NULL;
@@ -194,14 +391,16 @@ table_find_hashed(Table *t, const uint8_t *k, Py_ssize_t n, uint64_t h, int crea
         t->entries_cap = cap;
     }
     Entry *e = &t->entries[t->n_entries];
-    memset(e, 0, sizeof *e);
-    e->hash = h;
-    e->value_len = -1;
     if (arena_put(t, k, n, &e->key_at) < 0) {
         *oom = 1;
         return NULL;
     }
-    e->key_len = n;
+    e->offset = 0;
+    e->value_at = 0;
+    e->key_len = (uint32_t)n;
+    e->value_len = -1;
+    e->value_cap = 0;
+    e->group_next = 0;
     t->slots[s] = SLOT(h, ++t->n_entries);
     return e;
 }
@@ -217,7 +416,7 @@ static inline void
 table_prefetch(const Table *t, uint64_t h)
 {
     if (t->n_slots)
-        __builtin_prefetch(&t->slots[h & (uint64_t)(t->n_slots - 1)]);
+        __builtin_prefetch(&t->slots[HOME(h, t->shift)]);
 }
 
 /* Then (the slot at hand) the entry of the probe's first slot with the key's tag: a key seen before. */
@@ -226,7 +425,7 @@ table_prefetch_entry(const Table *t, uint64_t h)
 {
     if (t->n_slots == 0)
         return NULL;
-    Py_ssize_t s = (Py_ssize_t)(h & (uint64_t)(t->n_slots - 1));
+    Py_ssize_t s = HOME(h, t->shift);
     uint64_t slot;
     while ((slot = t->slots[s]) != 0 && SLOT_TAG(slot) != SLOT_TAG(h))  /* (the probe's next slots: mostly in
                                                                           * the same cache line) */
@@ -243,18 +442,19 @@ static int
 entry_set(Table *t, Entry *e, int64_t offset, const uint8_t *v, Py_ssize_t n)
 {
     int was_absent = e->value_len < 0;
+    if (n > INT32_MAX)
+        return -1;
     if (n <= e->value_cap) {
-        if (n)
-            memcpy(t->arena + e->value_at, v, (size_t)n);
+        copy(t->arena + e->value_at, v, n);
     } else {
-        Py_ssize_t at;
+        uint64_t at;
         if (arena_put(t, v, n, &at) < 0)
             return -1;
         t->dead += e->value_cap;
         e->value_at = at;
-        e->value_cap = n;
+        e->value_cap = (int32_t)n;
     }
-    e->value_len = n;
+    e->value_len = (int32_t)n;
     e->offset = offset;
     t->live += was_absent;
     return was_absent;
@@ -275,8 +475,11 @@ entry_remove(Table *t, Entry *e)
 typedef struct {
     PyObject_HEAD
     Table t;                            /* key fields -> commit */
-    Table groups;                       /* group name -> its first key (offset: index + 1 into t) */
-    Py_ssize_t last_group;              /* the group entry a key was last added to, index + 1 (0: none) */
+    Table groups;                       /* group name -> its first key (offset: index + 1 into t); value_len 0:
+                                         * a simple group (made by a commit), -1: not */
+    Py_ssize_t last_group;              /* the group entry looked up last, index + 1 (0: none) */
+    Py_ssize_t reserved, scanned;       /* bytes of log told (reserve) and not yet scanned by commit_runs; bytes
+                                         * it scanned: t.expect is what the keys per byte so far make of them */
 } CommitTable;
 
 static void
@@ -285,6 +488,39 @@ ct_dealloc(CommitTable *self)
     table_free(&self->t);
     table_free(&self->groups);
     Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The group entry of name g[0:n], whose hash_bytes is h, (made, not simple, when `create`); NULL if none or
+ * on no memory (*oom set). A run's records are mostly one group's: the last one found is tried first. */
+static Entry *
+ct_group_find(CommitTable *self, const uint8_t *g, Py_ssize_t n, uint64_t h, int create, int *oom)
+{
+    Entry *e = table_find_hashed(&self->groups, g, n, h, create, oom);
+    if (e != NULL)
+        self->last_group = e - self->groups.entries + 1;
+    return e;
+}
+
+static inline Entry *
+ct_last_group(CommitTable *self, const uint8_t *g, Py_ssize_t n)
+{
+    Entry *e = self->last_group ? &self->groups.entries[self->last_group - 1] : NULL;
+    return e != NULL && e->key_len == n && same(self->groups.arena + e->key_at, g, n) ? e : NULL;
+}
+
+static inline Entry *
+ct_group(CommitTable *self, const uint8_t *g, Py_ssize_t n, int create, int *oom)
+{
+    Entry *e = ct_last_group(self, g, n);
+    return e != NULL ? e : ct_group_find(self, g, n, hash_bytes(g, n), create, oom);
+}
+
+/* Link a new entry of t (the last one) into the keys of group g. */
+static inline void
+ct_link(CommitTable *self, Entry *e, Entry *g)
+{
+    e->group_next = (uint32_t)g->offset;
+    g->offset = self->t.n_entries;      /* the new entry's index + 1 */
 }
 
 /* The key's entry, made (absent, linked into its group's keys) when `create`; NULL if none or on no
@@ -296,26 +532,21 @@ ct_entry_hashed(CommitTable *self, const uint8_t *k, Py_ssize_t n, uint64_t h, i
     Entry *e = table_find_hashed(&self->t, k, n, h, create, oom);
     if (e == NULL || self->t.n_entries == before)
         return e;
-    Py_ssize_t glen = (int16_t)be16(k);
-    Entry *g = self->last_group ? &self->groups.entries[self->last_group - 1] : NULL;
-    if (g == NULL || g->key_len != glen || !same(self->groups.arena + g->key_at, k + 2, glen)) {
-        g = table_find(&self->groups, k + 2, glen, 1, oom);  /* (a batch's keys are mostly one group's) */
-        if (g == NULL)
-            return NULL;
-        self->last_group = g - self->groups.entries + 1;
-    }
-    e->group_next = (Py_ssize_t)g->offset;
-    g->offset = self->t.n_entries;      /* the new entry's index + 1 */
+    Entry *g = ct_group(self, k + 2, (int16_t)be16(k), 1, oom);
+    if (g == NULL)
+        return NULL;
+    ct_link(self, e, g);
     return e;
 }
 
 static Entry *
 ct_entry(CommitTable *self, const uint8_t *k, Py_ssize_t n, int create, int *oom)
 {
-    return ct_entry_hashed(self, k, n, hash_bytes(k, n), create, oom);
+    return ct_entry_hashed(self, k, n, key_hash(k, n), create, oom);
 }
 
-/* Rebuild the tables with the present keys only, in a new arena (when most of the old one is dead). */
+/* Rebuild the tables with the present keys and the simple groups only, in new arenas (when most of the
+ * old one is dead). */
 static int
 ct_maybe_compact(CommitTable *self)
 {
@@ -324,16 +555,25 @@ ct_maybe_compact(CommitTable *self)
         return 0;
     CommitTable fresh = {0};
     int oom = 0;
-    for (Py_ssize_t i = 0; i < t->n_entries; i++) {
+    for (Py_ssize_t i = 0; i < t->n_entries && !oom; i++) {
         Entry *e = &t->entries[i];
         if (e->value_len < 0)
             continue;
         Entry *x = ct_entry(&fresh, t->arena + e->key_at, e->key_len, 1, &oom);
-        if (x == NULL || entry_set(&fresh.t, x, e->offset, t->arena + e->value_at, e->value_len) < 0) {
-            table_free(&fresh.t);
-            table_free(&fresh.groups);
-            return -1;
-        }
+        oom = x == NULL || entry_set(&fresh.t, x, e->offset, t->arena + e->value_at, e->value_len) < 0;
+    }
+    for (Py_ssize_t i = 0; i < self->groups.n_entries && !oom; i++) {
+        Entry *g = &self->groups.entries[i];
+        if (g->value_len < 0)
+            continue;
+        Entry *x = ct_group(&fresh, self->groups.arena + g->key_at, g->key_len, 1, &oom);
+        if (x != NULL)
+            x->value_len = 0;
+    }
+    if (oom) {
+        table_free(&fresh.t);
+        table_free(&fresh.groups);
+        return -1;
     }
     table_free(&self->t);
     table_free(&self->groups);
@@ -351,7 +591,7 @@ ct_lookup(CommitTable *self, PyObject *key)
     if (PyBytes_AsStringAndSize(key, &k, &n) < 0)
         return NULL;
     int oom = 0;
-    Entry *e = table_find(&self->t, (const uint8_t *)k, n, 0, &oom);
+    Entry *e = table_find_hashed(&self->t, (const uint8_t *)k, n, key_hash((const uint8_t *)k, n), 0, &oom);
     return e != NULL && e->value_len >= 0 ? e : NULL;
 }
 
@@ -364,7 +604,8 @@ ct_get(CommitTable *self, PyObject *key)
             return NULL;
         Py_RETURN_NONE;
     }
-    return Py_BuildValue("(Ly#)", (long long)e->offset, (const char *)self->t.arena + e->value_at, e->value_len);
+    return Py_BuildValue("(Ly#)", (long long)e->offset, (const char *)self->t.arena + e->value_at,
+                         (Py_ssize_t)e->value_len);
 }
 
 static PyObject *
@@ -387,6 +628,8 @@ ct_put(CommitTable *self, PyObject *args)
     int r = -1;
     if (key.len < 2 || (int16_t)be16(key.buf) < 0 || (int16_t)be16(key.buf) > key.len - 2) {
         PyErr_SetString(PyExc_ValueError, "fields must start with the group, an int16-length string");
+    } else if (key.len > MAX_KEY_LEN || value.len > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "fields or value too long");
     } else {
         Entry *e = ct_entry(self, key.buf, key.len, 1, &oom);
         r = e == NULL ? -1 : entry_set(&self->t, e, offset, value.buf, value.len);
@@ -411,28 +654,106 @@ ct_remove(CommitTable *self, PyObject *key)
     Py_RETURN_TRUE;
 }
 
-static PyObject *
-ct_group(CommitTable *self, PyObject *name)
+/* The group entry of a Python bytes name (made when `create`); NULL with an error set, or NULL alone
+ * when there is none. */
+static Entry *
+ct_group_of(CommitTable *self, PyObject *name, int create)
 {
     char *g;
     Py_ssize_t n;
     if (PyBytes_AsStringAndSize(name, &g, &n) < 0)
         return NULL;
-    PyObject *out = PyList_New(0);
     int oom = 0;
-    Entry *head = out == NULL ? NULL : table_find(&self->groups, (const uint8_t *)g, n, 0, &oom);
+    Entry *e = ct_group(self, (const uint8_t *)g, n, create, &oom);
+    if (oom)
+        PyErr_NoMemory();
+    return e;
+}
+
+static PyObject *
+ct_group_keys(CommitTable *self, PyObject *name)
+{
+    Entry *head = ct_group_of(self, name, 0);
+    if (head == NULL && PyErr_Occurred())
+        return NULL;
+    PyObject *out = PyList_New(0);
     for (Py_ssize_t i = head == NULL ? 0 : (Py_ssize_t)head->offset; out != NULL && i; ) {
         Entry *e = &self->t.entries[i - 1];
         i = e->group_next;
         if (e->value_len < 0)
             continue;
-        PyObject *item = Py_BuildValue("(y#L)", (const char *)self->t.arena + e->key_at, e->key_len,
+        PyObject *item = Py_BuildValue("(y#L)", (const char *)self->t.arena + e->key_at, (Py_ssize_t)e->key_len,
                                        (long long)e->offset);
         if (item == NULL || PyList_Append(out, item) < 0)
             Py_CLEAR(out);
         Py_XDECREF(item);
     }
     return out;
+}
+
+static PyObject *
+ct_add_simple_group(CommitTable *self, PyObject *name)
+{
+    Entry *g = ct_group_of(self, name, 1);
+    if (g == NULL)
+        return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+    g->value_len = 0;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+ct_discard_simple_group(CommitTable *self, PyObject *name)
+{
+    Entry *g = ct_group_of(self, name, 0);
+    if (g == NULL && PyErr_Occurred())
+        return NULL;
+    if (g != NULL)
+        g->value_len = -1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+ct_has_simple_group(CommitTable *self, PyObject *name)
+{
+    Entry *g = ct_group_of(self, name, 0);
+    if (g == NULL && PyErr_Occurred())
+        return NULL;
+    return PyBool_FromLong(g != NULL && g->value_len >= 0);
+}
+
+static PyObject *
+ct_simple_groups(CommitTable *self, PyObject *unused)
+{
+    PyObject *out = PyList_New(0);
+    for (Py_ssize_t i = 0; out != NULL && i < self->groups.n_entries; i++) {
+        Entry *g = &self->groups.entries[i];
+        if (g->value_len < 0)
+            continue;
+        PyObject *name = PyBytes_FromStringAndSize((const char *)self->groups.arena + g->key_at, g->key_len);
+        if (name == NULL || PyList_Append(out, name) < 0)
+            Py_CLEAR(out);
+        Py_XDECREF(name);
+    }
+    return out;
+}
+
+/* The fewest bytes a record the scan takes fills in a batch: a length, attributes, timestamp and offset
+ * deltas, key length and value length of a byte each, the shortest key (10 bytes: type, two empty strings,
+ * partition), a null value, no headers. */
+#define MIN_RECORD_BYTES 17
+
+static PyObject *
+ct_reserve(CommitTable *self, PyObject *arg)
+{
+    Py_ssize_t bytes = PyNumber_AsSsize_t(arg, PyExc_OverflowError);
+    if (bytes == -1 && PyErr_Occurred())
+        return NULL;
+    /* (a room only: where the address space is refused, as under vm.overcommit_memory=2, the table grows
+     * as it fills instead) */
+    if (bytes > 0 && table_reserve(&self->t, bytes / MIN_RECORD_BYTES, bytes) == 0)
+        (void)table_reserve(&self->groups, bytes / MIN_RECORD_BYTES, bytes);
+    self->reserved = bytes > 0 ? bytes : 0;
+    Py_RETURN_NONE;
 }
 
 static Py_ssize_t
@@ -446,7 +767,17 @@ static PyMethodDef ct_methods[] = {
     {"offset_of", (PyCFunction)ct_offset_of, METH_O, "offset_of(fields) -> the commit's record offset, -1 if none"},
     {"put", (PyCFunction)ct_put, METH_VARARGS, "put(fields, record offset, value bytes)"},
     {"remove", (PyCFunction)ct_remove, METH_O, "remove(fields) -> whether it was there"},
-    {"group", (PyCFunction)ct_group, METH_O, "group(name bytes) -> [(fields, record offset)] of the group's keys"},
+    {"group", (PyCFunction)ct_group_keys, METH_O, "group(name bytes) -> [(fields, record offset)] of the group's keys"},
+    {"add_simple_group", (PyCFunction)ct_add_simple_group, METH_O,
+     "add_simple_group(name bytes): a commit made the group (a simple group)"},
+    {"discard_simple_group", (PyCFunction)ct_discard_simple_group, METH_O,
+     "discard_simple_group(name bytes): the group was removed"},
+    {"has_simple_group", (PyCFunction)ct_has_simple_group, METH_O,
+     "has_simple_group(name bytes) -> whether a commit made the group and it was not removed since"},
+    {"simple_groups", (PyCFunction)ct_simple_groups, METH_NOARGS, "simple_groups() -> [name bytes]"},
+    {"reserve", (PyCFunction)ct_reserve, METH_O,
+     "reserve(bytes): room for what a log's `bytes` may add, as address space (no memory until it is used; "
+     "none where it is refused)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -455,7 +786,8 @@ static PySequenceMethods ct_sequence = {.sq_length = (lenfunc)ct_len};
 PyTypeObject CommitTableType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "lookupd.format._decode.CommitTable",
-    .tp_doc = "Committed offsets by OffsetCommit key fields: (record offset, value bytes) (see _offsets.c).",
+    .tp_doc = "Committed offsets by OffsetCommit key fields: (record offset, value bytes), and the simple groups "
+              "(see _offsets.c).",
     .tp_basicsize = sizeof(CommitTable),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,
@@ -471,7 +803,10 @@ typedef struct {                    /* one record of the batch being checked */
     Py_ssize_t key_len, value_len;
     int64_t offset;
     uint64_t hash;                  /* hash_bytes of the key's fields (set when it is applied) */
+    uint64_t group_hash;            /* hash_bytes of its group's name, where new_group */
+    int new_group;                  /* the record before in the run is another group's */
     const Entry *seen;              /* (apply_all: the entry the key may have, fetched ahead) */
+    int group_tombstone;            /* a GroupMetadata tombstone: key is its group (an int16-length string) */
 } Commit;
 
 static int
@@ -514,10 +849,25 @@ uvarint(const uint8_t **pp, const uint8_t *end, int32_t *out)
     return -1;
 }
 
-/* Whether s[0:n] is valid UTF-8 (Python's rules: no surrogates, no overlong forms, at most U+10FFFF). */
+/* Whether s[0:n] is valid UTF-8 (Python's rules: no surrogates, no overlong forms, at most U+10FFFF).
+ * Group ids and topic names are nearly always ASCII: that is checked first, a word at a time. */
 static int
 utf8(const uint8_t *s, Py_ssize_t n)
 {
+    uint64_t high = 0, w;           /* the high bits of every byte: none is ASCII */
+    if (n >= 8) {
+        for (Py_ssize_t i = 0; i + 8 < n; i += 8) {
+            memcpy(&w, s + i, 8);
+            high |= w;
+        }
+        memcpy(&w, s + n - 8, 8);
+        high |= w;
+    } else {
+        for (Py_ssize_t i = 0; i < n; i++)
+            high |= s[i];
+    }
+    if (!(high & 0x8080808080808080ULL))
+        return 1;
     Py_ssize_t i = 0;
     while (i < n) {
         uint8_t c = s[i];
@@ -547,18 +897,24 @@ utf8_string16(const uint8_t **p, const uint8_t *end)
     return string16(p, end) < 0 || !utf8(at, *p - at) ? -1 : 0;
 }
 
-/* The length of the key's fields (after its int16 record type), or -1 when it is not an OffsetCommit key
- * that reads with group and topic valid UTF-8. Bytes after the partition are ignored, as
- * GroupCoordinatorRecordSerde ignores them. */
+#define OFFSET_COMMIT_LEGACY 0              /* record types (the key's first int16) */
+#define OFFSET_COMMIT 1
+#define GROUP_METADATA 2
+
+/* The length of the key's fields (after its int16 record type) when it is an OffsetCommit key that reads
+ * with group and topic valid UTF-8 (*type set), or, with `groups`, a GroupMetadata key whose group is valid
+ * UTF-8; -1 otherwise. Bytes after the fields are ignored, as GroupCoordinatorRecordSerde ignores them. */
 static Py_ssize_t
-commit_key(const uint8_t *k, Py_ssize_t n)
+commit_key(const uint8_t *k, Py_ssize_t n, int groups, int16_t *type)
 {
     if (n < 2)
         return -1;
-    int16_t type = (int16_t)be16(k);
-    if (type != 0 && type != 1)
-        return -1;
+    *type = (int16_t)be16(k);
     const uint8_t *p = k + 2, *end = k + n;
+    if (*type == GROUP_METADATA && groups)
+        return utf8_string16(&p, end) < 0 ? -1 : (p - k) - 2;
+    if (*type != OFFSET_COMMIT_LEGACY && *type != OFFSET_COMMIT)
+        return -1;
     if (utf8_string16(&p, end) < 0 || utf8_string16(&p, end) < 0 || take(&p, end, 4) < 0)
         return -1;
     return (p - k) - 2;
@@ -601,9 +957,10 @@ commit_value(const uint8_t *v, Py_ssize_t n)
     return 1;
 }
 
-/* The `count` records of data[0:n] into `out` when every one is an OffsetCommit that reads; 0 otherwise. */
+/* The `count` records of data[0:n] into `out` when every one is an OffsetCommit that reads or, with
+ * `groups`, a GroupMetadata tombstone whose key reads; 0 otherwise. */
 static int
-batch_commits(const uint8_t *data, Py_ssize_t n, int64_t count, int64_t base_offset, Commit *out)
+batch_commits(const uint8_t *data, Py_ssize_t n, int64_t count, int64_t base_offset, int groups, Commit *out)
 {
     const uint8_t *p = data, *end = data + n;
     for (int64_t i = 0; i < count; i++) {
@@ -637,7 +994,8 @@ batch_commits(const uint8_t *data, Py_ssize_t n, int64_t count, int64_t base_off
         }
         if (p != rec_end)
             return 0;
-        Py_ssize_t fields = commit_key(key, (Py_ssize_t)key_len);
+        int16_t type;
+        Py_ssize_t fields = commit_key(key, (Py_ssize_t)key_len, groups && value == NULL, &type);
         if (fields < 0 || (value != NULL && !commit_value(value, (Py_ssize_t)value_len)))
             return 0;
         if (__builtin_add_overflow(base_offset, offset_delta, &out[i].offset))
@@ -646,18 +1004,17 @@ batch_commits(const uint8_t *data, Py_ssize_t n, int64_t count, int64_t base_off
         out[i].key_len = fields;
         out[i].value = value;
         out[i].value_len = value_len;
+        out[i].group_tombstone = type == GROUP_METADATA;
     }
     return p == end;
 }
 
 /* ------------------------------------------------------------------ commit_runs */
 
-/* What a call notes besides the table: keys tombstoned, groups with a value. */
+/* What a call notes besides the table: the keys tombstoned (when asked), the groups removed. */
 typedef struct {
-    PyObject *tombstoned, *groups;
+    PyObject *tombstoned, *removed;     /* tombstoned: NULL when not asked for */
     Table seen;                         /* what was noted (as keys: fields, and a group's name behind a 0xFF) */
-    const uint8_t *last_group;          /* the group noted last (a batch's records are mostly one group's) */
-    Py_ssize_t last_group_len;
 } Notes;
 
 /* Note p[0:n] in `list` once per call (`tag` tells fields from group names apart in `seen`). */
@@ -685,27 +1042,39 @@ note_once(Notes *notes, PyObject *list, uint8_t tag, const uint8_t *p, Py_ssize_
     return err ? -1 : 0;
 }
 
-/* Apply one checked commit to the table and note it. */
+/* Apply one checked record to the table and note it. */
 static int
 apply(CommitTable *ct, Notes *notes, const Commit *c)
 {
     int oom = 0;
-    Entry *e = ct_entry_hashed(ct, c->key, c->key_len, c->hash, c->value != NULL, &oom);
-    if (oom)
-        return -1;
+    Py_ssize_t glen = (int16_t)be16(c->key);
+    if (c->group_tombstone) {           /* the group goes (its offsets stay): as a simple group here, and
+                                         * as the group its records made in Python */
+        Entry *g = ct_group(ct, c->key + 2, glen, 0, &oom);
+        if (g != NULL)
+            g->value_len = -1;
+        return note_once(notes, notes->removed, 0xFF, c->key + 2, glen);
+    }
     if (c->value == NULL) {  /* a tombstone, for a key committed or not (pending offsets go either way) */
+        Entry *e = table_find_hashed(&ct->t, c->key, c->key_len, c->hash, 0, &oom);
         if (e != NULL)
             entry_remove(&ct->t, e);
-        return note_once(notes, notes->tombstoned, 0, c->key, c->key_len);
+        return notes->tombstoned == NULL ? 0 : note_once(notes, notes->tombstoned, 0, c->key, c->key_len);
     }
-    if (entry_set(&ct->t, e, c->offset, c->value, c->value_len) < 0)
+    Entry *g = ct_last_group(ct, c->key + 2, glen);  /* a commit makes its group, if there is none */
+    if (g == NULL) {
+        g = ct_group_find(ct, c->key + 2, glen, c->new_group ? c->group_hash : hash_bytes(c->key + 2, glen), 1, &oom);
+        if (g == NULL)
+            return -1;
+    }
+    g->value_len = 0;
+    Py_ssize_t before = ct->t.n_entries;
+    Entry *e = table_find_hashed(&ct->t, c->key, c->key_len, c->hash, 1, &oom);  /* (g stays where it is) */
+    if (e == NULL)
         return -1;
-    Py_ssize_t glen = (int16_t)be16(c->key);
-    if (notes->last_group != NULL && notes->last_group_len == glen && same(notes->last_group, c->key + 2, glen))
-        return 0;
-    notes->last_group = c->key + 2;
-    notes->last_group_len = glen;
-    return note_once(notes, notes->groups, 0xFF, c->key + 2, glen);
+    if (ct->t.n_entries != before)
+        ct_link(ct, e, g);
+    return entry_set(&ct->t, e, c->offset, c->value, c->value_len) < 0 ? -1 : 0;
 }
 
 /* A transactional batch's checked records, for the caller: (producer id, [(fields, offset, value | None)]). */
@@ -731,7 +1100,7 @@ transactional(int64_t producer_id, const Commit *recs, int64_t count)
  * what was fetched to stay in the cache until it is used. */
 #define GATHER 256
 
-/* Apply recs[0:n] (checked commits, in offset order) to the table and note them. Their slots, then the
+/* Apply recs[0:n] (checked records, in offset order) to the table and note them. Their slots, then the
  * entries of keys seen before, then those keys' and values' bytes are fetched first, all together,
  * rather than one miss after another as each record is applied. */
 static int
@@ -739,8 +1108,15 @@ apply_all(CommitTable *ct, Notes *notes, Commit *recs, Py_ssize_t n)
 {
     Table *t = &ct->t;
     for (Py_ssize_t i = 0; i < n; i++) {
-        recs[i].hash = hash_bytes(recs[i].key, recs[i].key_len);
-        table_prefetch(t, recs[i].hash);
+        Commit *c = &recs[i];
+        c->hash = key_hash(c->key, c->key_len);
+        table_prefetch(t, c->hash);
+        Py_ssize_t glen = (int16_t)be16(c->key);   /* (the group's slot too, where it changes) */
+        c->new_group = i == 0 || glen != (int16_t)be16(recs[i - 1].key) || !same(c->key + 2, recs[i - 1].key + 2, glen);
+        if (c->new_group) {
+            c->group_hash = hash_bytes(c->key + 2, glen);
+            table_prefetch(&ct->groups, c->group_hash);
+        }
     }
     for (Py_ssize_t i = 0; i < n; i++)
         recs[i].seen = table_prefetch_entry(t, recs[i].hash);
@@ -761,7 +1137,8 @@ commit_runs(PyObject *self, PyObject *args)
     Py_buffer view;
     Py_ssize_t start, stop;
     CommitTable *ct;
-    if (!PyArg_ParseTuple(args, "y*nnO!", &view, &start, &stop, &CommitTableType, &ct))
+    int note_tombstones;
+    if (!PyArg_ParseTuple(args, "y*nnO!p", &view, &start, &stop, &CommitTableType, &ct, &note_tombstones))
         return NULL;
     if (start < 0 || stop > view.len || start > stop) {
         PyBuffer_Release(&view);
@@ -769,13 +1146,20 @@ commit_runs(PyObject *self, PyObject *args)
         return NULL;
     }
     const uint8_t *buf = (const uint8_t *)view.buf;
-    Notes notes = {PyList_New(0), PyList_New(0), {0}, NULL, 0};
+    if (ct->scanned > 0) {              /* the keys to come, at the rate of those so far */
+        double expect = (double)ct->reserved * (double)ct->t.n_entries / (double)ct->scanned;
+        ct->t.expect = expect < (double)MAX_ENTRIES ? (Py_ssize_t)expect : MAX_ENTRIES;
+    }
+    Notes notes = {note_tombstones ? PyList_New(0) : Py_NewRef(Py_None), PyList_New(0), {0}};
     PyObject *txn = NULL;
     Commit *recs = NULL;               /* recs[0:n]: taken, not applied yet; a batch being checked after them */
     Py_ssize_t recs_cap = 0, n = 0;
     Py_ssize_t pos = start;
     int64_t next_offset = -1;
-    int err = notes.tombstoned == NULL || notes.groups == NULL;
+    int err = notes.tombstoned == NULL || notes.removed == NULL;
+    PyObject *tombstoned = notes.tombstoned;   /* (the reference the answer hands on: a list, or None) */
+    if (notes.tombstoned == Py_None)
+        notes.tombstoned = NULL;
     while (!err && stop - pos >= V2_HEADER) {
         const uint8_t *b = buf + pos;
         int64_t length = (int32_t)be32(b + LENGTH_AT);
@@ -787,6 +1171,7 @@ commit_runs(PyObject *self, PyObject *args)
         int64_t base_offset = (int64_t)be64(b + BASE_OFFSET_AT), producer_id = (int64_t)be64(b + PRODUCER_ID_AT);
         if ((attrs & ATTR_CONTROL) || count < 0 ||
             __builtin_add_overflow(base_offset, (int64_t)(int32_t)be32(b + LAST_OFFSET_DELTA_AT), &last_offset) ||
+            last_offset == INT64_MAX ||     /* (its next offset would not fit: the Python replay's) */
             crc32c_of(b + CRC_START, (size_t)(size - CRC_START)) != be32(b + CRC_AT))
             break;
         if (count > 0) {
@@ -820,7 +1205,7 @@ commit_runs(PyObject *self, PyObject *args)
                 recs = c;
                 recs_cap = cap;
             }
-            if (!batch_commits(records, records_len, count, base_offset, recs + n))
+            if (!batch_commits(records, records_len, count, base_offset, producer_id == -1, recs + n))
                 break;
             if (producer_id != -1) {
                 err = n > 0 && apply_all(ct, &notes, recs, n) < 0;
@@ -828,7 +1213,7 @@ commit_runs(PyObject *self, PyObject *args)
                 n = 0;
                 err = err || txn == NULL;
                 if (!err) {
-                    next_offset = last_offset + 1;
+                    next_offset = next_offset > last_offset ? next_offset : last_offset + 1;
                     pos += size;
                 }
                 break;
@@ -846,12 +1231,14 @@ commit_runs(PyObject *self, PyObject *args)
             n = 0;
             err = err || txn == NULL;
             if (!err) {
-                next_offset = last_offset + 1;
+                next_offset = next_offset > last_offset ? next_offset : last_offset + 1;
                 pos += size;
             }
             break;
         }
-        next_offset = last_offset + 1;
+        next_offset = next_offset > last_offset ? next_offset : last_offset + 1;  /* (the largest, as the Python
+                                                                                 * replay keeps it: base offsets
+                                                                                 * are not under the CRC) */
         pos += size;
     }
     if (!err && n > 0)
@@ -859,16 +1246,19 @@ commit_runs(PyObject *self, PyObject *args)
     PyBuffer_Release(&view);
     free(recs);
     table_free(&notes.seen);
+    ct->t.expect = 0;
+    ct->scanned += pos - start;
+    ct->reserved = ct->reserved > pos - start ? ct->reserved - (pos - start) : 0;
     if (!err && ct_maybe_compact(ct) < 0)
         err = 1;
     if (err) {
         if (!PyErr_Occurred())
             PyErr_NoMemory();
-        Py_XDECREF(notes.tombstoned);
-        Py_XDECREF(notes.groups);
+        Py_XDECREF(tombstoned);
+        Py_XDECREF(notes.removed);
         Py_XDECREF(txn);
         return NULL;
     }
-    return Py_BuildValue("(nLNNN)", pos, (long long)next_offset, notes.tombstoned, notes.groups,
+    return Py_BuildValue("(nLNNN)", pos, (long long)next_offset, tombstoned, notes.removed,
                          txn == NULL ? Py_NewRef(Py_None) : txn);
 }

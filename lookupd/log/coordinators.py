@@ -160,14 +160,16 @@ class PartitionReplay:
         that is a batch the broker is still writing, replayed next time."""
         path = seg.log.path
         handle = seg.log.handle()
+        self._reserve(end - byte)
         pos = byte
+        buf = bytearray(min(CHUNK_BYTES, end - pos))  # each chunk read into it: no new pages to fault in each time
+        view = memoryview(buf)
         while pos < end:
             want = min(CHUNK_BYTES, end - pos)
-            buf = handle.pread(want, pos)
-            if len(buf) < want:
+            if handle.pread_into(view[:want], pos) < want:
                 return  # the file shrank under us: looked at again next time
             off = 0
-            n = len(buf)
+            n = want
             while off < n:
                 off = self._fast(buf, off, n)
                 if off >= n:
@@ -208,6 +210,9 @@ class PartitionReplay:
     def _fast(self, buf, off: int, n: int) -> int:
         """Batches a C scan takes from buf[off:n], applied; where the Python replay goes on."""
         return off
+
+    def _reserve(self, size: int) -> None:
+        """Told the bytes of log about to be replayed (a C state makes room for what they may add)."""
 
     def _batch(self, data, position: int, path: str) -> None:
         """One whole batch, by the reference path: checked, decoded and replayed record by record."""
@@ -258,14 +263,19 @@ class GroupReplay(PartitionReplay):
         commits = self.state.commits
         if _accel.mode.python or type(commits) is not _accel.CommitTable:  # a reference path's state
             return off
-        stop, next_offset, tombstoned, groups, txn = _accel.commit_runs(buf, off, n, commits)
-        if next_offset >= 0:
-            self.state.apply_commits(tombstoned, groups)
+        stop, next_offset, tombstoned, removed, txn = _accel.commit_runs(buf, off, n, commits,
+                                                                        bool(self.state.open_transactions))
+        if stop > off:  # batches taken (their next offset may be anything a damaged base offset makes it)
+            self.state.apply_commits(tombstoned, removed)
             if txn is not None:
                 self.state.apply_transactional(*txn)
-        if next_offset >= 0:
             self.next_offset = max(self.next_offset, next_offset)
         return stop
+
+    def _reserve(self, size: int) -> None:
+        commits = self.state.commits
+        if type(commits) is _accel.CommitTable:
+            commits.reserve(size)
 
     def replay_batch(self, header: BatchHeader, records: list, path: str) -> None:
         state = self.state

@@ -142,16 +142,24 @@ class FileHandle:
 
     def _pread_nowait(self, size: int, position: int) -> bytes:
         buf = bytearray(size)
+        got = self.pread_into(memoryview(buf), position)
+        return bytes(buf) if got == size else bytes(buf[:got])
+
+    def pread_into(self, view: memoryview, position: int) -> int:
+        """Fill `view` from `position` (a buffer used again and again: no new pages to fault in at each
+        read); the bytes read, fewer only at end of file."""
+        if not mode.on:
+            return pread_into(self.fd, view, position)
         got = 0
-        while got < size:
+        while got < len(view):
             try:
-                n = os.preadv(self.fd, [memoryview(buf)[got:]], position + got, _NOWAIT)
+                n = os.preadv(self.fd, [view[got:]], position + got, _NOWAIT)
             except BlockingIOError:
                 raise WouldBlock() from None
             if n == 0:
                 break
             got += n
-        return bytes(buf) if got == size else bytes(buf[:got])
+        return got
 
 
 class LazyHandle:

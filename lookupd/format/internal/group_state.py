@@ -17,11 +17,13 @@ Records are fed in offset order with their batch's producer id:
 
 Committed offsets are kept by the bytes of their key's fields (group, topic, partition, the strings
 as UTF-8, malformed bytes replaced as Java reads them): (record offset, value bytes), decoded when
-first read. Where the C extension is built they are in its CommitTable, and the C scan applies runs
-of plain commits to it itself; `apply_commits` does the rest with what it noted: the keys with a
-tombstone and the groups with a value. That gives the same state as record by record (DictCommits
-is the table in Python): commits only create groups, and within such a run tombstones only remove
-pending offsets, which nothing adds there.
+first read; beside them, the simple groups (made by a commit: a name each). Where the C extension is
+built they are in its CommitTable, and the C scan applies runs of plain commits and of DeleteGroups'
+tombstones (offsets, then the group) to it itself; `apply_commits` does the rest with what it noted:
+the keys with a tombstone (while transactions are open) and the groups removed. That gives the same
+state as record by record (DictCommits is the table in Python): commits only create groups, a group
+tombstone only removes one, and within such a run tombstones only remove pending offsets, which
+nothing adds there.
 """
 
 from __future__ import annotations
@@ -96,12 +98,13 @@ class PartitionOffset(NamedTuple):
 
 
 class DictCommits:
-    """Committed offsets by key fields: (record offset, value bytes). The C CommitTable's reference,
-    with its methods."""
+    """Committed offsets by key fields: (record offset, value bytes), and the simple groups. The C
+    CommitTable's reference, with its methods."""
 
     def __init__(self) -> None:
         self._d: dict[bytes, tuple[int, bytes]] = {}
         self._groups: dict[bytes, set[bytes]] = {}  # group name -> its keys
+        self._simple: set[bytes] = set()  # names of the groups commits made
 
     def get(self, fields: bytes) -> tuple[int, bytes] | None:
         return self._d.get(fields)
@@ -126,6 +129,18 @@ class DictCommits:
     def group(self, name: bytes) -> list[tuple[bytes, int]]:
         return [(f, self._d[f][0]) for f in self._groups.get(name, ())]
 
+    def add_simple_group(self, name: bytes) -> None:
+        self._simple.add(name)
+
+    def discard_simple_group(self, name: bytes) -> None:
+        self._simple.discard(name)
+
+    def has_simple_group(self, name: bytes) -> bool:
+        return name in self._simple
+
+    def simple_groups(self) -> list[bytes]:
+        return list(self._simple)
+
     def __len__(self) -> int:
         return len(self._d)
 
@@ -139,35 +154,43 @@ def commit_table():
 
 class Groups(Mapping):
     """The partition's groups by id: those its group records made, and the simple groups its commits made
-    (kept as names alone, the UTF-8 bytes the C scan notes: a compacted log makes one a batch, and an
-    object each would cost more than the replay of their commits). A name with a group record is that
-    group, whatever the commits say."""
+    (kept as names alone, in the commit table, where the C scan makes them: a compacted log makes one a
+    batch, and an object each would cost more than the replay of their commits). A name with a group
+    record is that group, whatever the commits say."""
 
-    def __init__(self) -> None:
+    def __init__(self, commits) -> None:
         self.recorded: dict[str, Group] = {}
-        self.simple: set[bytes] = set()
+        self.commits = commits  # a CommitTable or DictCommits: its simple groups
 
     def __getitem__(self, group_id: str) -> Group:
         g = self.recorded.get(group_id)
         if g is not None:
             return g
-        if group_id.encode() in self.simple:
+        if self.commits.has_simple_group(group_id.encode()):
             return ClassicGroup(group_id)
         raise KeyError(group_id)
 
     def __contains__(self, group_id: object) -> bool:
-        return group_id in self.recorded or (isinstance(group_id, str) and group_id.encode() in self.simple)
+        return group_id in self.recorded or (isinstance(group_id, str) and
+                                             self.commits.has_simple_group(group_id.encode()))
+
+    def _ids(self) -> set[str]:
+        return self.recorded.keys() | {name.decode() for name in self.commits.simple_groups()}
 
     def __iter__(self) -> Iterator[str]:
-        return iter(sorted(self.recorded.keys() | {name.decode() for name in self.simple}))
+        return iter(sorted(self._ids()))
 
     def __len__(self) -> int:
-        return len(self.recorded.keys() | {name.decode() for name in self.simple})
+        return len(self._ids())
+
+    def add_simple(self, group_id: str) -> None:
+        """A commit made the group (an empty classic group with no protocol type)."""
+        self.commits.add_simple_group(group_id.encode())
 
     def remove(self, group_id: str) -> None:
         """GroupMetadataManager.removeGroup."""
         self.recorded.pop(group_id, None)
-        self.simple.discard(group_id.encode())
+        self.commits.discard_simple_group(group_id.encode())
 
 
 class GroupCoordinatorState:
@@ -175,8 +198,8 @@ class GroupCoordinatorState:
     partition (a GroupCoordinatorShard after its load)."""
 
     def __init__(self) -> None:
-        self.groups = Groups()
-        self.commits = commit_table()  # key fields -> (record offset, value bytes); a group's keys
+        self.commits = commit_table()  # key fields -> (record offset, value bytes); a group's keys; simple groups
+        self.groups = Groups(self.commits)
         self._decoded: dict[bytes, OffsetAndMetadata] = {}  # values read so far (checked by record offset)
         # producer id -> group -> key fields -> (record offset, value bytes) its COMMIT marker would commit
         self.pending: dict[int, dict[str, dict[bytes, tuple[int, bytes]]]] = {}
@@ -221,12 +244,16 @@ class GroupCoordinatorState:
                 if record_offset > self.commits.offset_of(fields):  # none there: -1
                     self._put(group, fields, record_offset, value)
 
-    def apply_commits(self, tombstoned: list[bytes], groups: list[bytes]) -> None:
-        """What the C scan noted of a run of plain (no producer id) OffsetCommit records it applied to
-        `commits`: the keys with a tombstone, and the groups with a value (their names' bytes)."""
+    def apply_commits(self, tombstoned: list[bytes] | None, removed: list[bytes]) -> None:
+        """What the C scan noted of a run of plain (no producer id) OffsetCommit records and group tombstones
+        it applied to `commits`: the keys with a tombstone (None: not asked for, no transaction being open),
+        and the groups removed (their names' bytes), which it removed as simple groups. Removing them from
+        the recorded ones after the run is as good as at their place in it: none of its records reads or
+        makes one."""
         self.generation += 1
-        self.groups.simple.update(groups)
-        if self.open_transactions:
+        for name in removed:
+            self.groups.recorded.pop(name.decode(), None)
+        if tombstoned:
             for fields in tombstoned:
                 self._drop_pending(_group_of(fields), fields)
 
@@ -244,7 +271,7 @@ class GroupCoordinatorState:
             self._drop_pending(group, fields)
             return
         if group not in self.groups:
-            self.groups.simple.add(group.encode())
+            self.groups.add_simple(group)
         if producer_id == NO_PRODUCER_ID:
             self._put(group, fields, offset, value)
         else:  # (v: the decoded value, or its bytes from the C scan: only the record offset is used)
