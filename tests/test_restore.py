@@ -16,8 +16,8 @@ import reference as R
 from faultproxy import FaultProxy
 from lookupd.errors import CorruptDataError
 from lookupd.log.remote.config import RemoteConfig
-from lookupd.log.remote.layout import RemotePartition
-from lookupd.log.remotelog import RemoteTier
+from lookupd.log.tiered.layout import RemotePartition
+from lookupd.log.tiered.listing import RemoteTier
 from lookupd.tools.restorefetch import PIECE_BYTES
 from s3server import s3_server  # noqa: F401 - fixture
 from tiered_helpers import tier_partition

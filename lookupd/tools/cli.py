@@ -117,7 +117,7 @@ def _build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--tls", action="store_true",
                       help="DIR/logs served over mutual TLS with openssl-made certificates and an [[acl]] "
                            "(make demo-tls)")
-    g.set_defaults(run="lookupd.tools.demo:run")
+    g.set_defaults(run="lookupd.tools.demodata:run")
 
     r = command("recover", help="rebuild missing or corrupt indexes of rolled segments, as a broker does")
     r.add_argument("dir", metavar="DIR", help="a partition dir or a whole log dir")
