@@ -21,7 +21,7 @@ from typing import Callable, Iterable
 
 from ..errors import CorruptDataError, LookupdError
 from .remote.config import RemoteConfig
-from .remote.store import ObjectNotFound
+from .remote.errors import ObjectNotFound
 from .remote.layout import ListedSegment, RemotePartition, SegmentKeys, list_partitions, list_segments
 from .remote_metadata import MetadataReader, RemoteLogMetadata, read_leader_epoch_checkpoint, read_topic_id
 from .remotesegment import RemoteSegment, RemoteSegmentInfo

@@ -182,6 +182,9 @@ def serve(config: str) -> int:
 
 def run(args) -> int:
     if args.tiered:
+        from ..log.remote.extra import require
+
+        require()  # the demo uploads with the tiered extra's packages: one line naming it without them
         from .tiereddemo import run as tiered
         return tiered(args)
     if args.tls:

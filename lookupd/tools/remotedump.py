@@ -10,13 +10,15 @@ from __future__ import annotations
 import shutil
 import tempfile
 from contextlib import contextmanager
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from ..log.remote.config import RemoteSettings, load_remote
 from ..errors import InvalidArgument
 from ..log.remote.layout import INDEXES, LOG, parse_key
-from ..log.remotelog import RemoteTier
 from ..log.remotesegment import RemoteSegment, RemoteSegmentInfo
+
+if TYPE_CHECKING:
+    from ..log.remotelog import RemoteTier
 
 SCHEME = "s3://"
 
@@ -60,7 +62,10 @@ class RemoteSegments:
                 settings = RemoteSettings(cache_dir=self._tmp, endpoint_url=settings.endpoint_url,
                                           region=settings.region, encryption_keys=settings.encryption_keys)
             settings = RemoteSettings(**{**settings.__dict__, "bucket": bucket})
-            tier = self._tiers[bucket] = RemoteTier(settings.remote_config())
+            config = settings.remote_config()  # (MissingExtra without the tiered extra)
+            from ..log.remotelog import RemoteTier  # the object-store packages: only for an s3:// URL
+
+            tier = self._tiers[bucket] = RemoteTier(config)
         info = RemoteSegmentInfo(keys.start_offset, None, None, (), keys.segment_id, keys.log, keys)
         return tier.open(info), suffix
 

@@ -34,9 +34,10 @@ import obstore.exceptions as oe
 from obstore.auth.boto3 import Boto3CredentialProvider
 from obstore.store import S3Store
 
-from ...errors import CorruptDataError, Unauthorized, Unavailable
+from ...errors import InvalidArgument, Unauthorized, Unavailable
 from ..fileio import StoreWouldWait, mode
 from .config import RemoteConfig
+from .errors import ObjectNotFound, ObjectTooLarge  # noqa: F401 - callers catch them here
 
 ATTEMPTS = 5                # transient faults (5xx, SlowDown, resets, timeouts) are tried this often in all
 BACKOFF_FIRST = 0.05        # seconds before the first retry; doubled each time (full jitter)
@@ -45,18 +46,6 @@ CONNECT_TIMEOUT = 5.0       # seconds; a store that does not accept a connection
 REQUEST_TIMEOUT = 30.0      # seconds for a whole request: a 32 MiB GET on a slow link, then retried
 LIST_PAGE = 1000            # keys per ListObjectsV2 page (S3's maximum)
 _STATUS = re.compile(r"status code: (\d{3})")
-
-
-class ObjectNotFound(Unavailable):
-    """The object is gone (deleted by retention after it was listed): relist, and the segment drops out."""
-
-
-class ObjectTooLarge(CorruptDataError):
-    """A whole-object GET whose length is above what the caller reads of such an object (its body not read)."""
-
-    def __init__(self, key: str, size: int, limit: int, what: str):
-        super().__init__(key, None, f"{what} of {size} bytes exceeds {limit}: not read")
-        self.size = size
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,10 +67,14 @@ class ObjectStore:
     def __init__(self, cfg: RemoteConfig, *, request_timeout: float = REQUEST_TIMEOUT, attempts: int = ATTEMPTS):
         self.bucket = cfg.bucket
         self._attempts = attempts
-        session = boto3.session.Session()
-        # No credentials anywhere in the chain: requests go unsigned (a public bucket still reads) and a
-        # 403 says that none were found.
-        self._anonymous = session.get_credentials() is None
+        try:
+            session = boto3.session.Session()
+            # No credentials anywhere in the chain: requests go unsigned (a public bucket still reads) and a
+            # 403 says that none were found.
+            self._anonymous = session.get_credentials() is None
+        except botocore.exceptions.ProfileNotFound as e:
+            raise InvalidArgument(f"{e}: AWS_PROFILE names a profile that neither the AWS config file nor the "
+                                  f"credentials file has") from None
         options = {"connect_timeout": f"{CONNECT_TIMEOUT}s", "timeout": f"{request_timeout}s"}
         endpoint = endpoint_url(cfg)
         if endpoint and endpoint.startswith("http://"):
