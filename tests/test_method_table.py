@@ -7,12 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import reference as R
+from test_service import service  # noqa: F401 - fixture (its LogManager over the reference corpus)
 from lookupd.daemon import service as service_module
 from lookupd.daemon.acl import Acl
 from lookupd.daemon.service import HANDLERS, NEEDS_THREAD, Service, Session, bind, compact_targets
 from lookupd.errors import LookupdError
-from lookupd.log.logmanager import LogManager
 from lookupd.rpc import methods
 from lookupd.rpc.methods import READ, THREAD, TOPIC, Access, MethodSpec
 
@@ -38,11 +37,8 @@ def table():
 
 
 @pytest.fixture(scope="module")
-def manager():
-    R.require()
-    lm = LogManager([R.LOGS])
-    yield lm
-    lm.close()
+def manager(service):  # noqa: F811
+    return service.manager
 
 
 def _code(svc: Service, name: str, params: list, session: Session) -> tuple[str, str]:
