@@ -151,24 +151,32 @@ def confluent(bootstrap: str, command: str, args: list[str]) -> object:
             "session.timeout.ms": 6000, "heartbeat.interval.ms": 500, "partition.assignment.strategy": "range",
             "enable.auto.offset.store": False, "error_cb": lambda err: errors.append(str(err))}))
         c.subscribe([topic])
-        seen, deadline = [], time.monotonic() + seconds
+        seen, deadline, done = [], time.monotonic() + seconds, None
+
+        def settle() -> dict:  # commit what was counted under the assignment it was counted in
+            if seen:
+                c.commit(asynchronous=False)
+            return {"assigned": sorted(tp.partition for tp in c.assignment()),
+                    "committed": {tp.partition: tp.offset for tp in c.committed(c.assignment(), timeout=10)}}
         try:
-            while time.monotonic() < deadline:  # members stay for the whole time: the final assignment is shared
+            # Members stay for the whole time, so the others' assignment holds; each settles as soon as it has
+            # counted `count` records, before a member leaving first revokes its partitions (and its stored offsets).
+            while time.monotonic() < deadline:
                 if len(seen) >= count:
                     c.pause(c.assignment())
+                    if done is None:
+                        done = settle()
                 for m in c.consume(100, timeout=0.2):
                     if m.error():
                         errors.append(str(m.error()))
                     elif len(seen) < count:
                         seen.append([m.partition(), m.offset()])
                         c.store_offsets(m)  # what is committed is what was counted
-            assigned = sorted(tp.partition for tp in c.assignment())
-            if seen:
-                c.commit(asynchronous=False)
-            committed = {tp.partition: tp.offset for tp in c.committed(c.assignment(), timeout=10)}
+            if done is None:
+                done = settle()
         finally:
             c.close()
-        return {"assigned": assigned, "seen": seen, "committed": committed, "errors": errors}
+        return {**done, "seen": seen, "errors": errors}
     raise SystemExit(f"unknown command {command}")
 
 

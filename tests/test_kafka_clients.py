@@ -262,11 +262,12 @@ def write_multi(d: str) -> str:
     return logs
 
 
-def _group_daemon(d: str, log_dir: str, port: int):
+def _group_daemon(d: str, log_dir: str, port: int, delay_ms: int = 0):
+    """A daemon whose groups' first rebalance waits `delay_ms` for more members (0: a lone member, at once)."""
     sock, conf = os.path.join(d, "s"), os.path.join(d, "c.toml")
     with open(conf, "w") as f:
         f.write(f'log_dirs = ["{log_dir}"]\nsocket = "{sock}"\n[kafka]\nlisten = "127.0.0.1:{port}"\n'
-                f'state_dir = "{os.path.join(d, "state")}"\n')
+                f'state_dir = "{os.path.join(d, "state")}"\ngroup_initial_rebalance_delay_ms = {delay_ms}\n')
     return start_daemon(["--config", conf], d, sock)
 
 
@@ -277,7 +278,7 @@ def test_a_group_of_two_splits_the_partitions_and_resumes_from_its_commits_after
     logs = write_multi(d)
     port = free_port()
     bootstrap = f"127.0.0.1:{port}"
-    proc = _group_daemon(d, logs, port)
+    proc = _group_daemon(d, logs, port, delay_ms=3000)  # Kafka's default: both members join one generation
     try:
         members = [subprocess.Popen([sys.executable, os.path.join(HERE, "kafka_clients.py"), "confluent", bootstrap,
                                      "group", "split", "multi", "150", "9"], stdout=subprocess.PIPE, text=True)
@@ -357,8 +358,10 @@ def test_with_workers_one_coordinator_keeps_the_groups_commits():
     start again from the beginning, as three in a row here would show three times in four.)"""
     d = tempfile.mkdtemp(prefix="lkw", dir="/tmp")
     port = free_port()
-    sock = os.path.join(d, "s")
-    proc = start_daemon(["--log-dir", str(R.require() / "logs"), "--socket", sock, "--workers", "2",
+    sock, conf = os.path.join(d, "s"), os.path.join(d, "c.toml")
+    with open(conf, "w") as f:  # one member at a time: no first rebalance waiting for others
+        f.write("[kafka]\ngroup_initial_rebalance_delay_ms = 0\n")
+    proc = start_daemon(["--config", conf, "--log-dir", str(R.require() / "logs"), "--socket", sock, "--workers", "2",
                          "--kafka-listen", f"127.0.0.1:{port}"], cwd=d, sock=sock)
     try:
         starts = [run_client("confluent", f"127.0.0.1:{port}", "group", "workers", "plain", "10", "3")["seen"][0]

@@ -3,6 +3,10 @@ the test's hands: the orders of joins and syncs that real clients only sometimes
 
 from __future__ import annotations
 
+import pytest
+
+from lookupd.daemon.kafkasettings import KafkaSettings
+from lookupd.errors import InvalidArgument
 from lookupd.kafka import errors as E
 from lookupd.kafka.groups import COMPLETING_REBALANCE, STABLE, Coordinator, Pending
 
@@ -56,3 +60,11 @@ def test_the_join_that_completes_a_rebalance_gets_its_own_answer():
     assert answer["generation_id"] == generation + 1 and answer["member_id"] == follower
     assert first.response["generation_id"] == generation + 1
     assert c.groups["g"].state == COMPLETING_REBALANCE
+
+
+def test_the_initial_rebalance_delay_is_kafkas_and_bounded():
+    assert KafkaSettings().group_initial_rebalance_delay_ms == 3000
+    KafkaSettings.from_table({"group_initial_rebalance_delay_ms": 0}, None).check()
+    for bad in (-1, 300_001):
+        with pytest.raises(InvalidArgument, match="group_initial_rebalance_delay_ms must be 0-300000"):
+            KafkaSettings.from_table({"group_initial_rebalance_delay_ms": bad}, None).check()

@@ -22,7 +22,7 @@ import trio
 
 from ..kafka import apis
 from ..kafka import errors as E
-from ..kafka.groups import Coordinator, Pending
+from ..kafka.groups import INITIAL_REBALANCE_DELAY_S, Coordinator, Pending
 from ..errors import CorruptDataError, UnknownPartition
 from ..kafka.messages import (FIND_COORDINATOR_REQUEST, FIND_COORDINATOR_RESPONSE, HEARTBEAT_REQUEST,
                               HEARTBEAT_RESPONSE, JOIN_GROUP_REQUEST, JOIN_GROUP_RESPONSE, LEAVE_GROUP_REQUEST,
@@ -105,9 +105,10 @@ class KafkaGroups:
     APIS = frozenset((apis.FIND_COORDINATOR, apis.JOIN_GROUP, apis.SYNC_GROUP, apis.HEARTBEAT, apis.LEAVE_GROUP,
                       apis.OFFSET_FETCH, apis.OFFSET_COMMIT))
 
-    def __init__(self, broker, state_dir: str, offsets_topic_partitions: int = 50):
+    def __init__(self, broker, state_dir: str, offsets_topic_partitions: int = 50,
+                 initial_rebalance_delay_s: float = INITIAL_REBALANCE_DELAY_S):
         self.broker = broker
-        self.coordinator = Coordinator()
+        self.coordinator = Coordinator(initial_rebalance_delay_s)
         self.commits = CommitStore(state_dir)
         self.offsets_topic_partitions = offsets_topic_partitions  # where a group's replayed commits are
         self._writing: dict[str, trio.Lock] = {}

@@ -19,6 +19,8 @@ META_PROPERTIES = "meta.properties"
 # other strings, so any short printable id is taken.
 _CLUSTER_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 DEFAULT_CLUSTER_ID = "lookupd-read-only-cluster"
+# A join is answered within the member's rebalance timeout anyway; a delay past 5 minutes only stalls consumers.
+MAX_INITIAL_REBALANCE_DELAY_MS = 300_000
 
 
 @dataclass
@@ -28,6 +30,7 @@ class KafkaSettings:
     node_id: int = -1                   # the broker id clients see; -1 = node.id of meta.properties, else 0
     cluster_id: str = ""                # "" = cluster.id of meta.properties, else DEFAULT_CLUSTER_ID
     state_dir: str = ""                 # where consumer-group commits are kept; "" = in memory until the daemon stops
+    group_initial_rebalance_delay_ms: int = 3000  # a new group's first join waits this for more members (Kafka's)
 
     @classmethod
     def from_table(cls, table: Any, path: str | None) -> "KafkaSettings":
@@ -56,6 +59,9 @@ class KafkaSettings:
         if self.node_id < -1 or self.node_id > 0x7FFFFFFF:
             raise InvalidArgument(f"kafka.node_id must be a broker id >= 0 (or -1 for meta.properties'), "
                                   f"got {self.node_id}")
+        if not 0 <= self.group_initial_rebalance_delay_ms <= MAX_INITIAL_REBALANCE_DELAY_MS:
+            raise InvalidArgument(f"kafka.group_initial_rebalance_delay_ms must be 0-{MAX_INITIAL_REBALANCE_DELAY_MS}, "
+                                  f"got {self.group_initial_rebalance_delay_ms}")
         if self.cluster_id and not _CLUSTER_ID.fullmatch(self.cluster_id):
             raise InvalidArgument(f"kafka.cluster_id {self.cluster_id!r:.80} must be 1-64 letters, digits, '_', '-', "
                                   f"'.' or ':'")

@@ -397,4 +397,5 @@ def _kafka_broker(cfg: Config, manager: LogManager, acl: Acl | None, listeners: 
     from .kafkagroups import KafkaGroups
 
     broker = KafkaBroker(manager, acl, Endpoint(node_id, host, port), cluster_id)
-    return broker, KafkaGroups(broker, cfg.kafka.state_dir, cfg.offsets_topic_partitions)
+    return broker, KafkaGroups(broker, cfg.kafka.state_dir, cfg.offsets_topic_partitions,
+                               cfg.kafka.group_initial_rebalance_delay_ms / 1000)

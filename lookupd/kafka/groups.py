@@ -27,9 +27,9 @@ EMPTY, PREPARING_REBALANCE, COMPLETING_REBALANCE, STABLE = "Empty", "PreparingRe
 # Kafka's group.min.session.timeout.ms and group.max.session.timeout.ms (broker defaults).
 MIN_SESSION_TIMEOUT_MS = 6_000
 MAX_SESSION_TIMEOUT_MS = 1_800_000
-# Kafka's group.initial.rebalance.delay.ms is 3 s: consumers started together join one generation instead
-# of one each. A third of it here: consumers of a read-only replay start seconds apart or together.
-INITIAL_REBALANCE_DELAY_S = 1.0
+# Kafka's group.initial.rebalance.delay.ms (3 s, `kafka.group_initial_rebalance_delay_ms`): consumers started
+# together join one generation instead of one each, so none consumes partitions it is about to lose.
+INITIAL_REBALANCE_DELAY_S = 3.0
 # Bounds on what clients make the coordinator hold (Kafka's group.max.size defaults to unbounded; a group
 # id, member id or metadata is client-chosen and kept in memory).
 MAX_GROUPS = 10_000
