@@ -8,6 +8,9 @@ from .demo import write_sample
 
 def run(args) -> int:
     if args.tiered:
+        from ..log.remote.extra import require
+
+        require()  # the demo uploads with the tiered extra's packages: one line naming it without them
         from .tiereddemo import run as tiered
         return tiered(args)
     if args.tls:

@@ -61,7 +61,8 @@ class BucketUrls:
                 settings = RemoteSettings(cache_dir=self._tmp, endpoint_url=settings.endpoint_url,
                                           region=settings.region, encryption_keys=settings.encryption_keys)
             settings = RemoteSettings(**{**settings.__dict__, "bucket": bucket})
-            tier = self._tiers[bucket] = RemoteTier(settings.remote_config())
+            config = settings.remote_config()  # (MissingExtra without the tiered extra)
+            tier = self._tiers[bucket] = RemoteTier(config)
         info = RemoteSegmentInfo(keys.start_offset, None, None, (), keys.segment_id, keys.log, keys)
         return tier.open(info), suffix
 

@@ -33,7 +33,7 @@ import obstore.exceptions as oe
 from obstore.auth.boto3 import Boto3CredentialProvider
 from obstore.store import S3Store
 
-from ...errors import Unauthorized, Unavailable
+from ...errors import InvalidArgument, Unauthorized, Unavailable
 from .config import RemoteConfig
 from .errors import ObjectNotFound, ObjectTooLarge, StoreWouldWait, local_only  # noqa: F401 - callers catch them here
 from .objects import ObjectInfo
@@ -59,10 +59,14 @@ class ObjectStore:
     def __init__(self, cfg: RemoteConfig, *, request_timeout: float = REQUEST_TIMEOUT, attempts: int = ATTEMPTS):
         self.bucket = cfg.bucket
         self._attempts = attempts
-        session = boto3.session.Session()
-        # No credentials anywhere in the chain: requests go unsigned (a public bucket still reads) and a
-        # 403 says that none were found.
-        self._anonymous = session.get_credentials() is None
+        try:
+            session = boto3.session.Session()
+            # No credentials anywhere in the chain: requests go unsigned (a public bucket still reads) and a
+            # 403 says that none were found.
+            self._anonymous = session.get_credentials() is None
+        except botocore.exceptions.ProfileNotFound as e:
+            raise InvalidArgument(f"{e}: AWS_PROFILE names a profile that neither the AWS config file nor the "
+                                  f"credentials file has") from None
         options = {"connect_timeout": f"{CONNECT_TIMEOUT}s", "timeout": f"{request_timeout}s"}
         endpoint = endpoint_url(cfg)
         if endpoint and endpoint.startswith("http://"):
