@@ -54,7 +54,7 @@ def without(hidden: tuple[str, ...], *args: str, imports: str = "lookupd") -> su
 def test_the_local_product_imports_nothing_of_the_tiered_extra():
     R.require()
     segment = str(R.log_dir("plain-0") / "00000000000000000000.log")
-    r = without(TIERED_PACKAGES, "dump", "--print-data", segment, imports="lookupd.daemon.main,fusefs.ops")
+    r = without(TIERED_PACKAGES, "dump", "--print-data", segment, imports="lookupd.daemon.main,fusefs.ops,spark_client.datasource")
     assert r.returncode == 0 and r.stdout.startswith(f"Dumping {segment}\n"), r.stderr
     assert r.stderr.endswith("tried to import: []\n"), r.stderr
     r = without(TIERED_PACKAGES, "verify", str(R.log_dir("plain-0")))
