@@ -212,8 +212,8 @@ def restore_by_hand(store, ups: list, keyring, dest: str, in_flight: int) -> Non
 
 
 def sequential_figures(server, bucket: str, up, key, times: int, variant: str) -> list[Figure]:
-    """A whole-segment sequential read through RemoteSegmentData (cold cache) against plain ranged GETs
-    of the same `.log` object, chunk by chunk with one GET ahead (the read path's reader + read-ahead);
+    """A whole-segment sequential read through the Bucket (BucketSegment.read: the chunk cache and its read-ahead,
+    cold) against plain ranged GETs of the same `.log` object, chunk by chunk with one GET ahead (the read path's reader + read-ahead);
     with the CPU time each took in this process and in the S3 server (they share the machine's cores)."""
     from lookupd.log.remote.bucket import Bucket
     from lookupd.log.remote.config import RemoteConfig
@@ -259,7 +259,7 @@ def sequential_figures(server, bucket: str, up, key, times: int, variant: str) -
                          decode[1:], group="remote-read", params={**params, "path": "decode only"},
                          higher_is_better=True)]
     spent = cpu.figures(f"remote sequential read, {variant}", "remote-read-cpu", params)
-    return decode + [Figure(f"remote sequential read, {variant}, through RemoteSegmentData", "MB/s", ours[1:],
+    return decode + [Figure(f"remote sequential read, {variant}, through the Bucket", "MB/s", ours[1:],
                    group="remote-read", params={**params, "path": "lookupd"}, higher_is_better=True),
             Figure(f"remote sequential read, {variant}, plain ranged GETs", "MB/s", plain[1:],
                    group="remote-read", params={**params, "path": "plain GETs"}, higher_is_better=True),
@@ -492,12 +492,12 @@ def ratios(figures: list[Figure]) -> list[dict | None]:
     out = []
     for variant in VARIANTS:
         out.append(ratio(f"remote sequential read vs plain ranged GETs, {variant}", figures,
-                         f"remote sequential read, {variant}, through RemoteSegmentData",
+                         f"remote sequential read, {variant}, through the Bucket",
                          f"remote sequential read, {variant}, plain ranged GETs",
-                         "MB/s of a whole-segment read through RemoteSegmentData over plain ranged GETs of the "
+                         "MB/s of a whole-segment read through the Bucket over plain ranged GETs of the "
                          "same object with the same client, two in flight (target: at least 0.8)"))
         out.append(ratio(f"remote sequential read vs by hand, {variant}", figures,
-                         f"remote sequential read, {variant}, through RemoteSegmentData",
+                         f"remote sequential read, {variant}, through the Bucket",
                          f"remote sequential read, {variant}, by hand (GET, decrypt, decompress)",
                          "MB/s of a whole-segment read through the Bucket over the fair anchor: the same ranged GETs, "
                          "decrypted and decompressed with the same libraries in the simplest loop, two in flight "

@@ -193,7 +193,7 @@ def test_a_remote_log_is_read_in_pieces_as_big_as_the_readers(s3_server, tmp_pat
 @pytest.mark.parametrize("encoded", [False, True], ids=["plain", "zstd-encrypted"])
 def test_a_remote_log_file_reads_what_the_reference_path_reads(s3_server, tmp_path, encoded):  # noqa: F811
     """BucketLogFile (the mount's reads: copied once from the decoded chunks into the reply buffer, with
-    read-ahead when sequential) gives the bytes and the errors of RemoteSegmentData.read (the reference path):
+    read-ahead when sequential) gives the bytes and the errors of BucketSegment.read (the reference path):
     reads of any size at any position, across chunk boundaries and past the end, one after the other and
     from 8 threads at once on one open file."""
     R.require()
