@@ -214,7 +214,8 @@ def restore_by_hand(store, ups: list, keyring, dest: str, in_flight: int) -> Non
 def sequential_figures(server, bucket: str, up, key, times: int, variant: str) -> list[Figure]:
     """A whole-segment sequential read through the Bucket (BucketSegment.read: the chunk cache and its read-ahead,
     cold) against plain ranged GETs of the same `.log` object, chunk by chunk with one GET ahead (the read path's
-    reader + read-ahead); with the CPU time each took in this process and in the S3 server (they share the machine's cores)."""
+    reader + read-ahead); with the CPU time each took in this process and in the S3 server (they share the
+    machine's cores)."""
     from lookupd.log.remote.bucket import Bucket
     from lookupd.log.remote.config import RemoteConfig
     from lookupd.log.remote.diskcache import DiskCache
