@@ -3,8 +3,9 @@ PYTHON  ?= python3
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
 PIP     := $(VENV)/bin/pip
-# Runtime dependencies only (what `make run` needs); each extra of pyproject.toml gets its own stamp and is
-# installed by the targets that need it: test and bench for `make test` and `make bench`, spark for spark-*.
+# Runtime dependencies only (what `make run` needs: the local product); each extra of pyproject.toml gets its
+# own stamp and is installed by the targets that need it: all of them for `make test` and `make bench` (CI has
+# everything), spark for spark-*, tiered and demo for demo-tiered.
 STAMP   := $(VENV)/.installed
 EXTRA   := $(VENV)/.installed-extra
 # The log dir `make run` serves. Sample data is generated only into the default, sample-data; any
@@ -54,8 +55,9 @@ $(EXTRA)-%: $(STAMP)
 	  | xargs -d '\n' $(PIP) install --quiet
 	touch $@
 
-# The development environment: the package and everything the tests and benchmarks use.
-venv: $(STAMP) $(EXTRA)-test $(EXTRA)-bench
+# The development environment: the package and every extra (tests/test_makefile.py checks it names them all).
+EXTRAS := tiered spark schemas demo test bench
+venv: $(STAMP) $(addprefix $(EXTRA)-,$(EXTRAS))
 
 $(SAMPLE_DATA): | $(STAMP)
 	$(PY) -m lookupd demo-data $(SAMPLE_DATA)
@@ -75,7 +77,7 @@ run: $(LOG_DIR_READY) $(STAMP)
 # The demos, made afresh in run/ each time and served until Ctrl-C (lookupd/tools/tiereddemo.py, tlsdemo.py):
 # the sample tiered into a local S3 server (weed mini: the demo extra), and the sample over mutual TLS
 # with openssl-made certificates and an [[acl]]. Each prints what to try next.
-demo-tiered: $(EXTRA)-demo
+demo-tiered: $(EXTRA)-tiered $(EXTRA)-demo
 	rm -rf run/demo-tiered
 	$(PY) -m lookupd demo-data run/demo-tiered --tiered
 

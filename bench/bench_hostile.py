@@ -103,7 +103,7 @@ def scale(server, root: Path, count: int, metadata_topic: bool) -> list[Figure]:
     """Start + `partitions` with `count` remote segments in one partition, and the daemon's RSS then."""
     from synthetic_bucket import local_tail, put_objects, synthetic_segments
 
-    from lookupd.log.remote.layout import RemotePartition
+    from lookupd.log.tiered.layout import RemotePartition
     from lookupd.rpc.client import Client
     from lookupd.tools.tieredwriter import kafka_uuid
 
@@ -151,7 +151,7 @@ def planted(server, root: Path, kinds: list[str]) -> list[Figure]:
     SIGHUP after each is planted)."""
     from synthetic_bucket import alone, put_objects, upload_of
 
-    from lookupd.log.remote.layout import SegmentKeys
+    from lookupd.log.tiered.layout import SegmentKeys
     from lookupd.rpc.client import Client
     from lookupd.tools.tieredwriter import kafka_uuid
 

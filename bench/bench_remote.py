@@ -1,7 +1,11 @@
-"""Tiered storage, the object-store half: S3 clients on ranged GETs, a sequential read through
-RemoteSegmentData against plain ranged GETs of the same objects, what a cold index fetch costs, and
-`lookupd restore` against plain GETs of the same objects, and a remote `.log` read through the FUSE
-mount against plain ranged GETs.
+"""Tiered storage, the object-store half: S3 clients on ranged GETs, a sequential read through the Bucket,
+what a cold index fetch costs, `lookupd restore`, and a remote `.log` read through the FUSE mount.
+
+Each is measured against plain ranged GETs of the same objects and against the fair anchor of issue 43,
+what a user would write by hand (ByHand): the same ranged GETs, one a chunk, decrypted and decompressed
+with the same libraries (cryptography's AESGCM, zstandard) in the simplest loop at the same concurrency;
+for restore, that loop plus writing the same bytes and fdatasync (restore_by_hand). Targets: the zstd +
+encrypted sequential read at least 0.9x its anchor, restore and the cold FUSE read at least 0.8x.
 
 Against a real S3 server on this machine (SeaweedFS `weed mini`, started here), so the network is the
 loopback: the figures show client and decoding overhead, not a WAN. The segment is Kafka-written
@@ -22,6 +26,9 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+
+import zstandard
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -139,11 +146,77 @@ def plain_gets(store, key: str, size: int) -> None:
             pass
 
 
+class ByHand:
+    """The fair anchor (issue 43): what a user would write by hand to read a tiered segment. One ranged GET a
+    chunk (the manifest's spans), AES-GCM decrypted with `cryptography` and zstd-decompressed with `zstandard`,
+    the libraries lookupd uses, `in_flight` at once through the same client, in the simplest loop: no cache,
+    no checks, no read-ahead logic. The manifest and the data key are read before, as lookupd's reader has
+    them before its timed read."""
+
+    def __init__(self, store, log_key: str, manifest_key: str, keyring):
+        from lookupd.log.remote.bucket import Bucket
+
+        manifest = Bucket(store, keyring, None).manifest(manifest_key)
+        index = manifest.chunk_index
+        self.store, self.key = store, log_key
+        self.spans = [(index.transformed_span(i, i), index.original_span(i)[0]) for i in range(index.chunk_count)]
+        self.aad = manifest.encryption.aad if manifest.encryption else b""
+        self.aes = AESGCM(keyring.unwrap(manifest.encryption, manifest_key)) if manifest.encryption else None
+        self.zstd = manifest.compression
+
+    def chunk(self, i: int):
+        """Chunk i's original bytes: GET, decrypt, decompress."""
+        blob = memoryview(self.store.get_range_buffer(self.key, *self.spans[i][0]))
+        if self.aes is not None:
+            blob = self.aes.decrypt(blob[:12], blob[12:], self.aad)
+        if self.zstd:
+            blob = zstandard.ZstdDecompressor().decompress(blob)
+        return blob
+
+    def read(self, in_flight: int = 2) -> None:
+        """The whole segment, two in flight by default (lookupd's reader and its read-ahead)."""
+        with ThreadPoolExecutor(in_flight) as pool:
+            for _ in pool.map(self.chunk, range(len(self.spans))):
+                pass
+
+
+def restore_by_hand(store, ups: list, keyring, dest: str, in_flight: int) -> None:
+    """The restore anchor: for each uploaded segment (`ups`: its objects' keys), its manifest read and its data
+    key unwrapped (ByHand), then ByHand's loop over every segment at restore's concurrency, each chunk written
+    at its place in the segment's file as it comes, the `.indexes` objects fetched and written as they are,
+    then every file fdatasync'd. Given the keys: no listing."""
+    segments = [ByHand(store, up.log_key, up.manifest_key, keyring) for up in ups]
+    os.makedirs(dest, exist_ok=True)
+    fds = [os.open(os.path.join(dest, f"{n}.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+           for n in range(len(segments))]
+    other = os.open(os.path.join(dest, "other"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+
+    def one(job) -> None:
+        if job[0] == "indexes":
+            os.write(other, store.get(job[1]))
+        else:
+            _, n, i = job
+            os.pwrite(fds[n], segments[n].chunk(i), segments[n].spans[i][1])
+
+    jobs = [("indexes", up.indexes_key) for up in ups]
+    jobs += [("chunk", n, i) for n, seg in enumerate(segments) for i in range(len(seg.spans))]
+    try:
+        with ThreadPoolExecutor(in_flight) as pool:
+            for _ in pool.map(one, jobs):
+                pass
+        for fd in fds + [other]:
+            os.fdatasync(fd)
+    finally:
+        for fd in fds + [other]:
+            os.close(fd)
+
+
 def sequential_figures(server, bucket: str, up, key, times: int, variant: str) -> list[Figure]:
-    """A whole-segment sequential read through RemoteSegmentData (cold cache) against plain ranged GETs
-    of the same `.log` object, chunk by chunk with one GET ahead (the read path's reader + read-ahead);
-    with the CPU time each took in this process and in the S3 server (they share the machine's cores)."""
-    from lookupd.log.remote import segmentdata
+    """A whole-segment sequential read through the Bucket (BucketSegment.read: the chunk cache and its read-ahead,
+    cold) against plain ranged GETs of the same `.log` object, chunk by chunk with one GET ahead (the read path's
+    reader + read-ahead); with the CPU time each took in this process and in the S3 server (they share the
+    machine's cores)."""
+    from lookupd.log.remote.bucket import Bucket
     from lookupd.log.remote.config import RemoteConfig
     from lookupd.log.remote.diskcache import DiskCache
     from lookupd.log.remote.keyring import Keyring
@@ -153,8 +226,9 @@ def sequential_figures(server, bucket: str, up, key, times: int, variant: str) -
     keyring = Keyring({key.key_id: key.pem_path} if key else {})  # one per daemon: its PEM is loaded once
     original = up.segment.stat().st_size
     obj_size = store.size(up.log_key)
-    ours, plain = [], []
+    ours, plain, by_hand = [], [], []
     cpu = CpuTimes({"lookupd's process": os.getpid(), "the S3 server": server.process.pid})
+    anchor = ByHand(store, up.log_key, up.manifest_key, keyring)
 
     def read_through(seg) -> None:
         position = 0
@@ -165,12 +239,13 @@ def sequential_figures(server, bucket: str, up, key, times: int, variant: str) -
         cache_dir = tempfile.mkdtemp(prefix="lookupd-bench-cache-")
         try:
             cache = DiskCache(cache_dir, 10 ** 9)
-            seg = segmentdata.open_segment(store, up.log_key, keyring, cache)
+            seg = Bucket(store, keyring, cache).segment(up.log_key)
             ours.append(original / cpu.timed("lookupd", lambda: read_through(seg)) / 1e6)
             cache.flush()
         finally:
             shutil.rmtree(cache_dir, ignore_errors=True)
         plain.append(original / cpu.timed("plain GETs", lambda: plain_gets(store, up.log_key, obj_size)) / 1e6)
+        by_hand.append(original / cpu.timed("by hand", anchor.read) / 1e6)
     params = {"variant": variant, "segment_bytes": original, "object_bytes": obj_size, "chunk": CHUNK}
     decode = []
     if seg.manifest.compression or seg.manifest.encryption:
@@ -179,21 +254,23 @@ def sequential_figures(server, bucket: str, up, key, times: int, variant: str) -
         for _ in range(times + 1):
             t0 = time.perf_counter()
             for i, blob in enumerate(blobs):
-                seg._decode(i, memoryview(blob))
+                seg.chunks.fetcher.transform.decode(i, memoryview(blob))
             decode.append(original / (time.perf_counter() - t0) / 1e6)
         decode = [Figure(f"remote sequential read, {variant}, decoding only (one thread, in memory)", "MB/s",
                          decode[1:], group="remote-read", params={**params, "path": "decode only"},
                          higher_is_better=True)]
     spent = cpu.figures(f"remote sequential read, {variant}", "remote-read-cpu", params)
-    return decode + [Figure(f"remote sequential read, {variant}, through RemoteSegmentData", "MB/s", ours[1:],
+    return decode + [Figure(f"remote sequential read, {variant}, through the Bucket", "MB/s", ours[1:],
                    group="remote-read", params={**params, "path": "lookupd"}, higher_is_better=True),
             Figure(f"remote sequential read, {variant}, plain ranged GETs", "MB/s", plain[1:],
-                   group="remote-read", params={**params, "path": "plain GETs"}, higher_is_better=True)] + spent
+                   group="remote-read", params={**params, "path": "plain GETs"}, higher_is_better=True),
+            Figure(f"remote sequential read, {variant}, by hand (GET, decrypt, decompress)", "MB/s", by_hand[1:],
+                   group="remote-read", params={**params, "path": "by hand"}, higher_is_better=True)] + spent
 
 
 def cold_index_figures(server, bucket: str, up, key, variant: str) -> list[Figure]:
     """Cold: the manifest, the offset and time indexes, then the chunk a lookup lands in: GETs and bytes."""
-    from lookupd.log.remote import segmentdata
+    from lookupd.log.remote.bucket import Bucket
     from lookupd.log.remote.config import RemoteConfig
     from lookupd.log.remote.diskcache import DiskCache
     from lookupd.log.remote.keyring import Keyring
@@ -202,8 +279,8 @@ def cold_index_figures(server, bucket: str, up, key, variant: str) -> list[Figur
     store = ObjectStore(RemoteConfig(bucket=bucket, cache_dir="unused", endpoint_url=server.endpoint_url))
     cache_dir = tempfile.mkdtemp(prefix="lookupd-bench-cache-")
     try:
-        seg = segmentdata.open_segment(store, up.log_key, Keyring({key.key_id: key.pem_path} if key else {}),
-                                       DiskCache(cache_dir, 10 ** 9))
+        seg = Bucket(store, Keyring({key.key_id: key.pem_path} if key else {}),
+                     DiskCache(cache_dir, 10 ** 9)).segment(up.log_key)
         seg.index_paths(["offset", "timestamp"])
         seg.read(seg.size // 2, 16 * 1024)  # the batch the index entry points at
         return [Figure(f"cold index fetch + one batch read, {variant}: GETs", "GETs", [store.requests],
@@ -224,8 +301,9 @@ def restore_figures(server, bucket: str, ups: list, key, times: int, variant: st
     import io
 
     from lookupd.log.remote.config import RemoteConfig
+    from lookupd.log.remote.keyring import Keyring
     from lookupd.log.remote.store import ObjectStore
-    from lookupd.log.remotelog import RemoteTier
+    from lookupd.log.tiered.listing import RemoteTier
     from lookupd.tools.restore import restore_partition
     from lookupd.tools.restorefetch import GETS_IN_FLIGHT, PIECE_BYTES
 
@@ -237,7 +315,8 @@ def restore_figures(server, bucket: str, ups: list, key, times: int, variant: st
         gets += [(k, 0, store.size(k)) for k in (up.manifest_key, up.indexes_key)]
         log_size = store.size(up.log_key)
         gets += [(up.log_key, a, min(a + PIECE_BYTES, log_size)) for a in range(0, log_size, PIECE_BYTES)]
-    speed = {path: [] for path in ("lookupd restore", "plain GETs")}
+    speed = {path: [] for path in ("lookupd restore", "plain GETs", "by hand")}
+    keyring = Keyring(keys)  # one per restore: its PEM is loaded once
     cpu = CpuTimes({"lookupd's process": os.getpid(), "the S3 server": server.process.pid})
 
     def timed(path: str, fn) -> None:
@@ -256,6 +335,8 @@ def restore_figures(server, bucket: str, ups: list, key, times: int, variant: st
             tier = RemoteTier(cfg, store=store)
             timed("lookupd restore", lambda: restore_partition(tier, os.path.join(work, "dest"), "large", 0,
                                                                out=io.StringIO()))
+            timed("by hand", lambda: restore_by_hand(store, ups, keyring, os.path.join(work, "by-hand"),
+                                                     GETS_IN_FLIGHT))
         finally:
             shutil.rmtree(work, ignore_errors=True)
         timed("plain GETs", restore_gets)
@@ -305,9 +386,10 @@ def fuse_figures(server, times: int) -> list[Figure]:
     from tiered_helpers import tier_partition
 
     from lookupd.log.remote.config import RemoteConfig
+    from lookupd.log.remote.keyring import Keyring
     from lookupd.log.remote.store import ObjectStore
 
-    ours, warm, plain = [], [], []
+    ours, warm, plain, by_hand = [], [], [], []
     cpu = CpuTimes({"the S3 server": server.process.pid}, reader=True)
     original = 0
 
@@ -348,6 +430,8 @@ def fuse_figures(server, times: int) -> list[Figure]:
                                              endpoint_url=server.endpoint_url))
             obj_size = store.size(key)
             timed("plain GETs", lambda: plain_gets(store, key, obj_size), plain, {})
+            anchor = ByHand(store, key, t.uploaded[0].manifest_key, Keyring({}))
+            timed("by hand", anchor.read, by_hand, {})
         finally:
             shutil.rmtree(root, ignore_errors=True)
     params = {"segment_bytes": original, "chunk": CHUNK, "read": STEP}
@@ -357,7 +441,9 @@ def fuse_figures(server, times: int) -> list[Figure]:
             Figure("FUSE sequential read of a remote .log, warm (its chunks decoded in the mount's memory)", "MB/s",
                    warm[1:], group="remote-fuse", params={**params, "path": "fusefs warm"}, higher_is_better=True),
             Figure("FUSE sequential read of a remote .log: plain ranged GETs", "MB/s", plain[1:],
-                   group="remote-fuse", params={**params, "path": "plain GETs"}, higher_is_better=True)] + spent
+                   group="remote-fuse", params={**params, "path": "plain GETs"}, higher_is_better=True),
+            Figure("FUSE sequential read of a remote .log: by hand (GET, decrypt, decompress)", "MB/s", by_hand[1:],
+                   group="remote-fuse", params={**params, "path": "by hand"}, higher_is_better=True)] + spent
 
 
 # flag -> the figures it keeps
@@ -407,11 +493,22 @@ def ratios(figures: list[Figure]) -> list[dict | None]:
     out = []
     for variant in VARIANTS:
         out.append(ratio(f"remote sequential read vs plain ranged GETs, {variant}", figures,
-                         f"remote sequential read, {variant}, through RemoteSegmentData",
+                         f"remote sequential read, {variant}, through the Bucket",
                          f"remote sequential read, {variant}, plain ranged GETs",
-                         "MB/s of a whole-segment read through RemoteSegmentData over plain ranged GETs of the "
+                         "MB/s of a whole-segment read through the Bucket over plain ranged GETs of the "
                          "same object with the same client, two in flight (target: at least 0.8)"))
+        out.append(ratio(f"remote sequential read vs by hand, {variant}", figures,
+                         f"remote sequential read, {variant}, through the Bucket",
+                         f"remote sequential read, {variant}, by hand (GET, decrypt, decompress)",
+                         "MB/s of a whole-segment read through the Bucket over the fair anchor: the same ranged GETs, "
+                         "decrypted and decompressed with the same libraries in the simplest loop, two in flight "
+                         "(target for zstd + encrypted: at least 0.9)"))
         for what in ("", f" of {RESTORE_COPIES} segments"):
+            out.append(ratio(f"restore{what} vs by hand, {variant}", figures,
+                             f"restore{what}, {variant}, lookupd restore", f"restore{what}, {variant}, by hand",
+                             "MB/s of `lookupd restore` over the fair anchor: the by-hand loop of GETs, decryption "
+                             "and decompression at restore's concurrency, each chunk written at its place, then "
+                             "fdatasync (target: at least 0.8)"))
             out.append(ratio(f"restore{what} vs plain GETs, {variant}", figures,
                              f"restore{what}, {variant}, lookupd restore", f"restore{what}, {variant}, plain GETs",
                              "MB/s of `lookupd restore` (files written and synced) over plain GETs of the same "
@@ -420,6 +517,11 @@ def ratios(figures: list[Figure]) -> list[dict | None]:
                      "FUSE sequential read of a remote .log, cold", "FUSE sequential read of a remote .log: plain ranged GETs",
                      "MB/s of a whole remote segment read through the mount over plain ranged GETs of the same object "
                      "(target: at least 0.8)"))
+    out.append(ratio("FUSE cold read of a remote .log vs by hand", figures,
+                     "FUSE sequential read of a remote .log, cold",
+                     "FUSE sequential read of a remote .log: by hand (GET, decrypt, decompress)",
+                     "MB/s of a whole remote segment read through the mount, cold, over the fair anchor: the by-hand "
+                     "decoded-GET loop, two in flight (target: at least 0.8)"))
     for size in (64, CHUNK // 1024):
         out.append(ratio(f"S3 client obstore vs boto3, {size} KiB ranged GETs", figures,
                          f"S3 client obstore, sequential ranged GETs of {size} KiB",

@@ -116,7 +116,7 @@ def plain_rendering(root: str, n: int, times: int) -> tuple[list[float], list[fl
     """Records/s of rendering the plain topic's batches in process, without and with a decoder."""
     from lookupd.log.segment import LogSegment
 
-    seg = LogSegment(os.path.join(root, "plain-0"), 0)
+    seg = LogSegment.open(os.path.join(root, "plain-0"), 0)
     batches = []
     for buf, off, pos, size in seg.log.frames(0, seg.size()):
         data = bytes(buf[off:off + size]) if off + size <= len(buf) else seg.log.read(pos, size)

@@ -63,14 +63,14 @@ def _setup(root: Path, server):
 
 def _wait_whole(manager, targets, warm, timeout: float = 60.0) -> None:
     """Until every remote segment the targets are in is fetched whole (what a warm remote segment is:
-    see lookupd/log/remotesegment.py)."""
+    see lookupd/log/tiered/segment.py)."""
     import bisect
 
     log = manager.get(TOPIC, 0)
     bases = log.base_offsets
     remote = {log.segment(bases[bisect.bisect_right(bases, o) - 1]) for o, _ in targets}
     deadline = time.monotonic() + timeout
-    while not all(seg.whole for seg in remote):
+    while not all(seg.log.file.whole for seg in remote):
         if time.monotonic() > deadline:
             raise RuntimeError("remote segments were not fetched whole in time")
         warm()
@@ -142,7 +142,7 @@ def cold(t, targets, n: int) -> list[Figure]:
 
     from lookupd.daemon.service import Service, Session
     from lookupd.log.logmanager import LogManager
-    from lookupd.log.remotelog import RemoteTier
+    from lookupd.log.tiered.listing import RemoteTier
 
     session = Session(trusted=True)
     out = []

@@ -135,9 +135,9 @@ def mount(args) -> int:
     if args.config:
         from lookupd.errors import LookupdError
 
-        from .tiers import RemoteSegments
+        from .tiers import BucketSegments
         try:
-            remote = RemoteSegments(args.config)
+            remote = BucketSegments(args.config)
         except LookupdError as err:
             raise UsageError(f"--config {args.config}: {err}") from None
     _logging(args)

@@ -20,7 +20,7 @@ from collections import OrderedDict
 from typing import Callable
 
 from lookupd.errors import LookupdError
-from lookupd.format.names import segment_file_name
+from lookupd.format.names import LOG_SUFFIX, segment_file_name
 from lookupd.log.fileio import RefusedFile, regular_stat
 
 from . import tree
@@ -41,7 +41,7 @@ def remote_entries(segments: list[SegmentInfo], file_attrs: FileAttrs) -> list[E
     out: list[Entry] = []
     for seg in segments:
         mtime_ns = seg.largest_timestamp * 1_000_000
-        out.append((segment_file_name(seg.base_offset, ".log"), file_attrs(seg.size, (seg.size + 511) // 512, mtime_ns)))
+        out.append((segment_file_name(seg.base_offset, LOG_SUFFIX), file_attrs(seg.size, (seg.size + 511) // 512, mtime_ns)))
         out.append((segment_file_name(seg.base_offset, ".records.jsonl"), file_attrs(0, 0, mtime_ns)))
     return out
 

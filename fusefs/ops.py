@@ -44,9 +44,9 @@ from lookupd.sdnotify import sd_notify
 from . import listing, tree
 from .binding import FuseOSError, Operations
 from .catalog import Catalog, PartitionInfo
-from .sources import Cursor, Handles, LocalFile, LocalSource, RemoteLog, RemoteSource, TieredSource
+from .sources import Cursor, DaemonLog, DaemonSource, Handles, LocalFile, LocalSource, TieredSource
 from .stream import Pieces, Stream
-from .tiers import REMOTE_IO_SIZE, RemoteLogFile, RemoteSegments
+from .tiers import REMOTE_IO_SIZE, BucketLogFile, BucketSegments
 from .views import RenderCache, key_lines, index_lines, partition_json, read_index, record_lines, segment_index
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ def _once(content: bytes, cursor: None) -> Pieces:
 
 
 class OpenFile(NamedTuple):
-    content: LocalFile | RemoteLog | RemoteLogFile | Stream
+    content: LocalFile | DaemonLog | BucketLogFile | Stream
     attrs: dict  # at open
 
     def stat(self) -> dict:
@@ -99,7 +99,7 @@ class KafkaFS(Operations):
     use_ns = True
 
     def __init__(self, catalog: Catalog, handles: Handles | None = None, renders: RenderCache | None = None,
-                 remote: RemoteSegments | None = None, decode_values: bool = True):
+                 remote: BucketSegments | None = None, decode_values: bool = True):
         self.catalog = catalog
         # Keys and values in Confluent's wire format decoded in the record views, with the schemas of the
         # daemon's `_schemas` topic (off: `fusefs mount --no-decode-values`, or no such topic).
@@ -252,7 +252,7 @@ class KafkaFS(Operations):
             if isinstance(content, LocalFile):
                 rolled = not self.catalog.segment(part, node.base_offset).active
                 fi.keep_cache = int(self._cache_kept(path, content.identity(), rolled))
-            elif isinstance(content, RemoteLogFile):
+            elif isinstance(content, BucketLogFile):
                 fi.direct_io = 1  # reads as big as the reader's (MAX_READ), not the page cache's 128 KiB
         else:
             content = Stream(*self._producer(node, path), resumable=_grows(node))
@@ -288,7 +288,7 @@ class KafkaFS(Operations):
         """Fill `buf` (a buffer libfuse sends on) from `offset` of a generated file, a `.log` read through
         the daemon or a remote `.log` (copied from its decoded chunks); how many bytes went in."""
         content = self._files[fi.fh].content
-        if isinstance(content, RemoteLogFile):
+        if isinstance(content, BucketLogFile):
             return content.read_into(buf, offset)
         data = content.read(len(buf), offset)
         buf[:len(data)] = data
@@ -411,12 +411,12 @@ class KafkaFS(Operations):
         tiers = {s.tier for s in self.catalog.segments(part).list}
         return "remote" in tiers and (part.local_dir is not None or tiers == {"remote"})
 
-    def _source(self, part: PartitionInfo) -> LocalSource | RemoteSource:
+    def _source(self, part: PartitionInfo) -> LocalSource | DaemonSource:
         if self._tiered(part):
             return TieredSource(part, self.catalog, self.handles, self.remote)
         if part.local_dir is not None:
             return LocalSource(part, self.catalog, self.handles)
-        return RemoteSource(part, self.catalog, self.daemon)
+        return DaemonSource(part, self.catalog, self.daemon)
 
     def _listing(self, path: str, node: tree.Node) -> list[tuple[str, dict | None]]:
         if isinstance(node, tree.Root):

@@ -21,15 +21,18 @@ from typing import Iterator, NamedTuple
 from lookupd.format.batch import BatchHeader, parse_header, whole_frames
 from lookupd.log.fileio import FileHandle, regular_stat
 from lookupd.log.filerecords import read_frames
+from lookupd.log.segment import TIER_REMOTE, LogSegment
+from lookupd.log.tiered.segment import INDEX_SUFFIXES, UploadData
 from lookupd.format.names import segment_file_name
 from lookupd.errors import OffsetOutOfRange
 from lookupd.rpc.client import RemoteError
 
 from .catalog import Catalog, PartitionInfo
 from .daemon import DaemonLink
-from .tiers import RemoteLogFile
+from .tiers import BucketLogFile, BucketSegments
 
-INDEX_KINDS = {"index": "offset", "timeindex": "timestamp", "txnindex": "transaction"}  # file suffix -> kind
+# A file suffix (without its dot) -> the upload's index kind.
+INDEX_KINDS = {suffix[1:]: kind for kind, suffix in INDEX_SUFFIXES.items()}
 
 READ_BYTES = 1 << 20  # one pread of a .log, one daemon `read`
 
@@ -199,16 +202,19 @@ class TieredSource(LocalSource):
     """A partition with segments in the bucket (`fusefs mount --config`): its local segments as LocalSource
     reads them, its remote ones straight from the bucket (fusefs.tiers), so views cross the tiers."""
 
-    def __init__(self, part: PartitionInfo, catalog: Catalog, handles: Handles, remote):
+    def __init__(self, part: PartitionInfo, catalog: Catalog, handles: Handles, remote: BucketSegments):
         super().__init__(part, catalog, handles)
         self._remote = remote
 
     def is_remote(self, base_offset: int) -> bool:
         seg = self._catalog.segments(self.part).get(base_offset)
-        return seg is not None and seg.tier == "remote"
+        return seg is not None and seg.tier == TIER_REMOTE
 
-    def remote_segment(self, base_offset: int):
+    def remote_segment(self, base_offset: int) -> LogSegment:
         return self._remote.segment(self.part.topic, self.part.partition, self.part.local_dir, base_offset)
+
+    def remote_data(self, base_offset: int) -> UploadData:
+        return self._remote.data(self.part.topic, self.part.partition, self.part.local_dir, base_offset)
 
     def log_name(self, base_offset: int) -> str:
         if self.is_remote(base_offset):
@@ -218,9 +224,9 @@ class TieredSource(LocalSource):
     def open_raw(self, base_offset: int, suffix: str):
         if not self.is_remote(base_offset):
             return super().open_raw(base_offset, suffix)
-        data = self.remote_segment(base_offset).data
+        data = self.remote_data(base_offset)
         if suffix == "log":
-            return RemoteLogFile(data)
+            return BucketLogFile(data)
         path = data.index_paths([INDEX_KINDS[suffix]])[INDEX_KINDS[suffix]]
         if path is None:
             raise FileNotFoundError(f"{self.log_name(base_offset)} has no {suffix}")
@@ -230,7 +236,7 @@ class TieredSource(LocalSource):
 
     def index_size(self, base_offset: int, suffix: str) -> int | None:
         """A remote segment file's size (from its manifest); None when the segment has no such index."""
-        data = self.remote_segment(base_offset).data
+        data = self.remote_data(base_offset)
         return data.size if suffix == "log" else data.index_size(INDEX_KINDS[suffix])
 
     def pin(self, base_offset: int):
@@ -239,8 +245,9 @@ class TieredSource(LocalSource):
         return super().pin(base_offset)
 
 
-class RemoteSource:
-    """A partition read through the daemon (its log dir is not on this host)."""
+class DaemonSource:
+    """A partition read through the daemon (its log dir is not on this host; a tiered partition's remote
+    segments are read from the bucket instead: TieredSource)."""
 
     def __init__(self, part: PartitionInfo, catalog: Catalog, daemon: DaemonLink):
         self.part = part
@@ -263,11 +270,11 @@ class RemoteSource:
     def resolve(self, offset: int) -> dict | None:
         return self._daemon.call("resolve_offset", self.part.topic, self.part.partition, offset)
 
-    def open_raw(self, base_offset: int, suffix: str) -> "RemoteLog":
+    def open_raw(self, base_offset: int, suffix: str) -> "DaemonLog":
         segments = self._catalog.segments(self.part)
         nxt = segments.after(base_offset)
         end = nxt.base_offset if nxt is not None else self.part.log_end_offset
-        return RemoteLog(self, base_offset, end)
+        return DaemonLog(self, base_offset, end)
 
     def batches(self, cursor: Cursor, follow: bool) -> Iterator[Batch]:
         offset = cursor.offset
@@ -283,14 +290,14 @@ class RemoteSource:
             offset = r["next_offset"]
 
 
-class RemoteLog:
+class DaemonLog:
     """One segment's `.log` through the daemon, addressed by byte position.
 
     Known batch starts (position -> an offset inside that batch) are remembered; a read
     far from any of them binary-searches the segment's offsets with `resolve_offset`.
     """
 
-    def __init__(self, source: RemoteSource, base_offset: int, end_offset: int):
+    def __init__(self, source: DaemonSource, base_offset: int, end_offset: int):
         self._source = source
         self._base = base_offset
         self._end = end_offset  # offsets of this segment are below this

@@ -1,7 +1,7 @@
 """The remote tier for the mount: segments the daemon lists as `"tier": "remote"`, read straight from the
 bucket named by the `[remote]` table of the daemon's config (`fusefs mount --config FILE`).
 
-Their `.log` bytes come through RemoteSegmentData (chunks fetched on demand into the chunk cache, with
+Their `.log` bytes come through the Bucket's chunk cache (chunks fetched on demand, with
 read-ahead for sequential reads), their indexes as the files it fetches into `cache_dir`. The bucket is
 listed per partition (the plugin's layout: its keys, the manifest last) and the listing kept for
 LIST_TTL_S; a base offset it does not know lists again once. Which upload of the offsets is read
@@ -12,14 +12,19 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import TYPE_CHECKING
 
-from lookupd.errors import InvalidArgument, LookupdError
+from lookupd.errors import InvalidArgument
 from lookupd.format.names import segment_file_name
+from lookupd.log.remote.readpattern import ReadPattern
 from lookupd.log.remote.config import RemoteConfig, load_remote
-from lookupd.log.remote.layout import partition_dirs
-from lookupd.log.remote_metadata import read_leader_epoch_checkpoint, read_topic_id
-from lookupd.log.remotelog import RemoteTier
-from lookupd.log.remotesegment import RemoteSegment, RemoteSegmentInfo
+from lookupd.log.tiered.layout import partition_dirs
+from lookupd.log.tiered.listing import RemoteTier, local_history
+from lookupd.log.segment import LogSegment
+from lookupd.log.tiered.segment import RemoteSegmentInfo, UploadData
+
+if TYPE_CHECKING:
+    from lookupd.log.remote.bucket import BucketSegment
 
 LIST_TTL_S = 30.0  # as the daemon's REMOTE_RESCAN_S: uploads appear within this, retention is noticed on a miss
 MARK = "remote"    # remote segments' files are named <base>.remote.<suffix>: `ls` tells the tiers apart
@@ -43,17 +48,18 @@ def file_name(base_offset: int, suffix: str, remote: bool) -> str:
     return segment_file_name(base_offset, f".{MARK}.{suffix}" if remote else f".{suffix}")
 
 
-class RemoteLogFile:
+class BucketLogFile:
     """A remote segment's `.log` open in the mount: `read_into(buf, offset)` of the original bytes.
 
     A read within SEQUENTIAL_SLACK of where the last one ended counts as sequential and starts the read-ahead
-    (reads of one file may come from several FUSE threads, so a little out of order)."""
+    (reads of one file may come from several FUSE threads, so a little out of order); a read from the start
+    does too."""
 
     SEQUENTIAL_SLACK = 1 << 20
 
-    def __init__(self, data):
+    def __init__(self, data: UploadData | BucketSegment):
         self._data = data
-        self._end = 0  # where the last read ended (0: a read from the start counts as sequential)
+        self._pattern = ReadPattern(self.SEQUENTIAL_SLACK, from_start=True)
 
     def size(self) -> int:
         return self._data.size
@@ -61,43 +67,35 @@ class RemoteLogFile:
     def read_into(self, buf: memoryview, offset: int) -> int:
         """The original bytes from `offset` into `buf` (libfuse's reply buffer), copied once from the decoded
         chunks; how many went in (fewer at the end of the segment)."""
-        return self._data.read_into(offset, buf, sequential=self._sequential(offset, len(buf)))
-
-    def _sequential(self, offset: int, size: int) -> bool:
-        sequential = abs(offset - self._end) <= self.SEQUENTIAL_SLACK
-        self._end = offset + size
-        return sequential
+        return self._data.read_into(offset, buf, sequential=self._pattern.sequential(offset, offset + len(buf)))
 
 
-class RemoteSegments:
-    """Remote segments by (topic, partition, base offset), from one bucket."""
+class BucketSegments:
+    """Remote segments by (topic, partition, base offset), read from the bucket itself (not through the
+    daemon: DaemonSource)."""
 
     def __init__(self, config_path: str):
         self.tier = RemoteTier(load_config(config_path))
         self._lock = threading.Lock()
         self._listed: dict[tuple[str, int], tuple[float, dict[int, RemoteSegmentInfo]]] = {}
-        self._segments: dict[str, RemoteSegment] = {}  # `.log` key -> its segment (indexes mapped once)
+        # `.log` key -> its segment (indexes mapped once) and the upload's bytes
+        self._segments: dict[str, tuple[LogSegment, UploadData]] = {}
 
     def _list(self, topic: str, partition: int, local_dir: str | None) -> dict[int, RemoteSegmentInfo]:
-        topic_id, lineage = None, []
-        if local_dir is not None:
-            try:
-                topic_id = read_topic_id(local_dir)
-            except LookupdError:
-                topic_id = None
-            lineage = read_leader_epoch_checkpoint(local_dir)
-        store, prefix = self.tier.store, self.tier.config.prefix
-        found = [rp for rp in partition_dirs(store, prefix, topic, partition)
-                 if topic_id is None or rp.topic_id == topic_id]
+        history = local_history(topic, partition, local_dir)
+        found = [] if history is None else [rp for rp in partition_dirs(self.tier.store, self.tier.config.prefix,
+                                                                        topic, partition) if history.holds(rp)]
         out: dict[int, RemoteSegmentInfo] = {}
         if found:
-            out = {info.base_offset: info for info in self.tier.list_partition(found[0], None, lineage)}
+            out = {info.base_offset: info for info in self.tier.list_partition(found[0], None, history.lineage())}
         with self._lock:
             self._listed[(topic, partition)] = (time.monotonic(), out)
         return out
 
-    def segment(self, topic: str, partition: int, local_dir: str | None, base_offset: int) -> RemoteSegment:
-        """The remote segment at `base_offset`; FileNotFoundError when the bucket has none (deleted by retention)."""
+    def _opened(self, topic: str, partition: int, local_dir: str | None,
+                base_offset: int) -> tuple[LogSegment, UploadData]:
+        """The remote segment at `base_offset` and its upload's bytes; FileNotFoundError when the bucket has none
+        (deleted by retention)."""
         with self._lock:
             listed = self._listed.get((topic, partition))
         infos = listed[1] if listed is not None and time.monotonic() - listed[0] < LIST_TTL_S else None
@@ -108,7 +106,15 @@ class RemoteSegments:
             raise FileNotFoundError(f"{topic}-{partition}: no remote segment at offset {base_offset} in "
                                     f"s3://{self.tier.config.bucket}")
         with self._lock:
-            seg = self._segments.get(info.log_key)
-            if seg is None:
-                seg = self._segments[info.log_key] = self.tier.open(info)
-        return seg
+            opened = self._segments.get(info.log_key)
+            if opened is None:
+                opened = self._segments[info.log_key] = (self.tier.open(info), self.tier.upload_data(info))
+        return opened
+
+    def segment(self, topic: str, partition: int, local_dir: str | None, base_offset: int) -> LogSegment:
+        """The remote segment at `base_offset`; FileNotFoundError when the bucket has none (deleted by retention)."""
+        return self._opened(topic, partition, local_dir, base_offset)[0]
+
+    def data(self, topic: str, partition: int, local_dir: str | None, base_offset: int) -> UploadData:
+        """The bytes and indexes of the upload at `base_offset`, as the bucket holds them."""
+        return self._opened(topic, partition, local_dir, base_offset)[1]

@@ -25,7 +25,7 @@ from lookupd.format.wire import ValueDecoder
 from lookupd.log.segment import LogSegment
 
 from .catalog import PartitionInfo, Segments
-from .sources import Cursor, LocalSource, RemoteSource
+from .sources import Cursor, DaemonSource, LocalSource
 from .stream import Pieces
 
 LINES_PER_PIECE = 4096
@@ -76,7 +76,7 @@ class RenderCache:
         return rendered
 
 
-def record_lines(source: LocalSource | RemoteSource, cache: RenderCache, first: int | None, end: int | None,
+def record_lines(source: LocalSource | DaemonSource, cache: RenderCache, first: int | None, end: int | None,
                  follow: bool, cursor: Cursor, *, decoder: ValueDecoder | None = None) -> Pieces:
     """Producer: JSON lines of the records with first <= offset < end, from the batch at `cursor`
     to the end of its segment, or of the partition if `follow`; with a `decoder`, keys and values in
@@ -141,7 +141,7 @@ class IndexEntries(NamedTuple):
 def read_index(directory: str, base_offset: int, suffix: str, active: bool) -> IndexEntries:
     """The entries of the segment's `.index`, `.timeindex` or `.txnindex`, read now: an open
     view keeps them when retention deletes the segment (FileNotFoundError when it is gone already)."""
-    seg = LogSegment(directory, base_offset, live=active)
+    seg = LogSegment.open(directory, base_offset, live=active)
     try:
         return segment_index(seg, suffix)
     finally:

@@ -33,6 +33,12 @@ class UnknownGroup(LookupdError, LookupError):
     code = "UNKNOWN_GROUP"
 
 
+class MissingExtra(LookupdError):
+    """A feature whose optional packages (an extra of kafka-lookupd) are not installed: says what to install."""
+
+    code = "INVALID_ARGUMENT"
+
+
 class OffsetOutOfRange(LookupdError):
     """The offset lies outside [log start offset, log end offset] of the partition."""
 

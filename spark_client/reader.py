@@ -41,10 +41,10 @@ from lookupd.rpc.client import Client, RemoteError
 from lookupd.errors import CorruptRecordError
 from lookupd.log.filerecords import FileRecords, read_frames
 from lookupd.format.names import segment_file_name
-from lookupd.log.remote.store import ObjectNotFound
+from lookupd.log.remote.errors import ObjectNotFound
 
 from .errors import DataLossError
-from .remote import RemoteHandle, segment_data
+from .remote import BucketHandle, segment_data
 from .options import EARLIEST, LATEST
 from .splits import Piece, Split
 
@@ -154,7 +154,7 @@ class _SplitReader:
             if self.split.remote is None:
                 return False  # no bucket named: the daemon reads it
             try:
-                handle = RemoteHandle(segment_data(self.split.remote, piece.key))
+                handle = BucketHandle(segment_data(self.split.remote, piece.key))
             except ObjectNotFound:
                 return False  # deleted by retention since planning: the daemon says what the log holds now
             log_file = None

@@ -2,8 +2,8 @@
 
 The driver resolves where the bucket is (`resolve_location`: the lookupd.remote.* options, else the
 daemon's [remote] setting from its `stats`) and ships it in each split. On an executor, a remote piece
-is read by ranged GETs through lookupd.log.remote's RemoteSegmentData, so chunk decryption,
-decompression, caching and read-ahead are the daemon's own; no daemon is needed for these pieces.
+is read by ranged GETs through a lookupd.log.remote Bucket, so chunk decryption, decompression, caching and
+read-ahead are the daemon's own; no daemon is needed for these pieces.
 Credentials come from the standard AWS chain on each executor.
 """
 
@@ -14,24 +14,24 @@ import shutil
 import tempfile
 import threading
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from lookupd.log.remote.config import RemoteConfig
-from lookupd.log.remote.diskcache import DiskCache
-from lookupd.log.remote.keyring import Keyring
-from lookupd.log.remote.segmentdata import RemoteSegmentData, open_segment
-from lookupd.log.remote.store import ObjectStore
+from lookupd.log.remote.extra import open_bucket
 
 from .options import RemoteOptions
+
+if TYPE_CHECKING:
+    from lookupd.log.remote.bucket import Bucket, BucketSegment
 
 DEFAULT_REGION = "us-east-1"  # RemoteConfig's default, when neither the options nor the daemon name one
 # Decoded chunks and indexes an executor process keeps on its local disk (a private temp dir): a split reads
 # its pieces once, front to back, so only read-ahead windows need to stay; this bounds the disk a task uses.
 EXECUTOR_CACHE_BYTES = 256 << 20
-SEGMENTS_KEPT = 64  # parsed manifests kept per bucket in an executor process (a split opens a few segments)
 
 
 @dataclass(frozen=True)
-class RemoteLocation:
+class BucketLocation:
     """Where remote segments are read from (picklable, shipped in splits; no credentials)."""
 
     bucket: str
@@ -44,14 +44,14 @@ class RemoteLocation:
         return f"s3://{self.bucket}/{key}"
 
 
-def resolve_location(options: RemoteOptions, daemon: dict | None) -> RemoteLocation | None:
+def resolve_location(options: RemoteOptions, daemon: dict | None) -> BucketLocation | None:
     """Each lookupd.remote.* option, else the daemon's [remote] value (`stats`' `remote`), else the default;
     None when no bucket is named either way (remote pieces are then read through the daemon)."""
     daemon = daemon or {}
     bucket = options.bucket or daemon.get("bucket")
     if not bucket:
         return None
-    return RemoteLocation(
+    return BucketLocation(
         bucket=bucket,
         prefix=options.prefix if options.prefix is not None else daemon.get("prefix") or "",
         endpoint_url=options.endpoint_url or daemon.get("endpoint_url"),
@@ -59,51 +59,34 @@ def resolve_location(options: RemoteOptions, daemon: dict | None) -> RemoteLocat
         encryption_keys=options.encryption_keys)
 
 
-class _Bucket:
-    """One executor process's store client, chunk cache and keyring for a location."""
-
-    def __init__(self, location: RemoteLocation):
-        cache_dir = tempfile.mkdtemp(prefix="lookupd-spark-cache-")
-        atexit.register(shutil.rmtree, cache_dir, True)
-        config = RemoteConfig(bucket=location.bucket, cache_dir=cache_dir, prefix=location.prefix,
-                              endpoint_url=location.endpoint_url, region=location.region,
-                              cache_bytes=EXECUTOR_CACHE_BYTES, encryption_keys=dict(location.encryption_keys))
-        self.store = ObjectStore(config)
-        self.cache = DiskCache(cache_dir, EXECUTOR_CACHE_BYTES)
-        self.keyring = Keyring(config.encryption_keys)
-        self._segments: dict[str, RemoteSegmentData] = {}
-        self._lock = threading.Lock()
-
-    def segment(self, key: str) -> RemoteSegmentData:
-        with self._lock:
-            data = self._segments.get(key)
-        if data is None:
-            data = open_segment(self.store, key, self.keyring, self.cache)  # one GET: the manifest
-            with self._lock:
-                if len(self._segments) >= SEGMENTS_KEPT:
-                    self._segments.pop(next(iter(self._segments)))
-                self._segments[key] = data
-        return data
+def _open(location: BucketLocation) -> Bucket:
+    """This executor process's Bucket for `location`: its cache in a private temporary directory."""
+    cache_dir = tempfile.mkdtemp(prefix="lookupd-spark-cache-")
+    atexit.register(shutil.rmtree, cache_dir, True)
+    return open_bucket(RemoteConfig(bucket=location.bucket, cache_dir=cache_dir, prefix=location.prefix,
+                                    endpoint_url=location.endpoint_url, region=location.region,
+                                    cache_bytes=EXECUTOR_CACHE_BYTES,
+                                    encryption_keys=dict(location.encryption_keys)))
 
 
-_buckets: dict[RemoteLocation, _Bucket] = {}
+_buckets: dict[BucketLocation, Bucket] = {}
 _buckets_lock = threading.Lock()
 
 
-def segment_data(location: RemoteLocation, key: str) -> RemoteSegmentData:
+def segment_data(location: BucketLocation, key: str) -> BucketSegment:
     """The remote segment whose `.log` object is `key`, shared by the tasks of this executor process."""
     with _buckets_lock:
         bucket = _buckets.get(location)
         if bucket is None:
-            bucket = _buckets[location] = _Bucket(location)
-    return bucket.segment(key)
+            bucket = _buckets[location] = _open(location)
+    return bucket.segment(key)  # its manifest: one GET, the first time
 
 
-class RemoteHandle:
+class BucketHandle:
     """FileHandle's reading surface (`pread`, `size`) over a remote segment's original bytes, for
     lookupd.log.filerecords.read_frames. Reads go front to back: each starts the next chunks' read-ahead."""
 
-    def __init__(self, data: RemoteSegmentData):
+    def __init__(self, data: BucketSegment):
         self.data = data
 
     def size(self) -> int:

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from lookupd.format.batch import LOG_OVERHEAD, RECORD_OVERHEAD_V0
-from lookupd.format.names import segment_file_name
+from lookupd.format.names import LOG_SUFFIX, segment_file_name
 from pyspark.sql.datasource import InputPartition
 
-from .remote import RemoteLocation
+from .remote import BucketLocation
 from .routing import PartitionInfo
 
 SMALLEST_BATCH = LOG_OVERHEAD + RECORD_OVERHEAD_V0  # bytes of the smallest possible batch (a v0 message)
@@ -71,7 +71,7 @@ class Split(InputPartition):
 
     def __init__(self, info: PartitionInfo, start: int, end: int, pieces: tuple[Piece, ...],
                  stop: tuple[int, int] | None, aborted: tuple[tuple[int, int, int], ...],
-                 remote: RemoteLocation | None = None):
+                 remote: BucketLocation | None = None):
         super().__init__((info.topic, info.partition, start, end))
         self.topic = info.topic
         self.partition = info.partition
@@ -101,7 +101,7 @@ class PartitionRange:
     segments: tuple[Segment, ...]  # from first.segment to the last segment read
     end_position: int  # bytes of the last segment that are read
     aborted: tuple[tuple[int, int, int], ...]
-    remote: RemoteLocation | None = None
+    remote: BucketLocation | None = None
 
     def spans(self) -> list[tuple[int, int]]:
         """Byte span [lo, hi) read in each segment."""
@@ -117,7 +117,7 @@ class PartitionRange:
         if seg.key is not None:
             return self.remote.url(seg.key) if self.remote is not None else f"remote segment {seg.key}"
         return os.path.join(self.info.log_dir, f"{self.info.topic}-{self.info.partition}",
-                            segment_file_name(seg.base_offset, ".log"))
+                            segment_file_name(seg.base_offset, LOG_SUFFIX))
 
 
 def part_counts(sizes: list[int], min_partitions: int | None) -> list[int]:

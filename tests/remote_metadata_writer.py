@@ -11,7 +11,7 @@ import struct
 from typing import Iterable
 
 from lookupd.format.builder import _uvarint, build_batch  # Kafka's unsigned varint
-from lookupd.log.remote_metadata import (COPY_SEGMENT_FINISHED, COPY_SEGMENT_STARTED, FRAME_VERSION,
+from lookupd.log.tiered.brokerfiles import (COPY_SEGMENT_FINISHED, COPY_SEGMENT_STARTED, FRAME_VERSION,
                                          PARTITION_DELETE, REMOTE_LOG_METADATA_TOPIC, SEGMENT_METADATA,
                                          SEGMENT_UPDATE, uuid_bytes)
 from lookupd.tools.writer import LogWriter

@@ -21,7 +21,7 @@ import zstandard
 from remote_metadata_writer import copied, write_metadata_topic
 
 from lookupd.format.builder import build_batch
-from lookupd.log.remote.layout import RemotePartition, SegmentKeys
+from lookupd.log.tiered.layout import RemotePartition, SegmentKeys
 from lookupd.log.remote.manifest import MAX_CHUNKS, MAX_MANIFEST_BYTES
 from lookupd.tools.tieredwriter import (encode_chunk_sizes, kafka_uuid, write_leader_epoch_checkpoint,
                                        write_partition_metadata)

@@ -19,7 +19,7 @@ from lookupd.tools.tieredwriter import Options
 
 from lookupd.daemon.service import Service
 from lookupd.log.logmanager import LogManager
-from lookupd.log.remotelog import RemoteTier
+from lookupd.log.tiered.listing import RemoteTier
 
 
 @pytest.fixture

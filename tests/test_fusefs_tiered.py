@@ -20,9 +20,9 @@ from test_fusefs_helpers import Daemon, Mount, mounted, require_fuse, workdir
 from tiered_helpers import tier_partition
 from lookupd.tools.tieredwriter import Options, WrappingKey, upload_partition
 
-from fusefs.tiers import RemoteLogFile
+from fusefs.tiers import BucketLogFile
 from lookupd.errors import Unavailable
-from lookupd.log.remote import segmentdata
+from lookupd.log.remote.bucket import Bucket
 from lookupd.log.remote.config import RemoteConfig
 from lookupd.log.remote.diskcache import DiskCache
 from lookupd.log.remote.keyring import Keyring
@@ -192,8 +192,8 @@ def test_a_remote_log_is_read_in_pieces_as_big_as_the_readers(s3_server, tmp_pat
 
 @pytest.mark.parametrize("encoded", [False, True], ids=["plain", "zstd-encrypted"])
 def test_a_remote_log_file_reads_what_the_reference_path_reads(s3_server, tmp_path, encoded):  # noqa: F811
-    """RemoteLogFile (the mount's reads: copied once from the decoded chunks into the reply buffer, with
-    read-ahead when sequential) gives the bytes and the errors of RemoteSegmentData.read (the reference path):
+    """BucketLogFile (the mount's reads: copied once from the decoded chunks into the reply buffer, with
+    read-ahead when sequential) gives the bytes and the errors of BucketSegment.read (the reference path):
     reads of any size at any position, across chunk boundaries and past the end, one after the other and
     from 8 threads at once on one open file."""
     R.require()
@@ -207,15 +207,15 @@ def test_a_remote_log_file_reads_what_the_reference_path_reads(s3_server, tmp_pa
 
     def open_data(endpoint: str, name: str):
         store = ObjectStore(RemoteConfig(bucket=bucket, cache_dir="unused", endpoint_url=endpoint))
-        return segmentdata.open_segment(store, up.log_key, keyring, DiskCache(str(tmp_path / name), 10 ** 9))
+        return Bucket(store, keyring, DiskCache(str(tmp_path / name), 10 ** 9)).segment(up.log_key)
 
-    def read(f: RemoteLogFile, position: int, size: int) -> bytes:
+    def read(f: BucketLogFile, position: int, size: int) -> bytes:
         buf = bytearray(b"\xee" * (size + 3))
         n = f.read_into(memoryview(buf)[:size], position)
         assert buf[n:] == b"\xee" * (size + 3 - n)  # nothing written past what it says
         return bytes(buf[:n])
 
-    ref, f = open_data(s3_server.endpoint_url, "ref"), RemoteLogFile(open_data(s3_server.endpoint_url, "mount"))
+    ref, f = open_data(s3_server.endpoint_url, "ref"), BucketLogFile(open_data(s3_server.endpoint_url, "mount"))
     rng = random.Random(7)
     ranges = [(0, 1 << 20), (4999, 2), (4998, 4096), (777, 12_345), (len(want) - 2, 3), (len(want), 10),
               (len(want) + 5, 1), (10, 0)] + [(rng.randrange(len(want) + 10), rng.randrange(3 * 5000)) for _ in range(60)]
@@ -226,12 +226,12 @@ def test_a_remote_log_file_reads_what_the_reference_path_reads(s3_server, tmp_pa
         got.append(piece)
         position += len(piece)
     assert b"".join(got) == want
-    shared = RemoteLogFile(open_data(s3_server.endpoint_url, "threads"))
+    shared = BucketLogFile(open_data(s3_server.endpoint_url, "threads"))
     with ThreadPoolExecutor(8) as pool:
         got = list(pool.map(lambda r: read(shared, *r), ranges * 3))
     assert got == [want[p:p + n] for p, n in ranges * 3]
     with FaultProxy(s3_server.endpoint_url) as proxy:
-        ref, f = open_data(proxy.url, "ref-down"), RemoteLogFile(open_data(proxy.url, "mount-down"))
+        ref, f = open_data(proxy.url, "ref-down"), BucketLogFile(open_data(proxy.url, "mount-down"))
         proxy.inject("GET", r"\.log$", "503")  # the store down past its retries
         errors = []
         for reader in (lambda: ref.read(6000, 100), lambda: read(f, 6000, 100)):

@@ -37,10 +37,11 @@ from lookupd.daemon.service import Service, Session
 from lookupd.errors import INT64_MAX, INT64_MIN, LookupdError
 from lookupd.log.logmanager import LogManager
 from lookupd.log.remote.config import RemoteSettings
-from lookupd.log.remote.layout import RemotePartition, SegmentKeys, parse_key
+from lookupd.log.tiered.layout import RemotePartition, SegmentKeys, parse_key
 from lookupd.log.remote.manifest import MAX_CHUNKS, MAX_MANIFEST_BYTES
 from lookupd.log.remote.store import ObjectStore, ObjectTooLarge
-from lookupd.log.remotelog import MANIFEST_CACHE_BYTES, RemoteTier, RemoteSegmentInfo, choose
+from lookupd.log.remote.bucket import MANIFEST_CACHE_BYTES
+from lookupd.log.tiered.listing import RemoteTier, RemoteSegmentInfo, choose
 from lookupd.tools.tieredwriter import kafka_uuid
 
 TRUSTED = Session(trusted=True)
@@ -321,8 +322,8 @@ def test_row7_manifests_are_bounded_alone_and_together(healthy, plant, tmp_path)
     manager = _manager(t, tmp_path / "cache")
     try:
         tier = manager.remote
-        assert tier.manifests.bytes <= MANIFEST_CACHE_BYTES
-        assert len(tier.manifests) < many
+        assert tier.bucket.manifests.bytes <= MANIFEST_CACHE_BYTES
+        assert len(tier.bucket.manifests) < many
         segments = _call(Service(manager), "segments", rp.topic, 0)
         assert "MAX_CHUNKS" in segments[0]["error"]
     finally:

@@ -89,7 +89,15 @@ def test_sdist_and_wheels_with_and_without_a_compiler(tmp_path):
                                      "lookupd/format/_kafka.h", "lookupd/format/_decode.h")} <= names
     with zipfile.ZipFile(wheel) as z:
         inside = z.namelist()
+        meta = z.read(f"kafka_lookupd-{VERSION}.dist-info/METADATA").decode()
     assert all(any(n.startswith(e) and n.endswith(".so") for n in inside) for e in EXTENSIONS), inside
+    # `pip install kafka-lookupd` is the local product: the object-store stack and Spark only with their extras
+    requires = [line for line in meta.splitlines() if line.startswith("Requires-Dist: ")]
+    for package, extra in (("obstore", "tiered"), ("boto3", "tiered"), ("cryptography", "tiered"),
+                           ("pycryptodome", "tiered"), ("pyspark", "spark"), ("pyarrow", "spark")):
+        named = [line for line in requires if line.split()[1].startswith(package)]
+        assert named and all("extra ==" in line for line in named), (package, named)
+        assert any(f'extra == "{extra}"' in line for line in named), (package, named)
     assert not [n for n in inside if n.endswith((".c", ".h"))]
 
     # The same sdist on a machine with no compiler: the extensions are optional, the wheel is pure Python.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lookupd.log.remote.config import RemoteConfig
-from lookupd.log.remote.layout import (RemotePartition, SegmentKeys, list_partitions, list_segments, parse_key,
+from lookupd.log.tiered.layout import (RemotePartition, SegmentKeys, list_partitions, list_segments, parse_key,
                                       partition_dirs)
 from lookupd.log.remote.store import ObjectStore
 from s3server import s3_server  # noqa: F401 - fixture

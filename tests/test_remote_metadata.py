@@ -10,7 +10,7 @@ import pytest
 
 from lookupd.errors import CorruptDataError
 from lookupd.log.logmanager import LogManager
-from lookupd.log.remote_metadata import (COPY_SEGMENT_FINISHED, DELETE_PARTITION_MARKED, DELETE_SEGMENT_FINISHED,
+from lookupd.log.tiered.brokerfiles import (COPY_SEGMENT_FINISHED, DELETE_PARTITION_MARKED, DELETE_SEGMENT_FINISHED,
                                          DELETE_SEGMENT_STARTED, decode_event, read_leader_epoch_checkpoint,
                                          read_remote_log_metadata, read_topic_id, uuid_bytes, uuid_text)
 from remote_metadata_writer import copied, partition_delete, segment_metadata, segment_update, write_metadata_topic

@@ -16,8 +16,8 @@ import reference as R
 from faultproxy import FaultProxy
 from lookupd.errors import CorruptDataError
 from lookupd.log.remote.config import RemoteConfig
-from lookupd.log.remote.layout import RemotePartition
-from lookupd.log.remotelog import RemoteTier
+from lookupd.log.tiered.layout import RemotePartition
+from lookupd.log.tiered.listing import RemoteTier
 from lookupd.tools.restorefetch import PIECE_BYTES
 from s3server import s3_server  # noqa: F401 - fixture
 from tiered_helpers import tier_partition
@@ -174,7 +174,7 @@ def test_foreign_files_and_a_missing_partition_are_refused(s3_server, tmp_path):
 
 @pytest.mark.parametrize("suffix", [".log", ".indexes"])
 def test_corrupt_bytes_fail_a_restore_as_they_fail_a_cached_read(s3_server, tmp_path, suffix):  # noqa: F811
-    """Restore reads through RemoteSegmentData's uncached fetch_chunks and fetch_indexes; the cached read
+    """Restore reads through the uncached pieces (ChunkFetcher, the indexes object); the cached read
     path (read, index_paths) is the reference: the same corrupt object gives the same error."""
     R.require()
     t, key, _ = _tiered(tmp_path, s3_server, "compressed-0", compression=True, encrypted=True)

@@ -111,3 +111,16 @@ def test_a_directory_never_writes_through_a_link(tmp_path):
     assert victim.read_bytes() == b"precious"
     assert not os.path.islink(d / "a") and (d / "a").read_bytes() == b"index bytes"
     assert sorted(os.listdir(d)) == ["a"]
+
+
+def test_only_this_restores_files_are_its_own():
+    """DEST_DIR's names are read as names.py reads a log dir's: a base offset is 20 ASCII digits (`\\d` would take
+    other scripts' digits, which int() reads as an offset of this restore's), and a segment outside the restored
+    ones is foreign too."""
+    from lookupd.tools.restore import foreign_files
+
+    arabic = "\u0660" * 20 + ".log"  # int() reads it as 0
+    names = [arabic, "00000000000000000000.log", "00000000000000000000.index.tmp", "partition.metadata",
+             "partition.metadata.tmp", "00000000000000000007.timeindex", "00000000000000000000.snapshot"]
+    assert foreign_files(names, {0}) == sorted([arabic, "00000000000000000007.timeindex",
+                                                "00000000000000000000.snapshot"])

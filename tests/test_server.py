@@ -19,6 +19,7 @@ from lookupd.daemon.config import Config
 from lookupd.daemon.listeners import bind_unix, open_listeners
 from lookupd.rpc.address import parse_host_port as parse_tcp
 from lookupd.daemon.service import INLINE, METHODS, Method
+from lookupd.rpc.methods import MethodSpec
 
 
 @pytest.fixture
@@ -138,8 +139,8 @@ async def test_garbage_stalled_and_vanishing_clients_do_not_affect_others(sock):
 
 @pytest.mark.trio
 async def test_internal_errors_are_answered_and_serving_goes_on(sock, monkeypatch, caplog):
-    monkeypatch.setitem(METHODS, "boom", Method(lambda s, p: 1 // 0, (), INLINE))
-    monkeypatch.setitem(METHODS, "unpackable", Method(lambda s, p: {"x": object()}, (), INLINE))
+    monkeypatch.setitem(METHODS, "boom", Method(lambda s, p: 1 // 0, MethodSpec((), INLINE)))
+    monkeypatch.setitem(METHODS, "unpackable", Method(lambda s, p: {"x": object()}, MethodSpec((), INLINE)))
     async with running(sock):
         p = await RawPeer.unix(sock)
         err, _ = await p.call("boom")
@@ -632,7 +633,7 @@ async def test_one_connection_holds_at_most_its_share_of_the_worker_threads(sock
         running_now[p[0]] -= 1
         return p[0]
 
-    monkeypatch.setitem(METHODS, "slow", Method(slow, ("who",), THREAD))
+    monkeypatch.setitem(METHODS, "slow", Method(slow, MethodSpec(("who",), THREAD)))
     async with running(sock, blocking_threads=4, blocking_threads_per_connection=2):
         a, b = await RawPeer.unix(sock), await RawPeer.unix(sock)
         for _ in range(10):

@@ -148,7 +148,7 @@ def test_hot_remote_segments_fetched_whole_answer_alike(partition, s3_server, tm
     import time
 
     from lookupd.daemon.service import NEEDS_THREAD
-    from lookupd.log.remotesegment import MATERIALIZE_AFTER_READS
+    from lookupd.log.tiered.segment import MATERIALIZE_AFTER_READS
 
     R.require()
     source = R.log_dir(partition)
@@ -163,9 +163,9 @@ def test_hot_remote_segments_fetched_whole_answer_alike(partition, s3_server, tm
             for _ in range(MATERIALIZE_AFTER_READS):
                 tiered.call("read", [t.topic, 0, seg.base_offset, 1], TRUSTED)
         deadline = time.monotonic() + 30
-        while not all(seg.whole for seg in remote) and time.monotonic() < deadline:
+        while not all(seg.log.file.whole for seg in remote) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert all(seg.whole for seg in remote)
+        assert all(seg.log.file.whole for seg in remote)
         _compare(local, tiered, t.topic, partition, cut)
         requests = tm.remote.store.requests
         offset = remote[0].base_offset

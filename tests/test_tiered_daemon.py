@@ -17,7 +17,7 @@ from lookupd.tools.tieredwriter import Options
 
 from lookupd.daemon.service import NEEDS_THREAD, Service, Session
 from lookupd.log.logmanager import LogManager
-from lookupd.log.remotelog import RemoteTier
+from lookupd.log.tiered.listing import RemoteTier
 
 TRUSTED = Session(trusted=True)
 

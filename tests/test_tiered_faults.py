@@ -16,7 +16,7 @@ from lookupd.tools.tieredwriter import Options, WrappingKey
 from lookupd.daemon.service import Service, Session
 from lookupd.errors import LookupdError
 from lookupd.log.logmanager import LogManager
-from lookupd.log.remotelog import RemoteTier
+from lookupd.log.tiered.listing import RemoteTier
 
 TRUSTED = Session(trusted=True)
 

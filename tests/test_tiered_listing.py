@@ -11,13 +11,32 @@ from s3server import s3_server  # noqa: F401 - fixture
 from tiered_helpers import tier_partition
 from lookupd.tools.tieredwriter import Options, kafka_uuid, upload_segment
 
-from lookupd.log.remote_metadata import DELETE_SEGMENT_STARTED, read_topic_id
-from lookupd.log.remotelog import choose, on_lineage
-from lookupd.log.remotesegment import RemoteSegmentInfo
+from lookupd.log.tiered.brokerfiles import DELETE_SEGMENT_STARTED, read_topic_id
+from lookupd.log.tiered.layout import RemotePartition
+from lookupd.log.tiered.listing import History, choose, local_history, on_lineage
+from lookupd.log.tiered.segment import RemoteSegmentInfo
 
 
 def _info(base, end, epochs, sid="s"):
     return RemoteSegmentInfo(base, end, 0, tuple(epochs), sid, "k")
+
+
+def test_a_partition_is_matched_to_the_directory_of_its_topic_id(tmp_path):
+    """The one partition matching rule the daemon, the mount and restore read: the local topic id's
+    directory; no local directory, any; a local partition without an id (or with an unreadable one), none."""
+    ours, theirs = kafka_uuid(), kafka_uuid()
+    dirs = [RemotePartition("t", 0, ours), RemotePartition("t", 0, theirs)]
+    part = tmp_path / "t-0"
+    part.mkdir()
+    assert local_history("t", 0, str(part)) is None                       # no partition.metadata yet
+    (part / "partition.metadata").write_text("version: 0\ntopic_id: " + ours)
+    (part / "leader-epoch-checkpoint").write_text("0\n1\n3 0\n")
+    history = local_history("t", 0, str(part))
+    assert [rp.topic_id for rp in dirs if history.holds(rp)] == [ours] and history.lineage() == [(3, 0)]
+    assert [rp.topic_id for rp in dirs if local_history("t", 0, None).holds(rp)] == [ours, theirs]
+    assert [rp.topic_id for rp in dirs if History(theirs).holds(rp)] == [theirs]   # restore --topic-id
+    (part / "partition.metadata").write_text("version: 7")
+    assert local_history("t", 0, str(part)) is None                       # said in the log, served locally
 
 
 def test_choose_prefers_the_lineage_then_the_highest_epoch():
@@ -50,7 +69,7 @@ def _chosen(t) -> dict[int, str]:
     _, tm = t.managers()
     try:
         log = tm.get("plain", 0)
-        return {b: log.segment(b).info_.segment_id for b in log.base_offsets if log.segment(b).tier == "remote"}
+        return {b: log.segment(b).origin.info.segment_id for b in log.base_offsets if log.segment(b).tier == "remote"}
     finally:
         tm.close()
 

@@ -18,7 +18,7 @@ from lookupd.tools.tieredwriter import (Options, kafka_uuid, local_segments, upl
 
 from lookupd.log.logmanager import LogManager
 from lookupd.log.remote.config import RemoteConfig
-from lookupd.log.remotelog import RemoteTier
+from lookupd.log.tiered.listing import RemoteTier
 from lookupd.log.segment import LogSegment
 
 
@@ -61,7 +61,7 @@ def tier_partition(root: Path, source: Path, server, *, cut: int, opts: Options 
     uploaded = upload_partition(server.client(), bucket, part, topic_id=topic_id, segments=below, opts=opts)
     events, lineage = [], {}
     for up in uploaded:
-        seg = LogSegment(part, up.facts.base_offset, live=up.facts.base_offset == bases[-1])
+        seg = LogSegment.open(part, up.facts.base_offset, live=up.facts.base_offset == bases[-1])
         epochs = sorted(up.facts.leader_epochs.items(), key=lambda e: e[1])
         for e, o in epochs:
             lineage.setdefault(e, o)

@@ -12,8 +12,10 @@ A rule's principal, topics and groups are literal, or a prefix when they end in 
 
 With no rule everything is allowed (as without ACLs); with any rule, what no rule allows is
 denied. Operations: `describe` (listings and lookups) and `read` (record reads and columnar
-calls, which read in bulk). Groups are only described (`groups`, and `group_offsets`, whose
-answer keeps only the partitions of topics the principal may describe, as Kafka's OffsetFetch).
+calls, which read in bulk). Which a method needs, and on what, is its row of the method table
+(lookupd.rpc.methods: `access`), which `check_call` and `filter_answer` read. Groups are only described
+(`groups`, and `group_offsets`, whose answer keeps only the partitions of topics the principal may
+describe, as Kafka's OffsetFetch).
 """
 
 from __future__ import annotations
@@ -22,31 +24,11 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from ..errors import InvalidArgument, Unauthorized
+# (READ: the Kafka listener takes the operations from here)
+from ..rpc.methods import (DESCRIBE, GROUP, LISTED_GROUPS, LISTED_TOPICS, OPERATIONS, READ,  # noqa: F401
+                           SCHEMAS_TOPIC, TOPIC, Access)
 
-DESCRIBE, READ = "describe", "read"
-OPERATIONS = (DESCRIBE, READ)
 ANONYMOUS = "anonymous"
-
-# Which operation each topic-scoped method is (methods not listed take no topic: ping, auth, stats).
-METHOD_OPERATIONS: dict[str, str] = {
-    "partitions": DESCRIBE,  # filtered to what the principal may describe, never denied
-    "segments": DESCRIBE,
-    "lookup_offset": DESCRIBE,
-    "lookup_timestamp": DESCRIBE,
-    "resolve_offset": DESCRIBE,
-    "offset_for_timestamp": DESCRIBE,
-    "aborted_transactions": DESCRIBE,
-    "read": READ,
-    "lookup_offsets": READ,
-    "resolve_offsets": READ,
-    "offsets_for_timestamps": READ,
-    "read_decoded": READ,  # and READ on the schemas topic, as `schemas` (lookupd.daemon.service)
-}
-# Which operation each group-scoped method is (its first param is a group, not a topic).
-GROUP_METHOD_OPERATIONS: dict[str, str] = {
-    "groups": DESCRIBE,  # filtered to the groups the principal may describe, never denied
-    "group_offsets": DESCRIBE,
-}
 
 
 def _matches(pattern: str, name: str) -> bool:
@@ -100,6 +82,32 @@ class Acl:
         self.denials[principal] = self.denials.get(principal, 0) + 1
         raise Unauthorized(f"{principal} may not {operation} group {group!r:.300}: no [[acl]] rule allows it "
                            f"(rules name groups with groups = [...])")
+
+    def check_call(self, principal: str, access: tuple[Access, ...], params: list, schemas_topic: str) -> None:
+        """Raise Unauthorized unless `principal` may make a call needing `access` (its method's row) with
+        `params`; listings are never refused (`filter_answer` keeps what the principal may see)."""
+        for a in access:
+            if a.resource == TOPIC:
+                self.check(principal, params[0], a.operation)
+            elif a.resource == GROUP:
+                self.check_group(principal, params[0], a.operation)
+            elif a.resource == SCHEMAS_TOPIC:
+                self.check(principal, schemas_topic, a.operation)
+
+    def filter_answer(self, principal: str, access: tuple[Access, ...], answer: Any) -> Any:
+        """The answer of a call needing `access`, keeping what `principal` may see: the partitions of
+        the topics, or the groups, it lists; a group's offsets of the topics it may describe (as Kafka's
+        OffsetFetch)."""
+        for a in access:
+            if a.resource == LISTED_TOPICS:
+                answer = [p for p in answer if self.allowed(principal, p["topic"], a.operation)]
+            elif a.resource == LISTED_GROUPS:
+                answer["groups"] = [g for g in answer["groups"] if self.allowed_group(principal, g["group"], a.operation)]
+            elif a.resource == GROUP:
+                cols = answer["offsets"]
+                keep = [i for i, topic in enumerate(cols["topic"]) if self.allowed(principal, topic, DESCRIBE)]
+                answer = {**answer, "offsets": {name: [values[i] for i in keep] for name, values in cols.items()}}
+        return answer
 
     def check(self, principal: str, topic: Any, operation: str) -> None:
         """Raise Unauthorized unless `principal` may `operation` `topic` (a non-string topic is left to

@@ -9,7 +9,7 @@ from typing import Callable, TypeVar
 import trio
 
 from ..errors import Unavailable
-from ..log.fileio import StoreWouldWait, mode as io_mode
+from ..log.remote.errors import StoreWouldWait, local_only
 
 T = TypeVar("T")
 
@@ -24,14 +24,14 @@ REMOTE_DEADLINE_S = 30.0
 
 
 def _local_only(fn: Callable[[], T]) -> tuple[bool, T | None]:
-    """(True, fn()) unless fn would wait for the object store: (False, None) then (lookupd.log.fileio)."""
-    io_mode.local_only = True
+    """(True, fn()) unless fn would wait for the object store: (False, None) then (lookupd.log.remote.errors)."""
+    local_only.on = True
     try:
         return True, fn()
     except StoreWouldWait:
         return False, None
     finally:
-        io_mode.local_only = False
+        local_only.on = False
 
 
 async def run_blocking(fn: Callable[[], T], local: trio.CapacityLimiter, remote: trio.CapacityLimiter,

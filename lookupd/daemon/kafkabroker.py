@@ -34,7 +34,9 @@ from ..kafka import listoffsets as LO
 from ..kafka.messages import METADATA_RESPONSE, PRODUCE_RESPONSE
 from ..log.fileio import WouldBlock, mode as nonblocking_mode
 from ..log.locallog import SegmentList
-from ..log.remote_metadata import read_leader_epoch_checkpoint, read_topic_id, uuid_bytes
+from ..log.segment import TIER_LOCAL
+from ..format.names import LEADER_EPOCH_CHECKPOINT
+from ..log.tiered.brokerfiles import read_leader_epoch_checkpoint, read_topic_id, uuid_bytes
 from ..log.stable import StableOffset
 from .acl import DESCRIBE, READ, Acl
 from .service import INLINE_READ_MAX_BYTES
@@ -99,7 +101,7 @@ class KafkaBroker:
         if kept is not None and kept[0] is first:
             return kept[1]
         raw = bytes(16)
-        directory = getattr(first, "local_dir", first.dir)
+        directory = first.local_dir
         if directory is not None and os.path.isdir(directory):
             try:
                 text = read_topic_id(directory)
@@ -117,10 +119,10 @@ class KafkaBroker:
 
     def leader_epoch(self, llog) -> int:
         """The partition's latest leader epoch (`leader-epoch-checkpoint`'s last entry), -1 without one."""
-        directory = getattr(llog, "local_dir", llog.dir)
+        directory = llog.local_dir
         if directory is None:
             return -1
-        path = os.path.join(directory, "leader-epoch-checkpoint")
+        path = os.path.join(directory, LEADER_EPOCH_CHECKPOINT)
         try:
             mtime = os.stat(path).st_mtime_ns
         except OSError:
@@ -305,7 +307,7 @@ class KafkaBroker:
             adjusted = max(max_bytes, found.size) if min_one else max_bytes
             size = min(max_position - found.position, adjusted)
             if size > 0:
-                if regions and seg.tier == "local":
+                if regions and seg.tier == TIER_LOCAL:
                     records = F.Region(seg.log.handle(), found.position, size)
                 else:
                     if nonblocking_mode.on and size > INLINE_READ_MAX_BYTES:

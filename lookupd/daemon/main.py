@@ -63,7 +63,7 @@ def open_manager(cfg: Config, remote: bool = True) -> LogManager:
                  max_open, cfg.max_open_indexes, fd_limit)
     remote = cfg.remote.remote_config() if remote else None
     if remote is not None:
-        from ..log.remotelog import RemoteTier
+        from ..log.tiered.listing import RemoteTier
 
         remote = RemoteTier(remote)
     return LogManager(cfg.log_dirs, cache=IndexCache(max_open, cfg.max_mapped_bytes), remote=remote)

@@ -5,38 +5,9 @@ the core, which says what was wrong), call the core, and turn its NamedTuples an
 arrays into plain maps and lists that msgpack can send. Every failure is a LookupdError
 whose `.code` goes on the wire; see `error_for` for everything else.
 
-Methods (params are positional):
-
-    ping []                                                   -> "pong"
-    auth [token]                                              -> true
-    stats []                                                  -> {worker, uptime, requests, errors, connections, partitions,
-                                                                  segments, open_indexes, mapped_bytes, lazy_loads, evictions}
-    partitions []                                             -> [{topic, partition, log_dir, segments,
-                                                                   log_start_offset, log_end_offset}]
-    segments [topic, partition]                               -> [{base_offset, size, active, offset_index_entries,
-                                                                   time_index_entries, largest_timestamp}]
-    lookup_offset [topic, partition, offset, mode]            -> {segment, offset, position} | nil
-    lookup_timestamp [topic, partition, timestamp, mode]      -> {segment, timestamp, offset, position} | nil
-    resolve_offset [topic, partition, offset]                 -> {segment, base_offset, last_offset, position, size} | nil
-    offset_for_timestamp [topic, partition, timestamp]        -> {offset, timestamp, segment, position} | nil
-    aborted_transactions [topic, partition, start, end]       -> [{producer_id, first_offset, last_offset, last_stable_offset}]
-    read [topic, partition, offset, max_bytes]                -> {segment, position, next_offset, records: bin}
-    lookup_offsets [topic, partition, [offset...], mode]      -> {segment: [...], offset: [...], position: [...]}
-    resolve_offsets [topic, partition, [offset...]]           -> {segment, base_offset, last_offset, position, size: [...]}
-    offsets_for_timestamps [topic, partition, [timestamp...]] -> {offset, timestamp, segment, position: [...]}
-    groups []                                                 -> {groups: [{group, type, protocol_type, state,
-                                                                  coordinator_partition, members, ...}], warnings}
-    group_offsets [group, isolation]                          -> {group, type, state, coordinator_partition, isolation,
-                                                                  offsets: {topic, partition, committed_offset, leader_epoch,
-                                                                  metadata, commit_timestamp, pending_transaction,
-                                                                  log_start_offset, log_end_offset, last_stable_offset,
-                                                                  lag, out_of_range: [...]}, warnings}
-    schemas []                                                -> {topic, end_offset, skipped, versions: [...]} | nil
-    read_decoded [topic, partition, offset, max_bytes]        -> {segment, position, next_offset, records: [{...}]}
-
-mode is "floor" or "ceiling"; columnar answers hold -1 where nothing matches. isolation is
-"read_uncommitted" (lag to the log end) or "read_committed" (to the last stable offset). Groups are
-replayed from `__consumer_offsets` (lookupd.log.coordinators), kept current by replaying what was appended.
+The methods, their params, where each runs and what its ACLs check are one table, lookupd.rpc.methods;
+`HANDLERS` here gives each its handler, and `bind` joins the two. Groups are replayed from
+`__consumer_offsets` (lookupd.log.coordinators), kept current by replaying what was appended.
 """
 
 from __future__ import annotations
@@ -60,9 +31,11 @@ from ..log.bulk import int64_array
 from ..log.logmanager import LogManager
 from ..log.positions import coordinators_of, group_offset_columns, groups
 from ..log.schemastore import SchemaStore
+from ..rpc import methods as method_table
 from ..rpc.columns import pack_column
+from ..rpc.methods import INLINE, THREAD, MethodSpec
 from ..rpc.protocol import Packed, pack
-from .acl import ANONYMOUS, DESCRIBE, GROUP_METHOD_OPERATIONS, METHOD_OPERATIONS, READ, Acl
+from .acl import ANONYMOUS, DESCRIBE, Acl
 from .hints import unknown_partition_hint
 
 log = logging.getLogger(__name__)
@@ -110,11 +83,8 @@ class Session:
 MAX_AUTH_FAILURES = 5
 
 
-# Where a method may run: "inline" on the event loop always (no file access); "hot" on the event
-# loop when everything it reads is in memory (tried in non-blocking mode: see
-# lookupd.log.fileio), else in a worker thread; "thread" always in a worker thread (listings and
-# columnar calls: milliseconds of CPU even when hot, which would hold up every other client).
-INLINE, HOT, THREAD = "inline", "hot", "thread"
+# Where a method runs is its row's `runs` (lookupd.rpc.methods): a HOT one is tried on the event loop in
+# non-blocking mode (lookupd.log.fileio) and goes to a worker thread when it would wait for the disk.
 NEEDS_THREAD = object()  # call_inline's answer for a call that must go to a worker thread
 # The largest `read` (its max_bytes) answered on the event loop when hot. Reading, checksumming and
 # packing run at roughly 1-2 GB/s here, so 64 KiB costs tens of microseconds, less than the trip to a
@@ -131,11 +101,19 @@ INLINE_HINT_MAX_PARTITIONS = 32
 MAX_PACKED_ANSWERS = 256
 
 
+Handler = Callable[["Service", list], Any]
+
+
 class Method(NamedTuple):
-    handler: Callable[["Service", list], Any]
-    params: tuple[str, ...]
-    where: str
+    """A method as the service runs it: its row of the method table and its handler."""
+
+    handler: Handler | None  # None for auth, which Service handles (connection state)
+    spec: MethodSpec
     too_big_inline: Callable[[list], bool] | None = None  # a HOT call's params that send it to a thread anyway
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        return self.spec.params
 
 
 class Service:
@@ -182,11 +160,11 @@ class Service:
         again in a worker thread (`call`); lookups only read, so nothing is left half done.
         """
         m = METHODS.get(name)
-        if m is None or m.where == INLINE:
+        if m is None or m.spec.runs == INLINE:
             return self.call(name, params, session)
         if not session.trusted:  # a trusted session may call anything: no call to authorize
             self.authorize(session, name)  # (before any thread: a refusal costs no trip to one)
-        if m.where == THREAD or not self.inline_hot_lookups or not CAN_READ_NOWAIT or \
+        if m.spec.runs == THREAD or not self.inline_hot_lookups or not CAN_READ_NOWAIT or \
                 (m.too_big_inline is not None and m.too_big_inline(params)):
             return NEEDS_THREAD
         nonblocking_mode.on = True  # this thread's reads raise WouldBlock until reset below (fileio.mode)
@@ -207,28 +185,24 @@ class Service:
         return result
 
     def _run(self, m: Method, name: str, params: list, session: Session) -> Any:
-        """An authorized call of method `m` (`call_inline` looks it up only once)."""
-        if len(params) != len(m.params):
-            want = ", ".join(m.params) if m.params else "none"
-            raise InvalidArgument(f"{name} takes {len(m.params)} params ({want}), got {len(params)}")
+        """An authorized call of method `m` (`call_inline` looks it up only once), under the ACLs its row's
+        `access` names."""
+        spec = m.spec
+        if len(params) != len(spec.params):
+            want = ", ".join(spec.params) if spec.params else "none"
+            raise InvalidArgument(f"{name} takes {len(spec.params)} params ({want}), got {len(params)}")
         if name == "auth":
             return self._auth(session, params[0])
-        if self.acl is not None:
-            op = METHOD_OPERATIONS.get(name)
-            if name == "partitions":
-                return [p for p in m.handler(self, params) if self.acl.allowed(session.principal, p["topic"], DESCRIBE)]
-            if name in ("schemas", "read_decoded"):  # the schemas are the schemas topic's records
-                self.acl.check(session.principal, self.schemas_topic, READ)
-            if op is not None:
-                self.acl.check(session.principal, params[0], op)
-            elif name in GROUP_METHOD_OPERATIONS:
-                return self._group_call(m, name, params, session)
-        if name in GROUP_METHOD_OPERATIONS:  # (its UNKNOWN_PARTITION names the group's partition: no topic hint)
-            return m.handler(self, params)
+        acl = self.acl if spec.access else None
+        if acl is not None:
+            acl.check_call(session.principal, spec.access, params, self.schemas_topic)
         try:
-            return m.handler(self, params)
+            answer = m.handler(self, params)
         except UnknownPartition as err:
+            if spec.params[:1] != ("topic",):  # (a group's names the group's partition: no topic hint)
+                raise
             raise UnknownPartition(f"{err}; {self._unknown_partition_hint(session, params[0])}") from None
+        return answer if acl is None else acl.filter_answer(session.principal, spec.access, answer)
 
     def _unknown_partition_hint(self, session: Session, topic: str) -> str:
         """The served partitions or nearest topic names: on the event loop for a few partitions, else in a worker
@@ -238,20 +212,6 @@ class Service:
             raise WouldBlock
         may = (lambda t: True) if self.acl is None else (lambda t: self.acl.allowed(session.principal, t, DESCRIBE))
         return unknown_partition_hint(topic, ((llog.topic, llog.partition) for llog in logs), may)
-
-    def _group_call(self, m: Method, name: str, params: list, session: Session) -> Any:
-        """A group method under ACLs: groups the principal may not describe are left out of `groups` and
-        refused by `group_offsets`, whose answer keeps only the topics it may describe (as OffsetFetch)."""
-        principal = session.principal
-        if name == "groups":
-            answer = m.handler(self, params)
-            answer["groups"] = [g for g in answer["groups"] if self.acl.allowed_group(principal, g["group"], DESCRIBE)]
-            return answer
-        self.acl.check_group(principal, params[0], GROUP_METHOD_OPERATIONS[name])
-        answer = m.handler(self, params)
-        cols = answer["offsets"]
-        keep = [i for i, topic in enumerate(cols["topic"]) if self.acl.allowed(principal, topic, DESCRIBE)]
-        return {**answer, "offsets": {name: [values[i] for i in keep] for name, values in cols.items()}}  # (kept: a copy)
 
     def _auth(self, session: Session, token: Any) -> bool:
         if not isinstance(token, (str, bytes)):
@@ -312,20 +272,19 @@ class Service:
 # the moment they are read (`compact_targets`): 100,000 targets are 3.2 MB of Python ints (and 0.8 MB of
 # list) while the call waits for a thread, and 0.8 MB as an array; ints freed at once leave no arena behind.
 COMPACT_TARGETS_MIN = 1024
-_TARGETS_PARAM = {"lookup_offsets": ("offsets", 2), "resolve_offsets": ("offsets", 2),
-                  "offsets_for_timestamps": ("timestamps", 2)}
 
 
 def compact_targets(method: str, params: Any) -> None:
     """Replace a columnar call's long list of targets by the int64 array it will be read as (in place); a
     list that is not one (floats, nesting, too large a value) stays, for the call to refuse as it would."""
-    where = _TARGETS_PARAM.get(method)
-    if where is None or not isinstance(params, list) or len(params) <= where[1]:
+    m = METHODS.get(method)
+    if m is None or m.spec.targets is None or not isinstance(params, list) or len(params) <= m.spec.targets_index:
         return
-    values = params[where[1]]
+    at = m.spec.targets_index
+    values = params[at]
     if isinstance(values, list) and len(values) >= COMPACT_TARGETS_MIN:
         try:
-            params[where[1]] = int64_array(values, where[0])
+            params[at] = int64_array(values, m.spec.targets)
         except InvalidArgument:
             pass
 
@@ -488,28 +447,42 @@ def _group_offsets(s: Service, p: list) -> dict | Packed:
     return kept[1]
 
 
-_TP = ("topic", "partition")
-METHODS: dict[str, Method] = {
-    "ping": Method(_ping, (), INLINE),
-    "auth": Method(None, ("token",), INLINE),  # connection state: handled by Service.call
-    "stats": Method(_stats, (), INLINE),
-    "partitions": Method(_partitions, (), THREAD),
-    "segments": Method(_segments, _TP, THREAD),
-    "lookup_offset": Method(_lookup_offset, _TP + ("offset", "mode"), HOT),
-    "lookup_timestamp": Method(_lookup_timestamp, _TP + ("timestamp", "mode"), HOT),
-    "resolve_offset": Method(_resolve_offset, _TP + ("offset",), HOT),
-    "offset_for_timestamp": Method(_offset_for_timestamp, _TP + ("timestamp",), HOT),
-    "aborted_transactions": Method(_aborted_transactions, _TP + ("start_offset", "end_offset"), HOT),
-    "read": Method(_read, _TP + ("offset", "max_bytes"), HOT, _read_too_big_inline),
-    "lookup_offsets": Method(_lookup_offsets, _TP + ("offsets", "mode"), THREAD),
-    "resolve_offsets": Method(_resolve_offsets, _TP + ("offsets",), THREAD),
-    "offsets_for_timestamps": Method(_offsets_for_timestamps, _TP + ("timestamps",), THREAD),
-    "groups": Method(_groups, (), THREAD),
-    # warm (nothing appended, or what was is in the page cache) on the event loop, else in a thread
-    "group_offsets": Method(_group_offsets, ("group", "isolation"), HOT),
-    "schemas": Method(_schemas, (), THREAD),
-    "read_decoded": Method(_read_decoded, _TP + ("offset", "max_bytes"), THREAD),
+HANDLERS: dict[str, Handler | None] = {
+    "ping": _ping,
+    "auth": None,  # connection state: handled by Service._run
+    "stats": _stats,
+    "partitions": _partitions,
+    "segments": _segments,
+    "lookup_offset": _lookup_offset,
+    "lookup_timestamp": _lookup_timestamp,
+    "resolve_offset": _resolve_offset,
+    "offset_for_timestamp": _offset_for_timestamp,
+    "aborted_transactions": _aborted_transactions,
+    "read": _read,
+    "lookup_offsets": _lookup_offsets,
+    "resolve_offsets": _resolve_offsets,
+    "offsets_for_timestamps": _offsets_for_timestamps,
+    "groups": _groups,
+    "group_offsets": _group_offsets,
+    "schemas": _schemas,
+    "read_decoded": _read_decoded,
 }
+TOO_BIG_INLINE = {"read": _read_too_big_inline}  # HOT methods whose large calls go to a thread anyway
+
+
+def bind(specs: dict[str, MethodSpec], handlers: dict[str, Handler | None],
+         too_big_inline: dict[str, Callable[[list], bool]] | None = None) -> dict[str, Method]:
+    """The service's methods: each row of the method table with its handler. ValueError naming them
+    for a row with no handler or a handler with no row."""
+    too_big_inline = TOO_BIG_INLINE if too_big_inline is None else too_big_inline
+    unbound, unknown = specs.keys() - handlers.keys(), (handlers.keys() | too_big_inline.keys()) - specs.keys()
+    if unbound or unknown:
+        raise ValueError(f"the method table (lookupd.rpc.methods) and the handlers disagree: "
+                         f"no handler for {sorted(unbound)}, no row for {sorted(unknown)}")
+    return {name: Method(handlers[name], spec, too_big_inline.get(name)) for name, spec in specs.items()}
+
+
+METHODS: dict[str, Method] = bind(method_table.METHODS, HANDLERS)
 
 
 def error_for(err: BaseException, method: str = "?") -> dict:

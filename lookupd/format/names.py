@@ -14,11 +14,17 @@ from ..errors import InvalidArgument
 
 log = logging.getLogger(__name__)
 
+OFFSET_DIGITS = 20  # a segment file's base offset, zero-padded (LogFileUtils.filenamePrefixFromOffset)
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 TXN_INDEX_SUFFIX = ".txnindex"
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+SNAPSHOT_SUFFIX = ".snapshot"  # the producer state at a segment's base offset (not a segment file: rebuilt on load)
+
+# The broker's other files about a partition: its topic id, and its leader epochs' start offsets.
+PARTITION_METADATA = "partition.metadata"
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 
 # Files mid-deletion or mid-rewrite: `.deleted` (async delete), `.cleaned`/`.swap` (log cleaner,
 # segment replacement), `.tmp` (in-progress writes, including our own `recover`).
@@ -26,14 +32,15 @@ TRANSIENT_FILE_SUFFIXES = (".deleted", ".cleaned", ".swap", ".tmp")
 # Directories a broker is deleting or moving between log dirs.
 TRANSIENT_DIR_SUFFIXES = ("-delete", "-future", "-stray")
 # Other files a broker keeps in a partition directory, which carry no segment data.
-KNOWN_OTHER_FILES = re.compile(r"[0-9]{20}\.snapshot|leader-epoch-checkpoint|partition\.metadata")
+KNOWN_OTHER_FILES = re.compile(rf"[0-9]{{{OFFSET_DIGITS}}}{re.escape(SNAPSHOT_SUFFIX)}|{re.escape(LEADER_EPOCH_CHECKPOINT)}|"
+                               rf"{re.escape(PARTITION_METADATA)}")
 
 MAX_TOPIC_LENGTH = 249
 # Names are checked with fullmatch (a `$` would accept a trailing newline), digits as [0-9] (`\d` and
 # str.isdigit take other scripts' digits too).
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 _PARTITION_DIR = re.compile(r"(?P<topic>[a-zA-Z0-9._-]+)-(?P<partition>0|[1-9][0-9]{0,9})")
-_SEGMENT_FILE = re.compile(r"(?P<base>[0-9]{20})(?P<suffix>\.log|\.index|\.timeindex|\.txnindex)")
+_SEGMENT_FILE = re.compile(rf"(?P<base>[0-9]{{{OFFSET_DIGITS}}})(?P<suffix>\.log|\.index|\.timeindex|\.txnindex)")
 _MAX_PARTITION = (1 << 31) - 1
 
 
@@ -80,9 +87,15 @@ def partition_dir_name(topic: str, partition: int) -> str:
     return f"{validate_topic(topic)}-{validate_partition(partition)}"
 
 
+def filename_prefix(offset: int) -> str:
+    """The offset zero-padded to OFFSET_DIGITS, as LogFileUtils.filenamePrefixFromOffset: what every segment
+    file's name (and a remote segment's object key) starts with."""
+    return f"{offset:0{OFFSET_DIGITS}d}"
+
+
 def segment_file_name(base_offset: int, suffix: str) -> str:
     """`%020d` base offset plus suffix, as LogFileUtils.filenamePrefixFromOffset."""
-    return f"{base_offset:020d}{suffix}"
+    return filename_prefix(base_offset) + suffix
 
 
 def parse_segment_file(name: str) -> tuple[int, str] | None:

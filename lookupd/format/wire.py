@@ -28,19 +28,13 @@ import uuid
 from typing import Any, Callable, NamedTuple
 
 from .schemas import Registry, SchemaVersion
-from ..errors import LookupdError
+from ..errors import MissingExtra
 
 MAGIC = 0
 HEADER = struct.Struct(">bI")  # magic, schema id
 MAX_MESSAGE_INDEXES = 64  # nesting of the message a Protobuf value names (each index one level)
 MAX_CODECS = 10_000  # schemas parsed and kept (one per id met)
 EXTRA_HINT = "pip install 'kafka-lookupd[schemas]' (fastavro, protobuf, proto-schema-parser)"
-
-
-class MissingExtra(LookupdError):
-    """The packages that decode schemas are not installed."""
-
-    code = "INVALID_ARGUMENT"
 
 
 class WireError(ValueError):

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import CorruptDataError, InvalidArgument
-from .locallog import (LATEST_TIERED_TIMESTAMP, BatchLocation, OffsetAndTimestamp, SegmentList, _check_mode, _check_timestamp,
-                       _find_batch)
+from .segmentlist import (LATEST_TIERED_TIMESTAMP, BatchLocation, OffsetAndTimestamp, SegmentList, _check_mode,
+                          _check_timestamp, _find_batch)
 
 
 def lookup_offsets(v: SegmentList, offsets, mode: str = "floor") -> dict[str, np.ndarray]:
@@ -33,7 +33,7 @@ def lookup_offsets(v: SegmentList, offsets, mode: str = "floor") -> dict[str, np
         mask = slot == s
         seg = v.segment(int(bases[s]))
         try:
-            o, p = seg.offset_index.lookup_many(t[mask], limit=seg.size(), ceiling=ceiling)
+            o, p = seg.indexes.offset.lookup_many(t[mask], limit=seg.size(), ceiling=ceiling)
         except CorruptDataError as err:  # this segment's rows say so; the others are answered
             errors.add(np.flatnonzero(mask), err)
             continue

@@ -46,19 +46,12 @@ class WouldBlock(BaseException):
     handler for ordinary errors (OSError, Exception) on the way up can take it for a failure."""
 
 
-class StoreWouldWait(BaseException):
-    """Raised in local-only mode where a call would wait for the object store (a GET, a listing, or another
-    thread's GET of the same chunk). A BaseException, as WouldBlock: the daemon reruns the call on its
-    remote pool, so that calls on local data never wait behind the store."""
-
-
 class _Mode(threading.local):
     """Per thread: whether reads must not wait (set it around a call and clear it in a `finally`).
     A class default, so a thread that never set it reads False without the AttributeError a
     getattr default costs (a third of a microsecond)."""
 
     on = False
-    local_only = False  # nothing may wait for the object store: StoreWouldWait instead
 
 
 mode = _Mode()  # `mode.on`: whether this thread is in non-blocking mode

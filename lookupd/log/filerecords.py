@@ -9,7 +9,7 @@ the FUSE mount, the Spark reader) goes through it.
 from __future__ import annotations
 
 import struct
-from typing import Callable, Iterator, NamedTuple
+from typing import Callable, Iterator, NamedTuple, Protocol
 
 from ..format.batch import (HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, MAGIC_OFFSET, RECORD_OVERHEAD_V0, V2_HEADER_SIZE,
                             BatchHeader, frame_size, last_offset_at, max_timestamp_at, parse_header)
@@ -100,21 +100,44 @@ class LogOffsetPosition(NamedTuple):
     base_offset: int = -1
 
 
-class FileRecords:
-    """Read-only access to one `.log` file."""
+class ReadHandle(Protocol):
+    """What FileRecords reads through: a FileHandle, or a `.log` read from elsewhere (no descriptor: `fd` None,
+    and the native paths, which read a descriptor, decline)."""
 
-    def __init__(self, path: str, cache=None):
+    fd: int | None
+
+    def pread(self, size: int, position: int) -> bytes: ...
+
+    def size(self) -> int: ...
+
+
+class RecordsFile(Protocol):
+    """Where a `.log`'s handle comes from (LazyHandle: the file at `path`, opened on first use)."""
+
+    is_open: bool
+
+    def get(self) -> ReadHandle: ...
+
+    def close(self) -> None: ...
+
+
+class FileRecords:
+    """Read-only access to one `.log` file (`file`: where its handle comes from, by default the file at `path`;
+    a remote segment gives its own, lookupd.log.tiered.segment.RemoteFile, and `path` is then its URL)."""
+
+    def __init__(self, path: str, cache=None, *, file: RecordsFile | None = None):
         self.path = path
-        self._file = LazyHandle(path, cache)
+        self._file = file if file is not None else LazyHandle(path, cache)
         # handle(): the open handle, opened on first use (LazyHandle.get itself: a call fewer per lookup)
-        self.handle: Callable[[], FileHandle] = self._file.get
+        self.handle: Callable[[], ReadHandle] = self._file.get
 
     def close(self) -> None:
         self._file.close()
 
     @property
-    def file(self) -> LazyHandle:
-        """The file's handle, opened on first use (fileio.open_sizes reads many such at once)."""
+    def file(self) -> RecordsFile:
+        """Where the file's handle comes from, opened on first use (fileio.open_sizes reads many LazyHandles
+        at once)."""
         return self._file
 
     def size(self) -> int:

@@ -12,67 +12,30 @@ import functools
 import logging
 import os
 import threading
-from typing import Callable, Iterator, NamedTuple, TypeVar
+from typing import Callable, Iterator, TypeVar
 
 import numpy as np
 
 from ..format.batch import parse_header, whole_batches
 from ..errors import INT64_MAX, CorruptDataError, InvalidArgument, OffsetOutOfRange, Unavailable, check_int64
-from ..format.names import parse_segment_file
+from ..format.names import LOG_SUFFIX, OFFSET_DIGITS, SEGMENT_SUFFIXES, SNAPSHOT_SUFFIX, parse_segment_file
+from . import bulk
 from .segment import LOCATE_BATCH, LOCATE_CEILING, LOCATE_ENTRY, LOCATE_READ, LogSegment
+from .segmentlist import (EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIERED_TIMESTAMP, LATEST_TIMESTAMP,
+                          MAX_TIMESTAMP, BatchLocation, IndexPoint, OffsetAndTimestamp, ReadResult, SegmentList,
+                          TimeIndexPoint, _check_mode, _check_timestamp, _find_batch, _log_start)
 from .txnindex import AbortedTxn
 
 
 log = logging.getLogger(__name__)
 
-EARLIEST_TIMESTAMP = -2
-LATEST_TIMESTAMP = -1
-MAX_TIMESTAMP = -3
-EARLIEST_LOCAL_TIMESTAMP = -4  # KIP-1005: the local log start offset
-LATEST_TIERED_TIMESTAMP = -5  # KIP-1005: the highest offset in remote storage (-1 when none)
-
-
-class IndexPoint(NamedTuple):
-    segment: int
-    offset: int
-    position: int
-
-
-class TimeIndexPoint(NamedTuple):
-    segment: int
-    timestamp: int
-    offset: int
-    position: int
-
-
-class BatchLocation(NamedTuple):
-    segment: int
-    base_offset: int
-    last_offset: int
-    position: int
-    size: int
-
-
-class OffsetAndTimestamp(NamedTuple):
-    offset: int
-    timestamp: int
-    segment: int
-    position: int
-    leader_epoch: int | None = None
-
-
-class ReadResult(NamedTuple):
-    segment: int
-    position: int
-    next_offset: int
-    records: bytes
-
-
 # A NamedTuple from a native answer of the right length: tuple.__new__ skips _make's length check
 # (a tenth of a microsecond, on every lookup).
 _tuple = tuple.__new__
 
-_OTHER_SEGMENT_FILES = frozenset(("index", "timeindex", "txnindex", "snapshot"))
+# A partition directory's files named by a base offset, by suffix without its dot: the `.log`, and the others
+_LOG = LOG_SUFFIX[1:]
+_OTHER_SEGMENT_FILES = frozenset(s[1:] for s in SEGMENT_SUFFIXES + (SNAPSHOT_SUFFIX,) if s != LOG_SUFFIX)
 
 
 class ListingChanges:
@@ -102,11 +65,11 @@ def scan_segments(directory: str) -> tuple[list[int], frozenset[str]]:
         for entry in entries:
             name = entry.name
             stem, _, suffix = name.partition(".")
-            if len(stem) == 20 and stem.isascii() and stem.isdigit():
-                if suffix == "log" or suffix in _OTHER_SEGMENT_FILES:
+            if len(stem) == OFFSET_DIGITS and stem.isascii() and stem.isdigit():
+                if suffix == _LOG or suffix in _OTHER_SEGMENT_FILES:
                     if not entry.is_file(follow_symlinks=False):
                         refused.append(name)
-                    elif suffix == "log":
+                    elif suffix == _LOG:
                         bases.append(int(stem))
                     continue
             parse_segment_file(name)  # debug-logs what is skipped and why
@@ -121,64 +84,9 @@ def list_segments(directory: str) -> list[int]:
 
 def _warn_refused(directory: str, names: frozenset[str]) -> None:
     for name in sorted(names):
-        what = "its segment is not served" if name.endswith(".log") else "the segment is answered without it"
+        what = "its segment is not served" if name.endswith(LOG_SUFFIX) else "the segment is answered without it"
         log.warning("%s is a symbolic link or not a regular file: not read, %s (files in a log dir must be "
                     "regular files)", os.path.join(directory, name), what)
-
-
-class SegmentList:
-    """The partition's segments as one call sees them: an immutable snapshot of the listing.
-
-    A rescan may replace the listing while a call runs (the broker rolled or deleted a
-    segment); a call that read it twice could range-check against one list and pick a
-    segment from the other. Each call takes one snapshot and answers from it alone.
-    """
-
-    __slots__ = ("log", "bases")
-
-    def __init__(self, log: "LocalLog", bases: list[int]):
-        self.log = log
-        self.bases = bases
-
-    def __len__(self) -> int:
-        return len(self.bases)
-
-    def segment(self, base_offset: int) -> LogSegment:
-        return self.log.segment(base_offset)
-
-    def segments(self, start: int = 0) -> Iterator[LogSegment]:
-        """Segments in offset order from list position `start`."""
-        for b in self.bases[max(start, 0):]:
-            yield self.log.segment(b)
-
-    def floor_slot(self, offset: int) -> int:
-        """List position of the segment holding `offset` (greatest base <= offset), -1 if none."""
-        return bisect.bisect_right(self.bases, offset) - 1
-
-    @property
-    def active(self) -> LogSegment | None:
-        return self.log.segment(self.bases[-1]) if self.bases else None
-
-    @property
-    def log_start_offset(self) -> int:
-        """First segment's base offset, or the broker's checkpointed log start if higher."""
-        return _log_start(self.bases, self.log.checkpointed_log_start)
-
-    @property
-    def log_end_offset(self) -> int:
-        """One past the last offset in the log (the active segment's next offset)."""
-        active = self.active
-        return active.read_next_offset() if active is not None else self.log_start_offset
-
-    @property
-    def local_log_start_offset(self) -> int:
-        """UnifiedLog.localLogStartOffset: the first offset on local disk (the log start without a remote tier)."""
-        return self.log.local_log_start(self)
-
-    @property
-    def highest_remote_offset(self) -> int:
-        """UnifiedLog.highestOffsetInRemoteStorage: -1 without a remote tier."""
-        return self.log.highest_remote_offset(self)
 
 
 T = TypeVar("T")
@@ -264,6 +172,11 @@ class LocalLog:
     def __repr__(self) -> str:
         return f"LocalLog({self.topic}-{self.partition}, {len(self._bases)} segments)"
 
+    @property
+    def local_dir(self) -> str | None:
+        """The partition directory on this host (a TieredLog's is None when it is only in the bucket)."""
+        return self.dir
+
     # ------------------------------------------------------------- segments
 
     def refresh(self) -> bool:
@@ -310,7 +223,7 @@ class LocalLog:
         return bases
 
     def _new_segment(self, base_offset: int, live: bool) -> LogSegment:
-        return LogSegment(self.dir, base_offset, self._cache, live=live)
+        return LogSegment.open(self.dir, base_offset, self._cache, live=live)
 
     def local_log_start(self, v: SegmentList) -> int:
         """SegmentList.local_log_start_offset's answer: every segment is local here."""
@@ -430,7 +343,7 @@ class LocalLog:
         seg = v.segment(bases[i])
         if offset <= seg.base_offset:
             return IndexPoint(seg.base_offset, seg.base_offset, 0)
-        found = seg.offset_index.ceiling_entry(offset, limit=seg.size())
+        found = seg.indexes.offset.ceiling_entry(offset, limit=seg.size())
         if found is not None:
             return IndexPoint(seg.base_offset, *found)
         return IndexPoint(bases[i + 1], bases[i + 1], 0) if i + 1 < len(bases) else None
@@ -498,7 +411,7 @@ class LocalLog:
             return TimeIndexPoint(seg.base_offset, ts, o, seg.offset_index_lookup(o, size)[1])
         for seg in v.segments(i):
             size = seg.size()
-            found = seg.time_index.ceiling_entry(timestamp, limit=seg.time_index_limit(size))
+            found = seg.indexes.time.ceiling_entry(timestamp, limit=seg.time_index_limit(size))
             if found is not None:
                 ts, o = found
                 return TimeIndexPoint(seg.base_offset, ts, o, seg.offset_index_lookup(o, size)[1])
@@ -683,19 +596,16 @@ class LocalLog:
     @_one_listing
     def lookup_offsets(self, v: SegmentList, offsets, mode: str = "floor") -> dict[str, np.ndarray]:
         """Vectorised `lookup_offset`: arrays segment, offset, position (-1 where nothing matches)."""
-        from . import bulk  # (bulk imports this module)
         return bulk.lookup_offsets(v, offsets, mode)
 
     @_one_listing
     def resolve_offsets(self, v: SegmentList, offsets) -> dict[str, np.ndarray]:
         """Vectorised `resolve_offset` (out-of-range targets give -1 rather than an error)."""
-        from . import bulk
         return bulk.resolve_offsets(v, offsets)
 
     @_one_listing
     def offsets_for_timestamps(self, v: SegmentList, timestamps) -> dict[str, np.ndarray]:
         """Vectorised `offset_for_timestamp`: arrays offset, timestamp, segment, position (-1 where none)."""
-        from . import bulk
         return bulk.offsets_for_timestamps(v, timestamps)
 
 
@@ -706,42 +616,3 @@ def _batch_at(v: SegmentList, offset: int) -> OffsetAndTimestamp:
     loc = _find_batch(v, offset, v.floor_slot(offset)) if bases and offset < v.log_end_offset else None
     seg = loc.segment if loc else (bases[0] if bases else offset)
     return OffsetAndTimestamp(offset, -1, seg, loc.position if loc else 0)
-
-
-def _find_batch(v: SegmentList, target: int, slot: int, hint: BatchLocation | None = None) -> BatchLocation | None:
-    """translateOffset from the floor segment on, starting at `hint` when it is in the same segment."""
-    bases = v.bases
-    for i in range(max(slot, 0), len(bases)):  # v.segments(slot), without a generator: this is every exact lookup
-        seg = v.segment(bases[i])
-        from_pos = hint.position if hint is not None and hint.segment == seg.base_offset else 0
-        found = seg.translate_offset(target, from_pos)
-        if found is not None:
-            return BatchLocation(seg.base_offset, found.base_offset, found.offset, found.position, found.size)
-    return None
-
-
-def _check_mode(mode: object) -> None:
-    if mode not in ("floor", "ceiling"):
-        got = repr(mode[:40]) if isinstance(mode, str) else type(mode).__name__
-        raise InvalidArgument(f"mode must be 'floor' or 'ceiling', got {got}")
-
-
-def _check_timestamp(value: object, what: str = "timestamp", lowest: int = MAX_TIMESTAMP) -> int:
-    """A target timestamp: an int64 >= 0, or ListOffsets' -1 (latest), -2 (earliest), -3 (max timestamp)
-    and, where `lowest` is LATEST_TIERED_TIMESTAMP (ListOffsets itself), KIP-1005's -4 (earliest local)
-    and -5 (latest tiered)."""
-    if type(value) is int and lowest <= value <= INT64_MAX:  # the usual case, without check_int64's call
-        return value
-    value = check_int64(value, what)
-    if value < lowest:
-        special = "-1 (latest), -2 (earliest) or -3 (max timestamp)" if lowest == MAX_TIMESTAMP else \
-            "-1 (latest), -2 (earliest), -3 (max timestamp), -4 (earliest local) or -5 (latest tiered)"
-        raise InvalidArgument(f"{what} {value} is negative and not one of {special}")
-    return value
-
-
-def _log_start(bases: list[int], checkpointed: int | None) -> int:
-    """The log start offset of a listing: its first base offset, or the broker's checkpointed log start
-    if higher (0 for an empty listing)."""
-    first = bases[0] if bases else 0
-    return max(first, checkpointed) if checkpointed is not None else first

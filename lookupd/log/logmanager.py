@@ -12,8 +12,9 @@ from .fileio import RefusedFile, open_regular
 from ..errors import LookupdError, Unavailable, UnknownPartition
 from .locallog import LocalLog
 from .logdirs import misplaced
-from .remote_metadata import PARTITION_METADATA
-from ..format.names import parse_partition_dir, validate_partition, validate_topic
+from .tiered.listing import RemoteTier
+from .tiered.log import TieredLog
+from ..format.names import PARTITION_METADATA, parse_partition_dir, validate_partition, validate_topic
 from .statewarnings import StateWarnings
 
 log = logging.getLogger(__name__)
@@ -57,8 +58,9 @@ def read_offset_checkpoint(path: str) -> dict[tuple[str, int], int]:
 class LogManager:
     """Read-only registry of the partitions under the given log dirs."""
 
-    def __init__(self, log_dirs: list[str | os.PathLike], cache: IndexCache | None = None, remote=None):
-        """`remote`: a lookupd.log.remotelog.RemoteTier to add the bucket's segments (None: local only)."""
+    def __init__(self, log_dirs: list[str | os.PathLike], cache: IndexCache | None = None,
+                 remote: RemoteTier | None = None):
+        """`remote`: the bucket's tier, whose segments join the local ones (None: local only)."""
         if not log_dirs:
             raise ValueError("at least one log dir is needed")
         self.log_dirs = [os.path.abspath(os.fspath(d)) for d in log_dirs]
@@ -120,7 +122,7 @@ class LogManager:
         with self._lock:
             current = dict(self._logs)
         for key in set(current).difference(found):
-            if current[key].dir.startswith(tuple(unlisted)) or getattr(current[key], "local_dir", "") is None:
+            if current[key].dir.startswith(tuple(unlisted)) or current[key].local_dir is None:
                 continue  # kept as listed (a partition only in the bucket is the remote listing's to drop)
             removed += 1
             current.pop(key).close()
@@ -161,8 +163,6 @@ class LogManager:
         """Put the bucket's segments under the partitions in `current` (in place): a partition with remote
         segments becomes a TieredLog, one only in the bucket is added. A store that cannot be listed
         keeps the last listing (and says so in the log): the local answers go on."""
-        from .tieredlog import TieredLog
-
         now = time.monotonic()
         if force or self._remote_listed_at is None or now - self._remote_listed_at >= REMOTE_RESCAN_S:
             try:
@@ -183,8 +183,7 @@ class LogManager:
             self._warnings.warn("remote", self._remote_warning)
         listings = self._remote_listings
         for llog in current.values():  # a partition of a topic with an id may have remote segments
-            has_id = getattr(llog, "local_dir", "") is not None and \
-                os.path.exists(os.path.join(llog.dir, PARTITION_METADATA))
+            has_id = llog.local_dir is not None and os.path.exists(os.path.join(llog.dir, PARTITION_METADATA))
             llog.remote_error = self._remote_error if has_id else None
         added = removed = changed = 0
         for key, llog in list(current.items()):
@@ -202,9 +201,7 @@ class LogManager:
                 changed += llog.update_remote(listing.segments)
                 continue
             local_dir = found.get(key)
-            tiered = TieredLog(local_dir, key[0], key[1], self.cache, remote_url=listing.url,
-                               listing=listing.segments, lister=listing.relist,
-                               opener=lambda info, current=None: self.remote.open(info, self.cache, current),
+            tiered = TieredLog(local_dir, key[0], key[1], self.cache, tier=self.remote, listing=listing,
                                log_start_offset=starts.get(key))
             if llog is not None:
                 llog.close()

@@ -13,6 +13,7 @@ import threading
 
 from ..errors import LookupdError
 from ..format.batch import CONTROL_MASK, ensure_valid, parse_header, whole_frames
+from ..format.names import LOG_SUFFIX, segment_file_name
 from ..format.records import decode_batch
 from ..format.schemas import Registry
 
@@ -37,7 +38,7 @@ def apply_log(reg: Registry, llog, start: int, end: int) -> Registry:
         if total > MAX_TOPIC_BYTES:
             raise SchemasTooLarge(f"{llog.topic}-{llog.partition} holds more than {MAX_TOPIC_BYTES >> 20} MiB: "
                                   f"too large for a schemas topic")
-        where = f"{llog.dir}/{r.segment:020d}.log"
+        where = f"{llog.dir}/{segment_file_name(r.segment, LOG_SUFFIX)}"
         for off, size in whole_frames(r.records, r.position, where):
             header = parse_header(r.records, off, r.position + off, where)
             batch = memoryview(r.records)[off:off + size]

@@ -1,5 +1,10 @@
 """One log segment: its `.log` and its three indexes (Kafka's LogSegment, read side).
 
+A segment is made of its parts, as Kafka's is: its records (FileRecords), its offset, time and transaction
+indexes (SegmentIndexes) and where it comes from (SegmentOrigin: whether its files are still the ones it was
+made of, what a listing says of it). A local segment and a remote one (lookupd.log.tiered.segment) differ only
+in the parts they are given: `LogSegment.open` gives a partition directory's files.
+
 The indexes only ever narrow down where to start reading; every exact answer comes from
 scanning batch headers in the `.log`, as Kafka does. So a segment whose index is missing
 or corrupt still answers correctly, from position 0 (and says so once in the log); only
@@ -10,11 +15,11 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from ..format.batch import LOG_OVERHEAD, V2_HEADER_SIZE, parse_header
 from ..format.records import find_timestamp, find_timestamp_fast
-from ..errors import INT64_MAX, CorruptIndexError, CorruptRecordError, LookupdError
+from ..errors import INT64_MAX, CorruptDataError, CorruptIndexError, CorruptRecordError, LookupdError
 from .fileio import WouldBlock, mode as _nonblocking, regular_stat
 from .filerecords import ZERO_HEADER, FileRecords, LogOffsetPosition
 from .index import OffsetIndex, TimeIndex
@@ -27,6 +32,7 @@ log = logging.getLogger(__name__)
 
 # What `LogSegment.locate` finds (kinds of `_native.locate`).
 LOCATE_ENTRY, LOCATE_BATCH, LOCATE_READ, LOCATE_TIME, LOCATE_CEILING = range(5)
+TIER_LOCAL, TIER_REMOTE = "local", "remote"  # where a segment's bytes are (`tier` in listings)
 
 
 class TimestampAndOffset(NamedTuple):
@@ -47,43 +53,148 @@ class FetchData(NamedTuple):
     first_entry_incomplete: bool
 
 
+class SegmentIndexes(Protocol):
+    """A segment's three indexes (Kafka's LazyIndex<OffsetIndex>, LazyIndex<TimeIndex> and TransactionIndex):
+    each opened or fetched on first use."""
+
+    @property
+    def offset(self) -> OffsetIndex: ...
+
+    @property
+    def time(self) -> TimeIndex: ...
+
+    @property
+    def txn(self) -> TransactionIndex: ...
+
+    def close(self) -> None: ...
+
+
+class SegmentOrigin(Protocol):
+    """Where a segment comes from: its tier, the directory (or bucket prefix) it is in, whether it may still
+    grow, and whether its files are still the ones it was made of."""
+
+    tier: str
+    dir: str
+    may_grow: bool              # a local segment may be the active one; an upload never grows
+    max_timestamp: int | None   # the largest timestamp a listing recorded (None: read it from the segment)
+
+    def replaced(self) -> bool: ...
+
+    def mtime_ms(self) -> int | None: ...  # the `.log`'s modification time, when it has one
+
+    def describe(self) -> dict: ...         # what the segment's listing adds (an upload: its object key)
+
+
+class LocalIndexes:
+    """The three index files of a local segment (each maps its file on first use)."""
+
+    __slots__ = ("offset", "time", "txn")
+
+    def __init__(self, directory: str, base_offset: int, cache=None):
+        self.offset = OffsetIndex(os.path.join(directory, segment_file_name(base_offset, INDEX_SUFFIX)), base_offset,
+                                  cache)
+        self.time = TimeIndex(os.path.join(directory, segment_file_name(base_offset, TIME_INDEX_SUFFIX)), base_offset,
+                              cache)
+        self.txn = TransactionIndex(os.path.join(directory, segment_file_name(base_offset, TXN_INDEX_SUFFIX)),
+                                    base_offset, cache)
+
+    def close(self) -> None:
+        self.offset.close()
+        self.time.close()
+        self.txn.close()
+
+
+class LocalFiles:
+    """A segment's files in a partition directory. Its identity is its files, not their names: Kafka's cleaner
+    renames a rewritten `.log` (and indexes) over the old names; `replaced()` compares against the files the
+    segment was made of to notice."""
+
+    tier = TIER_LOCAL
+    may_grow = True
+    max_timestamp = None
+
+    def __init__(self, directory: str, paths: tuple[str, ...]):
+        self.dir = directory
+        self._paths = paths  # the `.log` first
+        self._identity = self._ids()
+
+    def _ids(self) -> tuple:
+        ids = []
+        for path in self._paths:
+            try:
+                st = os.lstat(path)  # a symbolic link put in a file's place is another file
+                ids.append((st.st_dev, st.st_ino))
+            except FileNotFoundError:
+                ids.append(None)
+        return tuple(ids)
+
+    def replaced(self) -> bool:
+        """Whether any of the segment's names now names another file than when it was made (the cleaner's
+        swap, a deletion, a re-created topic)."""
+        return self._ids() != self._identity
+
+    def mtime_ms(self) -> int:
+        return int(regular_stat(self._paths[0]).st_mtime * 1000)
+
+    def describe(self) -> dict:
+        return {}
+
+
 class LogSegment:
-    """Read-only view of one segment; `live` marks the active (last) segment of its partition."""
+    """Read-only view of one segment, made of its parts; `live` marks the active (last) segment of its partition."""
 
-    tier = "local"  # where its bytes are ("remote": lookupd.log.remotesegment)
-
-    def __init__(self, directory: str | os.PathLike, base_offset: int, cache=None, *, live: bool = False):
-        d = os.fspath(directory)
-        self.dir = d
+    def __init__(self, base_offset: int, log: FileRecords, indexes: SegmentIndexes, origin: SegmentOrigin, *,
+                 live: bool = False):
         self.base_offset = base_offset
-        self.log = FileRecords(os.path.join(d, segment_file_name(base_offset, LOG_SUFFIX)), cache)
-        self.offset_index = OffsetIndex(os.path.join(d, segment_file_name(base_offset, INDEX_SUFFIX)), base_offset, cache)
-        self.time_index = TimeIndex(os.path.join(d, segment_file_name(base_offset, TIME_INDEX_SUFFIX)), base_offset, cache)
-        self.txn_index = TransactionIndex(os.path.join(d, segment_file_name(base_offset, TXN_INDEX_SUFFIX)), base_offset, cache)
+        self.log = log
+        self.indexes = indexes
+        self.origin = origin
+        self.tier = origin.tier
+        self.dir = origin.dir
         self.live = False
-        # What a lookup's limit is now, asked when a rolled index holds entries past the one it was given.
-        self.offset_index.set_limit_source(self.size)
-        self.time_index.set_limit_source(lambda: self.time_index_limit(self.size()))
-        # Which files these are: a segment's identity is its files, not their names. Kafka's
-        # cleaner renames a rewritten `.log` (and indexes) over the old names; `replaced()`
-        # compares against this to notice.
-        self._identity = self._file_ids()
+        if origin.may_grow:
+            # What a lookup's limit is now, asked when a rolled index holds entries past the one it was given.
+            indexes.offset.set_limit_source(self.size)
+            indexes.time.set_limit_source(lambda: self.time_index_limit(self.size()))
         self._warned: set[str] = set()
         self._cached_end: tuple[int, int] | None = None  # (log size, data end): the active segment's `_data_end`
         self._cached_next_offset: tuple[int, int] | None = None  # (data end, next offset)
         self._cached_max_ts: tuple[int, tuple[int, int]] | None = None  # (data end, (timestamp, offset))
         self.set_live(live)
 
+    @classmethod
+    def open(cls, directory: str | os.PathLike, base_offset: int, cache=None, *, live: bool = False) -> LogSegment:
+        """The segment at `base_offset` in a partition directory: its `.log` and index files there."""
+        d = os.fspath(directory)
+        log = FileRecords(os.path.join(d, segment_file_name(base_offset, LOG_SUFFIX)), cache)
+        indexes = LocalIndexes(d, base_offset, cache)
+        origin = LocalFiles(d, (log.path, indexes.offset.path, indexes.time.path, indexes.txn.path))
+        return cls(base_offset, log, indexes, origin, live=live)
+
     def __repr__(self) -> str:
         return f"LogSegment({self.log.path!r}, live={self.live})"
+
+    @property
+    def offset_index(self) -> OffsetIndex:
+        return self.indexes.offset
+
+    @property
+    def time_index(self) -> TimeIndex:
+        return self.indexes.time
+
+    @property
+    def txn_index(self) -> TransactionIndex:
+        return self.indexes.txn
 
     def set_live(self, live: bool) -> None:
         """The active segment may still grow: indexes follow appends and the tail may be mid-write,
         and its offset index may hold stale entries a follower's truncation left (checked against
-        the `.log` with `holds_batch`)."""
+        the `.log` with `holds_batch`). A segment that never grows (an upload) stays rolled."""
+        if not self.origin.may_grow:
+            return
         self.live = live
-        self.offset_index.set_live(live, self.holds_batch)
-        self.time_index.set_live(live)
+        self.indexes.offset.set_live(live, self.holds_batch)
+        self.indexes.time.set_live(live)
 
     def holds_batch(self, offset: int, position: int) -> bool:
         """Whether a batch holding `offset` starts at `position` of the `.log` (an index entry's claim)."""
@@ -94,27 +205,14 @@ class LogSegment:
             return False
         return header.base_offset <= offset <= header.last_offset
 
-    def _file_ids(self) -> tuple:
-        ids = []
-        for path in (self.log.path, self.offset_index.path, self.time_index.path, self.txn_index.path):
-            try:
-                st = os.lstat(path)  # a symbolic link put in a file's place is another file
-                ids.append((st.st_dev, st.st_ino))
-            except FileNotFoundError:
-                ids.append(None)
-        return tuple(ids)
-
     def replaced(self) -> bool:
-        """Whether any of the segment's names now names another file than when this object was made
-        (the cleaner's swap, a deletion, a re-created topic): its maps and handles are stale."""
-        return self._file_ids() != self._identity
+        """Whether the segment's files are no longer the ones it was made of (its maps and handles are stale)."""
+        return self.origin.replaced()
 
     def close(self) -> None:
         """Release descriptors and maps (readers still using them finish first)."""
         self.log.close()
-        self.offset_index.close()
-        self.time_index.close()
-        self.txn_index.close()
+        self.indexes.close()
 
     def size(self) -> int:
         """Where the segment's data ends: the `.log`'s size, or for the active segment of a preallocated
@@ -158,22 +256,22 @@ class LogSegment:
 
     def offset_index_lookup(self, offset: int, log_size: int | None = None) -> tuple[int, int]:
         """OffsetIndex.lookup over the valid entries (those inside the `.log`)."""
-        return self.offset_index.lookup(offset, limit=self.size() if log_size is None else log_size)
+        return self.indexes.offset.lookup(offset, limit=self.size() if log_size is None else log_size)
 
     def time_index_limit(self, log_size: int) -> int | None:
         """Bound on live time-index entries: the broker writes the offset-index entry first."""
         if not self.live:
             return None
-        return self.offset_index.last_offset(limit=log_size)
+        return self.indexes.offset.last_offset(limit=log_size)
 
     def time_index_lookup(self, timestamp: int, log_size: int | None = None) -> tuple[int, int]:
         """TimeIndex.lookup over the valid entries."""
         size = self.size() if log_size is None else log_size
-        return self.time_index.lookup(timestamp, limit=self.time_index_limit(size))
+        return self.indexes.time.lookup(timestamp, limit=self.time_index_limit(size))
 
     def _start_position(self, offset: int, log_size: int) -> int:
         try:
-            return self.offset_index.lookup(offset, limit=log_size)[1]
+            return self.indexes.offset.lookup(offset, limit=log_size)[1]
         except CorruptIndexError as err:
             self._degraded(err)
             return 0
@@ -198,11 +296,15 @@ class LogSegment:
         opens first from `offset` for timestamp `extra`.
         None when the Python path must answer: no native code, an index not mapped or in doubt,
         anything the walk leaves to the reference walk."""
-        st = self.offset_index.native_view()
+        index = self.indexes.offset
+        st = index.native_view()
         if st is None:
             return None
-        found = _accel.locate(kind, st.mapping.mm, st.entries, self.offset_index.warm_entries, self.live,
-                              self.log.handle().fd, self.base_offset, offset, extra, _nonblocking.on)
+        fd = self.log.handle().fd
+        if fd is None:  # a `.log` read from the bucket: the native paths read a local descriptor
+            return None
+        found = _accel.locate(kind, st.mapping.mm, st.entries, index.warm_entries, self.live, fd,
+                              self.base_offset, offset, extra, _nonblocking.on)
         if found is False:
             raise WouldBlock()
         if kind == LOCATE_READ and self.live and found is not None:
@@ -229,7 +331,7 @@ class LogSegment:
             return None
         try:
             limit = self.time_index_limit(self.size()) if self.live else None
-            return self.time_index.lookup_fast(timestamp, limit)
+            return self.indexes.time.lookup_fast(timestamp, limit)
         except CorruptIndexError:
             return None
 
@@ -239,13 +341,17 @@ class LogSegment:
         the two-step path must answer: the active segment, no native code, an index not mapped or in doubt."""
         if self.live or not (0 <= timestamp <= INT64_MAX and 0 <= starting_offset <= INT64_MAX):
             return None
-        tst = self.time_index.native_view()
-        st = self.offset_index.native_view() if tst is not None else None
+        indexes = self.indexes
+        tst = indexes.time.native_view()
+        st = indexes.offset.native_view() if tst is not None else None
         if st is None:
             return None
-        found = _accel.locate_time(kind, tst.mapping.mm, tst.entries, self.time_index.warm_entries, st.mapping.mm,
-                                   st.entries, self.offset_index.warm_entries, self.log.handle().fd,
-                                   self.base_offset, timestamp, starting_offset, _nonblocking.on)
+        fd = self.log.handle().fd
+        if fd is None:  # a `.log` read from the bucket
+            return None
+        found = _accel.locate_time(kind, tst.mapping.mm, tst.entries, indexes.time.warm_entries, st.mapping.mm,
+                                   st.entries, indexes.offset.warm_entries, fd, self.base_offset, timestamp,
+                                   starting_offset, _nonblocking.on)
         if found is False:
             raise WouldBlock()
         return found
@@ -330,7 +436,7 @@ class LogSegment:
         if cached is not None and cached[0] == size:
             return cached[1]
         try:
-            last = self.offset_index.last_offset(limit=size)
+            last = self.indexes.offset.last_offset(limit=size)
         except CorruptIndexError as err:
             self._degraded(err)
             last = self.base_offset
@@ -355,13 +461,13 @@ class LogSegment:
         cached = self._cached_max_ts
         if cached is not None and cached[0] == size:
             return cached[1]
-        peeked = None if self.live else self.time_index.peek_last_entry()
+        peeked = None if self.live else self.indexes.time.peek_last_entry()
         if peeked is not None:
             self._cached_max_ts = (size, peeked)
             return peeked
         try:
-            entry = self.time_index.last_entry(limit=self.time_index_limit(size))
-            start = self.offset_index.lookup(entry[1], limit=size)[1] if self.live else None
+            entry = self.indexes.time.last_entry(limit=self.time_index_limit(size))
+            start = self.indexes.offset.lookup(entry[1], limit=size)[1] if self.live else None
         except CorruptIndexError as err:
             self._degraded(err)
             entry, start = (-1, self.base_offset), 0
@@ -373,28 +479,46 @@ class LogSegment:
         return entry
 
     def largest_timestamp(self, size: int | None = None) -> int:
-        """LogSegment.largestTimestamp: max timestamp, or the `.log` mtime (ms) when there is none
-        (`size`: as for max_timestamp_so_far)."""
+        """LogSegment.largestTimestamp: what the segment's listing recorded (an upload's
+        RemoteLogSegmentMetadata.maxTimestampMs, LogSegment.largestTimestamp at upload time: nothing read),
+        else the max timestamp, or the `.log` mtime (ms) when there is none and it has one (`size`: as for
+        max_timestamp_so_far)."""
+        known = self.origin.max_timestamp
+        if known is not None:
+            return known
         ts = self.max_timestamp_so_far(size)[0]
         if ts >= 0:
             return ts
-        return int(regular_stat(self.log.path).st_mtime * 1000)
+        mtime = self.origin.mtime_ms()
+        return ts if mtime is None else mtime
 
     def collect_aborted_txns(self, fetch_offset: int, upper_bound_offset: int) -> tuple[list[AbortedTxn], bool]:
-        return self.txn_index.collect_aborted_txns(fetch_offset, upper_bound_offset)
+        return self.indexes.txn.collect_aborted_txns(fetch_offset, upper_bound_offset)
 
     def info(self) -> dict:
-        """Summary for listings: counts of valid index entries, size, largest timestamp."""
+        """Summary for listings: counts of valid index entries, size, largest timestamp. For a segment whose
+        files cannot be read (an upload's corrupt manifest, say), what is known with `error` saying why
+        ("CODE: message"): one segment never fails a listing of all."""
+        try:
+            out = self._info()
+        except CorruptDataError as err:
+            out = {"base_offset": self.base_offset, "size": -1, "active": False, "offset_index_entries": -1,
+                   "time_index_entries": -1, "largest_timestamp": -1, "error": f"{err.code}: {err}"}
+        out["tier"] = self.tier
+        out.update(self.origin.describe())
+        return out
+
+    def _info(self) -> dict:
         size = self._peek_size()
         # A rolled segment's trimmed indexes are counted from their sizes, without mapping them.
-        oi = None if self.live else self.offset_index.peek_entries()
-        ti = None if self.live else self.time_index.peek_entries()
+        oi = None if self.live else self.indexes.offset.peek_entries()
+        ti = None if self.live else self.indexes.time.peek_entries()
         try:
-            oi = self.offset_index.valid_entries(limit=size) if oi is None else oi
+            oi = self.indexes.offset.valid_entries(limit=size) if oi is None else oi
         except LookupdError:
             oi = -1
         try:
-            ti = self.time_index.valid_entries(limit=self.time_index_limit(size)) if ti is None else ti
+            ti = self.indexes.time.valid_entries(limit=self.time_index_limit(size)) if ti is None else ti
         except LookupdError:
             ti = -1
         try:
@@ -402,5 +526,4 @@ class LogSegment:
         except LookupdError:
             largest = -1
         return {"base_offset": self.base_offset, "size": size, "active": self.live,
-                "offset_index_entries": oi, "time_index_entries": ti, "largest_timestamp": largest,
-                "tier": self.tier}
+                "offset_index_entries": oi, "time_index_entries": ti, "largest_timestamp": largest}

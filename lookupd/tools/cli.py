@@ -117,7 +117,7 @@ def _build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--tls", action="store_true",
                       help="DIR/logs served over mutual TLS with openssl-made certificates and an [[acl]] "
                            "(make demo-tls)")
-    g.set_defaults(run="lookupd.tools.demo:run")
+    g.set_defaults(run="lookupd.tools.demodata:run")
 
     r = command("recover", help="rebuild missing or corrupt indexes of rolled segments, as a broker does")
     r.add_argument("dir", metavar="DIR", help="a partition dir or a whole log dir")
@@ -137,7 +137,7 @@ def _build_parser() -> argparse.ArgumentParser:
                     help="which incarnation of the topic, when the bucket holds several")
     rs.add_argument("--verify", action="store_true",
                     help="check every restored segment's indexes against its log (as dump --verify-index-only)")
-    rs.set_defaults(run="lookupd.tools.restore:run")
+    rs.set_defaults(run="lookupd.tools.restore:run", needs_tiered=True)  # the tiered extra, checked before its import
 
     def coordinator_options(c: argparse.ArgumentParser, topic: str, setting: str) -> None:
         c.add_argument("--log-dir", action="append", dest="log_dirs", metavar="DIR", required=True,
@@ -210,6 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     module, func = args.run.split(":")
     try:
+        if getattr(args, "needs_tiered", False):
+            from ..log.remote.extra import require
+
+            require()  # one line naming the extra, not the traceback of a missing module
         return getattr(importlib.import_module(module), func)(args) or 0
     except LookupdError as err:
         print(f"lookupd {args.command}: {err}", file=sys.stderr)

@@ -178,14 +178,3 @@ def serve(config: str) -> int:
 
     return serve_daemon(argparse.Namespace(config=config, log_dirs=None, socket=None, tcp=None, workers=None,
                                            verbose=0))
-
-
-def run(args) -> int:
-    if args.tiered:
-        from .tiereddemo import run as tiered
-        return tiered(args)
-    if args.tls:
-        from .tlsdemo import run as tls
-        return tls(args)
-    write_sample(args.dir, args.records, args.seed)
-    return 0

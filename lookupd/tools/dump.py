@@ -26,8 +26,8 @@ from ..format.internal.topics import decode_record, decode_text, dumps, internal
 from ..format.records import control_record
 from ..format.render import batch_json, batch_line, record_json, record_line, record_lines
 from ..format.wire import ValueDecoder
-from ..log.segment import LogSegment
-from .remotedump import RemoteSegments, is_remote, remote_segments, split_url
+from ..log.segment import TIER_LOCAL, LogSegment
+from .remotedump import BucketUrls, bucket_urls, is_remote, split_url
 from .dumpfilter import DumpFilter
 from .verify import SegmentCheck, check_partition, check_segment
 
@@ -72,7 +72,7 @@ def expand(paths: list[str]) -> list[str]:
 class Dumper:
     """Writes one file's dump as text or JSON lines; remembers whether anything was wrong."""
 
-    def __init__(self, args, out=None, progress: Progress | None = None, remote: RemoteSegments | None = None,
+    def __init__(self, args, out=None, progress: Progress | None = None, remote: BucketUrls | None = None,
                  only: DumpFilter | None = None, decoder: ValueDecoder | None = None):
         self.args = args
         self.filter = only  # --offsets/--times (None: everything)
@@ -106,7 +106,7 @@ class Dumper:
         d, name = os.path.split(os.path.abspath(path))
         base = parse_segment_file(name)[0]
         bases = list_segments(d)
-        return LogSegment(d, base, live=bool(bases) and base == bases[-1])
+        return LogSegment.open(d, base, live=bool(bases) and base == bases[-1])
 
     def dump(self, path: str) -> None:
         if is_remote(path):
@@ -156,7 +156,7 @@ class Dumper:
         found = self._problems.get(seg.log.path)
         if found is not None:
             return found
-        checks = self._replayed.get(os.path.dirname(seg.log.path)) if seg.tier == "local" else None
+        checks = self._replayed.get(os.path.dirname(seg.log.path)) if seg.tier == TIER_LOCAL else None
         check = None
         if checks is not None:
             for c in checks:  # the partition's segments before this one are judged (and dropped) on the way
@@ -358,7 +358,7 @@ def run(args) -> int:
         decoder = decoder_for(args.paths[0], args.schemas)
     show = sys.stderr.isatty() and not sys.stdout.isatty()
     with Progress(sum(_log_bytes(files)), "dump", enabled=show) as progress, \
-            remote_segments(getattr(args, "config", None)) as remote:
+            bucket_urls(getattr(args, "config", None)) as remote:
         dumper = Dumper(args, progress=progress, remote=remote, only=only, decoder=decoder)
         if args.verify_index_only:
             for path in args.paths:

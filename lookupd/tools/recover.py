@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass, field
 
 from ..errors import LookupdError
-from ..format.names import INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, parse_partition_dir, segment_file_name
+from ..format.names import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, parse_partition_dir, segment_file_name
 from .durable import Directory, write_atomically
 from .progress import Progress
 from .verify import check_partition
@@ -92,7 +92,7 @@ def partition_dirs(path: str) -> list[str]:
 
 def run(args) -> int:
     dirs = partition_dirs(args.dir)
-    total = sum(os.path.getsize(os.path.join(d, f)) for d in dirs for f in os.listdir(d) if f.endswith(".log"))
+    total = sum(os.path.getsize(os.path.join(d, f)) for d in dirs for f in os.listdir(d) if f.endswith(LOG_SUFFIX))
     failed = 0
     actions: dict[str, int] = {}
     with Progress(total, "recover") as progress:

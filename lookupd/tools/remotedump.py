@@ -14,9 +14,10 @@ from typing import Iterator
 
 from ..log.remote.config import RemoteSettings, load_remote
 from ..errors import InvalidArgument
-from ..log.remote.layout import INDEXES, LOG, parse_key
-from ..log.remotelog import RemoteTier
-from ..log.remotesegment import RemoteSegment, RemoteSegmentInfo
+from ..log.tiered.layout import INDEXES, LOG, parse_key
+from ..log.tiered.listing import RemoteTier
+from ..log.segment import LogSegment
+from ..log.tiered.segment import RemoteSegmentInfo
 
 SCHEME = "s3://"
 
@@ -38,15 +39,15 @@ def split_url(url: str) -> tuple[str, str, str]:
     return bucket, key, parsed[1]
 
 
-class RemoteSegments:
-    """Opens `s3://` segments with one RemoteTier per bucket."""
+class BucketUrls:
+    """Segments named by `s3://` URL, read from their buckets (one RemoteTier per bucket)."""
 
     def __init__(self, config_path: str | None):
         self.settings = load_remote(config_path) if config_path else RemoteSettings()
         self._tiers: dict[str, RemoteTier] = {}
         self._tmp: str | None = None
 
-    def open(self, url: str) -> tuple[RemoteSegment, str]:
+    def open(self, url: str) -> tuple[LogSegment, str]:
         """(segment, suffix) for a `.log` or `.indexes` URL."""
         bucket, key, suffix = split_url(url)
         parts = key.split("/")
@@ -60,7 +61,8 @@ class RemoteSegments:
                 settings = RemoteSettings(cache_dir=self._tmp, endpoint_url=settings.endpoint_url,
                                           region=settings.region, encryption_keys=settings.encryption_keys)
             settings = RemoteSettings(**{**settings.__dict__, "bucket": bucket})
-            tier = self._tiers[bucket] = RemoteTier(settings.remote_config())
+            config = settings.remote_config()  # (MissingExtra without the tiered extra)
+            tier = self._tiers[bucket] = RemoteTier(config)
         info = RemoteSegmentInfo(keys.start_offset, None, None, (), keys.segment_id, keys.log, keys)
         return tier.open(info), suffix
 
@@ -70,8 +72,8 @@ class RemoteSegments:
 
 
 @contextmanager
-def remote_segments(config_path: str | None) -> Iterator[RemoteSegments]:
-    segments = RemoteSegments(config_path)
+def bucket_urls(config_path: str | None) -> Iterator[BucketUrls]:
+    segments = BucketUrls(config_path)
     try:
         yield segments
     finally:

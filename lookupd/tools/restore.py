@@ -12,26 +12,23 @@ sizes the manifest gives. Reads only from the bucket: the one place written is D
 from __future__ import annotations
 
 import os
-import re
-import shutil
 import stat
 import sys
-import tempfile
 from dataclasses import dataclass
 
 from ..errors import InvalidArgument
+from ..format.names import LOG_SUFFIX, PARTITION_METADATA, parse_segment_file, segment_file_name
 from ..log.remote.config import load_remote
-from ..log.remote.layout import ListedSegment, RemotePartition, segments_in, topic_ids
-from ..log.remote.segmentdata import index_size
-from ..log.remotelog import RemoteTier
+from ..log.tiered.layout import ListedSegment, RemotePartition, segments_in, topic_ids
+from ..log.remote.indexes import index_size
+from ..log.tiered.listing import History, RemoteTier
+from ..log.tiered.segment import INDEX_SUFFIXES
 from ..log.segment import LogSegment
 from .progress import Progress
 from .durable import TMP, Directory, check_private
-from .restorefetch import INDEX_FILES, Pipeline, SegmentFiles
+from .restorefetch import Pipeline, SegmentFiles
 from .verify import check_segment
 
-METADATA = "partition.metadata"
-_SEGMENT_FILE = re.compile(r"(\d{20})(\.log|\.index|\.timeindex|\.txnindex)(\.tmp)?")
 
 
 def partition_metadata(topic_id: str) -> bytes:
@@ -41,8 +38,8 @@ def partition_metadata(topic_id: str) -> bytes:
 
 def expected_files(manifest) -> dict[str, int]:
     """suffix -> size of every file a segment restores to (its `.log` and the indexes it has)."""
-    out = {".log": manifest.chunk_index.file_size}
-    for kind, suffix in INDEX_FILES.items():
+    out = {LOG_SUFFIX: manifest.chunk_index.file_size}
+    for kind, suffix in INDEX_SUFFIXES.items():
         size = index_size(manifest, kind)
         if size is not None:
             out[suffix] = size
@@ -53,8 +50,10 @@ def foreign_files(names: list[str], bases: set[int]) -> list[str]:
     """The names in DEST_DIR that a restore of segments `bases` would not write (refused: not ours)."""
     out = []
     for name in names:
-        m = _SEGMENT_FILE.fullmatch(name)
-        if name in (METADATA, METADATA + TMP) or (m is not None and int(m[1]) in bases):
+        if name in (PARTITION_METADATA, PARTITION_METADATA + TMP):
+            continue
+        segment = parse_segment_file(name[:-len(TMP)] if name.endswith(TMP) else name)
+        if segment is not None and segment[0] in bases:
             continue
         out.append(name)
     return sorted(out)
@@ -83,9 +82,9 @@ def _find_partition(store, prefix: str, topic: str, partition: int,
     """The partition's bucket directory and its uploads: one listing of the topic directories, then one of
     the partition directory under each that bears the topic's name."""
     found = []
-    for tid in topic_ids(store, prefix, topic):
-        if topic_id is None or tid == topic_id:
-            rp = RemotePartition(topic, partition, tid)
+    history = History(topic_id)
+    for rp in (RemotePartition(topic, partition, tid) for tid in topic_ids(store, prefix, topic)):
+        if history.holds(rp):
             objects = store.list(rp.dir(prefix))
             if objects:
                 found.append((rp, segments_in(prefix, rp, objects)))
@@ -101,7 +100,7 @@ def _find_partition(store, prefix: str, topic: str, partition: int,
 
 
 def _complete(dest: Directory, base: int, expected: dict[str, int]) -> bool:
-    return all(dest.regular_size(f"{base:020d}{suffix}") == size for suffix, size in expected.items())
+    return all(dest.regular_size(segment_file_name(base, suffix)) == size for suffix, size in expected.items())
 
 
 def open_dest(path: str) -> Directory:
@@ -139,19 +138,19 @@ def _prepare(dest: Directory, bases: set[int], topic_id: str) -> dict[str, bytes
         raise InvalidArgument(f"{dest.path} holds files that are not this partition's restore ({shown}); restore "
                               "into an empty directory (or the one an interrupted restore left)")
     want = partition_metadata(topic_id)
-    found = dest.read_small(METADATA, len(want))
+    found = dest.read_small(PARTITION_METADATA, len(want))
     if found is not None and found != want:
-        raise InvalidArgument(f"{dest.join(METADATA)} names another topic id than {topic_id}: {dest.path} holds "
-                              "another partition's restore")
+        raise InvalidArgument(f"{dest.join(PARTITION_METADATA)} names another topic id than {topic_id}: "
+                              f"{dest.path} holds another partition's restore")
     for name in names:  # an interrupted run's half-written files
         if name.endswith(TMP):
             dest.unlink(name)
-    return {METADATA: want}
+    return {PARTITION_METADATA: want}
 
 
 def verify_segment(dest: str, base: int) -> list[str]:
     """What `lookupd dump --verify-index-only` reports for the restored segment (empty: all good)."""
-    seg = LogSegment(dest, base, live=False)
+    seg = LogSegment.open(dest, base, live=False)
     try:
         check = check_segment(seg)
     finally:
@@ -164,14 +163,10 @@ def run(args) -> int:
     if not settings.bucket:
         raise InvalidArgument(f"{args.config} has no [remote] table with a bucket: restore reads the bucket "
                               "it names")
-    # Restore reads each byte once and caches nothing: an empty temporary cache_dir, so that the daemon's
-    # cache (and its half-written files) is never touched, whoever runs the restore.
-    settings.cache_dir = tempfile.mkdtemp(prefix="lookupd-restore-")
-    try:
-        return restore_partition(RemoteTier(settings.remote_config()), args.dest, args.topic, args.partition,
-                                 topic_id=args.topic_id, verify=args.verify)
-    finally:
-        shutil.rmtree(settings.cache_dir, ignore_errors=True)
+    # Restore reads each byte once and caches nothing: no disk cache, so that the daemon's cache (and its
+    # half-written files) is never touched, whoever runs the restore.
+    return restore_partition(RemoteTier(settings.remote_config(), cached=False), args.dest, args.topic,
+                             args.partition, topic_id=args.topic_id, verify=args.verify)
 
 
 def restore_partition(tier: RemoteTier, dest: str, topic: str, partition: int, *, topic_id: str | None = None,
@@ -206,7 +201,7 @@ def _restore(tier: RemoteTier, pipeline: Pipeline, dest: str, opened: list[Direc
         manifest = tier.manifest(info.keys)  # fetched by the listing
         if not _complete(directory, info.base_offset, expected_files(manifest)):
             todo.append(SegmentFiles(directory, info.base_offset, manifest.chunk_index.file_size,
-                                     lambda keys=info.keys: tier.data(keys)))  # made when its turn comes
+                                     tier.bucket, info.keys.log))
     counts = Counts(restored=len(todo), skipped=len(segments) - len(todo))
     with Progress(sum(files.size for files in todo), f"restore {rp.topic}-{rp.partition}") as progress:
         counts.bytes = pipeline.run(todo, progress, head)

@@ -16,12 +16,17 @@ import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from ..errors import CorruptDataError
-from ..log.remote.layout import ListedSegment
+from ..format.names import LOG_SUFFIX, filename_prefix
+from ..log.tiered.layout import ListedSegment
+from ..log.tiered.segment import INDEX_SUFFIXES
 from .durable import TMP, Directory, drop_cached, start_writeback, write_all, write_atomically
 from .progress import Progress
+
+if TYPE_CHECKING:
+    from ..log.remote.bucket import Bucket, Upload
 
 PIECE_BYTES = 4 * 1024 * 1024    # one GET of a `.log` (whole chunks; the plugin's usual chunk.size): small enough
                                  # to overlap writing with fetching, big enough for few calls
@@ -35,42 +40,40 @@ SYNC_THREADS = 2                 # threads writing and syncing the small files (
                                  # the GET threads: a sync may wait for a journal commit
 SYNCS_QUEUED = 2                 # segments whose `.log` waits for its sync and rename while the next ones are
                                  # fetched (a failed one stops the restore this soon)
-# The index kinds restored, with their file suffixes (the producer snapshot and leader-epoch index are
-# per-segment copies of broker state, not segment files: the broker rebuilds both on load).
-INDEX_FILES = {"offset": ".index", "timestamp": ".timeindex", "transaction": ".txnindex"}
 
 
 class SegmentFiles:
     """One segment's files in DEST_DIR (`<base>.*`, each created and renamed in `dest`): its indexes, then
     its `.log`."""
 
-    def __init__(self, dest: Directory, base: int, size: int, open_data: Callable[[], object]):
+    def __init__(self, dest: Directory, base: int, size: int, bucket: Bucket, log_key: str):
         self.dest = dest
-        self.stem = f"{base:020d}"            # its files' names in `dest`
+        self.stem = filename_prefix(base)     # its files' names in `dest`
         self.size = size                      # of its `.log`
-        self._open_data = open_data           # its RemoteSegmentData, made when first asked for
-        self._data = None
+        self._bucket = bucket                 # where its Upload is opened when first asked for (its turn)
+        self._log_key = log_key
+        self._data: Upload | None = None
         self.indexes: Future | None = None    # the index files written
         self._fd: int | None = None
         self._lock = threading.Lock()         # the fd opened once; the bytes written counted
         self._written = 0
 
     @property
-    def data(self):
+    def data(self) -> Upload:
         if self._data is None:
-            self._data = self._open_data()
+            self._data = self._bucket.upload(self._log_key)
         return self._data
 
     def write_indexes(self, fetched: Callable[[], dict]) -> None:
         """Write the indexes `fetched()` gives (it waits for their GET)."""
         indexes = fetched()
-        write_atomically(self.dest, {self.stem + suffix: indexes[kind] for kind, suffix in INDEX_FILES.items()
+        write_atomically(self.dest, {self.stem + suffix: indexes[kind] for kind, suffix in INDEX_SUFFIXES.items()
                                      if indexes[kind] is not None})
 
     def _open(self) -> int:
         with self._lock:
             if self._fd is None:
-                self._fd = self.dest.create_fresh(self.stem + ".log" + TMP)
+                self._fd = self.dest.create_fresh(self.stem + LOG_SUFFIX + TMP)
             return self._fd
 
     def write_at(self, position: int, pieces) -> int:
@@ -105,7 +108,7 @@ class SegmentFiles:
             raise CorruptDataError(self.data.key, self._written, f"the segment ends after {self._written} "
                                    f"bytes, its manifest says {self.size}")
         self.indexes.result()
-        self.dest.replace(self.stem + ".log" + TMP, self.stem + ".log")
+        self.dest.replace(self.stem + LOG_SUFFIX + TMP, self.stem + LOG_SUFFIX)
 
     def abandon(self) -> None:
         if self._fd is not None:
@@ -187,31 +190,25 @@ class Pipeline:
 
     def _jobs(self, todo: list[SegmentFiles], head: Head | None):
         """The `.log` GETs in order, each (segment files, call): runs of whole chunks of about PIECE_BYTES
-        (those in `head`, when it is this segment's, from its bytes), each call fetching, decoding and
-        writing its run; then (files, None) when a segment's are all out. A segment's indexes are fetched
+        (ChunkFetcher.plan; those in `head`, when it is this segment's, from its bytes), each call fetching,
+        decoding and writing its run; then (files, None) when a segment's are all out. A segment's indexes are fetched
         and written from when its first GET is asked for."""
         for files in todo:
-            data = files.data
-            index = data.manifest.chunk_index
-            mine = head is not None and head.key == data.key
+            upload = files.data
+            mine = head is not None and head.key == upload.key
             if mine and head.indexes is not None:
-                fetched = lambda data=data: data.fetch_indexes(list(INDEX_FILES), head.indexes.result())  # noqa: E731
+                fetched = lambda upload=upload: upload.indexes.fetch(list(INDEX_SUFFIXES), head.indexes.result())  # noqa: E731
             else:
-                fetched = self._gets.submit(data.fetch_indexes, list(INDEX_FILES)).result
+                fetched = self._gets.submit(upload.indexes.fetch, list(INDEX_SUFFIXES)).result
             files.indexes = self._syncer.submit(files.write_indexes, fetched)
-            first = 0  # the first chunk not wholly in `head`
-            if mine:
-                while first < index.chunk_count and index.transformed_start(first + 1) <= head.size:
-                    first += 1
-                for a, b in data.chunk_runs(PIECE_BYTES):
-                    if a < first:
-                        b = min(b, first - 1)
-                        span = index.transformed_start(a), index.transformed_start(b + 1)
-                        yield files, lambda files=files, index=index, a=a, b=b, span=span: files.write_at(
-                            index.original_span(a)[0], files.data.fetch_chunks(a, b, head.span(*span)))
-            for a, b in data.chunk_runs(PIECE_BYTES, first, DECODED_BYTES):
-                yield files, lambda files=files, index=index, a=a, b=b: files.write_at(
-                    index.original_span(a)[0], files.data.fetch_chunks(a, b))
+            chunks = upload.chunks
+            for run in chunks.plan(PIECE_BYTES, DECODED_BYTES, head.size if mine else 0):
+                if run.fetched:  # wholly in `head`: decoded from its bytes
+                    yield files, lambda files=files, chunks=chunks, run=run: files.write_at(
+                        run.position, chunks.fetch(run.first, run.last, head.span(run.start, run.end)))
+                else:
+                    yield files, lambda files=files, chunks=chunks, run=run: files.write_at(
+                        run.position, chunks.fetch(run.first, run.last))
             yield files, None
 
     def run(self, todo: list[SegmentFiles], progress: Progress, head: Head | None = None) -> int:

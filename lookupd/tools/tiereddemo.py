@@ -21,6 +21,7 @@ import json
 import os
 import sys
 
+from ..format.names import SEGMENT_SUFFIXES, SNAPSHOT_SUFFIX, segment_file_name
 from .demo import command_prefix, serve, shown, write_sample
 from .s3local import ACCESS_KEY, REGION, SECRET_KEY, running_server
 from .tieredwriter import (Options, WrappingKey, kafka_uuid, local_segments, upload_partition,
@@ -53,8 +54,8 @@ def tier(logs: str, client, key: WrappingKey) -> dict[int, list]:
                 epochs.setdefault(epoch, offset)
         write_leader_epoch_checkpoint(part, sorted(epochs.items(), key=lambda e: e[1]))
         for base in [u.facts.base_offset for u in uploaded][:-LOCAL_ROLLED or None]:
-            for suffix in (".log", ".index", ".timeindex", ".txnindex", ".snapshot"):
-                path = os.path.join(part, f"{base:020d}{suffix}")
+            for suffix in SEGMENT_SUFFIXES + (SNAPSHOT_SUFFIX,):
+                path = os.path.join(part, segment_file_name(base, suffix))
                 if os.path.exists(path):
                     os.remove(path)
         uploads[partition] = uploaded

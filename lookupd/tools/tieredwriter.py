@@ -27,6 +27,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from lookupd.format.batch import max_timestamp_at, parse_header, whole_frames
+from lookupd.format.names import (INDEX_SUFFIX, LEADER_EPOCH_CHECKPOINT, LOG_SUFFIX, PARTITION_METADATA,
+                                  SNAPSHOT_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, filename_prefix, parse_segment_file)
 
 H_LEN = 64
 
@@ -124,14 +126,14 @@ def checkpoint_bytes(epochs: dict[int, int]) -> bytes:
 
 def write_partition_metadata(partition_dir: str | os.PathLike, topic_id: str) -> None:
     """`partition.metadata` exactly as PartitionMetadataFile writes it (no final newline)."""
-    with open(os.path.join(os.fspath(partition_dir), "partition.metadata"), "w") as f:
+    with open(os.path.join(os.fspath(partition_dir), PARTITION_METADATA), "w") as f:
         f.write(f"version: 0\ntopic_id: {topic_id}")
 
 
 def write_leader_epoch_checkpoint(partition_dir: str | os.PathLike, entries: Iterable[tuple[int, int]]) -> None:
     """`leader-epoch-checkpoint`: version 0, the count, then `epoch start-offset` lines."""
     entries = list(entries)
-    with open(os.path.join(os.fspath(partition_dir), "leader-epoch-checkpoint"), "w") as f:
+    with open(os.path.join(os.fspath(partition_dir), LEADER_EPOCH_CHECKPOINT), "w") as f:
         f.write(f"0\n{len(entries)}\n" + "".join(f"{e} {o}\n" for e, o in entries))
 
 
@@ -190,8 +192,8 @@ def upload_segment(client, bucket: str, partition_dir: Path, base_offset: int, *
                    topic_id: str, opts: Options, epochs: dict[int, int] | None = None,
                    segment_id: str | None = None) -> Uploaded:
     """Upload one local segment (its .log and indexes) in the plugin's layout; the manifest goes last."""
-    stem = f"{base_offset:020d}"
-    log_path = partition_dir / f"{stem}.log"
+    stem = filename_prefix(base_offset)
+    log_path = partition_dir / f"{stem}{LOG_SUFFIX}"
     data = log_path.read_bytes()
     facts = segment_facts(log_path, base_offset)
     segment_id = segment_id or kafka_uuid()
@@ -209,13 +211,13 @@ def upload_segment(client, bucket: str, partition_dir: Path, base_offset: int, *
     client.put_object(Bucket=bucket, Key=f"{main}.log", Body=b"".join(chunks))
 
     def local(suffix: str) -> bytes | None:
-        p = partition_dir / f"{stem}.{suffix}"
+        p = partition_dir / f"{stem}{suffix}"
         return p.read_bytes() if p.exists() else None
 
-    originals = {"offset": local("index") or b"", "timestamp": local("timeindex") or b"",
-                 "producer_snapshot": local("snapshot") or b"",
+    originals = {"offset": local(INDEX_SUFFIX) or b"", "timestamp": local(TIME_INDEX_SUFFIX) or b"",
+                 "producer_snapshot": local(SNAPSHOT_SUFFIX) or b"",
                  "leader_epoch": checkpoint_bytes(epochs),
-                 "transaction": local("txnindex")}
+                 "transaction": local(TXN_INDEX_SUFFIX)}
     names = {"offset": "offset", "timestamp": "timestamp", "producer_snapshot": "producerSnapshot",
              "leader_epoch": "leaderEpoch", "transaction": "transaction"}
     segment_indexes, parts, position = {}, [], 0
@@ -246,12 +248,13 @@ def upload_segment(client, bucket: str, partition_dir: Path, base_offset: int, *
 
 
 def local_segments(partition_dir: Path) -> list[int]:
-    return sorted(int(p.name[:20]) for p in partition_dir.glob("*.log") if p.name[:20].isdigit())
+    found = (parse_segment_file(p.name) for p in partition_dir.iterdir())
+    return sorted(base for base, suffix in filter(None, found) if suffix == LOG_SUFFIX)
 
 
 def topic_id_of(partition_dir: Path) -> str | None:
     """The topic id in `partition.metadata` (`version: 0\\ntopic_id: <id>`), None without one."""
-    p = partition_dir / "partition.metadata"
+    p = partition_dir / PARTITION_METADATA
     if not p.exists():
         return None
     for line in p.read_text().splitlines():

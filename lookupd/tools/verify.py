@@ -28,10 +28,9 @@ import numpy as np
 
 from ..errors import CorruptDataError, CorruptRecordError
 from ..format.batch import BatchHeader, compute_crc, parse_header
-from ..format.names import TXN_INDEX_SUFFIX
 from ..format.records import control_record, decode_batch
 from ..log.locallog import list_segments
-from ..log.segment import LogSegment
+from ..log.segment import TIER_LOCAL, LogSegment
 from ..log.txnindex import AbortedTxn
 from .producerstate import TransactionTracker
 from .writer import DEFAULT_INDEX_INTERVAL_BYTES, IndexBuilder
@@ -169,7 +168,7 @@ def txn_index_problems(seg: LogSegment, aborted: list[AbortedTxn]) -> list[tuple
     """The `.txnindex` against the ABORT markers that end in the segment: the entries Kafka writes for them, in
     order (`aborted`, from the partition's batches replayed up to here). A missing file is _missing's."""
     txn = seg.txn_index
-    if seg.tier != "local" or not os.path.lexists(txn.path):
+    if seg.tier != TIER_LOCAL or not os.path.lexists(txn.path):
         return []
     try:
         txn.sanity_check()
@@ -267,7 +266,7 @@ def check_partition(directory: str, *, index_interval_bytes: int = DEFAULT_INDEX
     bases = list_segments(directory)
     tracker = TransactionTracker()
     for i, base in enumerate(bases):
-        seg = LogSegment(directory, base, live=i == len(bases) - 1)
+        seg = LogSegment.open(directory, base, live=i == len(bases) - 1)
         try:
             check = check_segment(seg, index_interval_bytes=index_interval_bytes, tracker=tracker,
                                   progress=progress)
@@ -279,12 +278,12 @@ def check_partition(directory: str, *, index_interval_bytes: int = DEFAULT_INDEX
 def _missing(seg: LogSegment, aborted: int | None) -> list[tuple[str, str]]:
     """The index files a rolled local segment should have and has not: a `.txnindex` only where aborted
     transactions end in the segment (Kafka creates it with its first entry; `aborted` None: not known)."""
-    if seg.tier != "local":
+    if seg.tier != TIER_LOCAL:
         return []
     log_path = seg.log.path
     out = [(log_path, f"{os.path.basename(p)} is missing") for p in (seg.offset_index.path, seg.time_index.path)
            if not os.path.lexists(p)]
-    txn_path = log_path[:-len(".log")] + TXN_INDEX_SUFFIX
+    txn_path = seg.txn_index.path
     if aborted and not os.path.lexists(txn_path):
         out.append((log_path, f"{os.path.basename(txn_path)} is missing ({aborted} aborted transactions end in "
                               "this segment)"))

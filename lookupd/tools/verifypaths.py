@@ -20,19 +20,19 @@ import sys
 from typing import Iterator
 
 from ..errors import LookupdError
-from ..format.names import parse_segment_file
+from ..format.names import LOG_SUFFIX, parse_segment_file
 from ..log.locallog import list_segments
 from ..log.segment import LogSegment
 from .dump import expand, partition_dirs_in
 from .progress import Progress
-from .remotedump import RemoteSegments, is_remote, remote_segments, split_url
+from .remotedump import BucketUrls, bucket_urls, is_remote, split_url
 from .verify import SegmentCheck, check_partition, check_segment
 
 
 class Verifier:
     """Judges segments and counts them and their problems; yields (file, message) for each problem."""
 
-    def __init__(self, remote: RemoteSegments | None = None, progress: Progress | None = None):
+    def __init__(self, remote: BucketUrls | None = None, progress: Progress | None = None):
         self.remote = remote
         self.progress = progress
         self.segments = 0
@@ -53,7 +53,7 @@ class Verifier:
     def segment(self, directory: str, base: int) -> Iterator[tuple[str, str]]:
         """One local segment, by itself."""
         bases = list_segments(directory)
-        seg = LogSegment(directory, base, live=bool(bases) and base == bases[-1])
+        seg = LogSegment.open(directory, base, live=bool(bases) and base == bases[-1])
         try:
             check = check_segment(seg, progress=self.progress)
         finally:
@@ -100,10 +100,10 @@ def _targets(paths: list[str]) -> tuple[list[str], list[tuple[str, int]], list[s
 
 def run(args) -> int:
     dirs, alone, urls = _targets(args.paths)
-    total = sum(os.path.getsize(os.path.join(d, f)) for d in dirs for f in os.listdir(d) if f.endswith(".log"))
+    total = sum(os.path.getsize(os.path.join(d, f)) for d in dirs for f in os.listdir(d) if f.endswith(LOG_SUFFIX))
     show = sys.stderr.isatty() and not sys.stdout.isatty()
     with Progress(total, "verify", enabled=show) as progress, \
-            remote_segments(getattr(args, "config", None)) as remote:
+            bucket_urls(getattr(args, "config", None)) as remote:
         verifier = Verifier(remote, progress)
         found = [verifier.partition(d) for d in dirs] + [verifier.segment(d, b) for d, b in alone] + \
             [verifier.tiered(u) for u in urls]

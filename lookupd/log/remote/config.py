@@ -106,9 +106,13 @@ class RemoteSettings:
             raise InvalidArgument("remote.cache_bytes must be at least 1")
 
     def remote_config(self) -> RemoteConfig | None:
-        """The RemoteConfig to read with, None while no bucket is set."""
+        """The RemoteConfig to read with, None while no bucket is set. MissingExtra, one line naming the extra,
+        when the tiered extra is not installed: every reader of a [remote] table or an s3:// URL comes here."""
         if not self.bucket:
             return None
+        from .extra import require  # (here, not at the top: extra may import this module)
+
+        require()
         try:
             return RemoteConfig(bucket=self.bucket, cache_dir=self.cache_dir, prefix=self.prefix,
                                 endpoint_url=self.endpoint_url or None, region=self.region,

@@ -35,7 +35,7 @@ MIN_CHUNK_BYTES = 1024
 # default) in 16 KiB chunks; the plugin's docs start chunk.size at 4 MiB.
 MAX_CHUNKS = 65_536
 # A bigger chunk is refused: a chunk is decoded (and cached) whole, and its declared size is what a decoder
-# allocates, so one stays within the memory one ranged GET may take (segmentdata.MAX_GET_BYTES). The plugin
+# allocates, so one stays within the memory one ranged GET may take (chunks.MAX_GET_BYTES). The plugin
 # accepts chunk.size up to 1 GiB, but recommends starting at 4 MiB: this is 8 times that.
 MAX_CHUNK_BYTES = 32 * 1024 * 1024
 # What the plugin's transforms may add to a chunk: zstd's worst case (1/256 of it, plus frame and block

@@ -4,7 +4,7 @@ The plugin wraps each segment's AES data key with BouncyCastle's `RSA/NONE/OAEPW
 `cryptography` refuses SHA3 in OAEP. The fast path is pycryptodome's PKCS1_OAEP (blinded CRT, the decoding
 in constant-time C, its MGF1 on the same SHA3-512): 0.75 ms for a 2048-bit key, 3.9 ms for 4096, where the
 Python below takes 6 ms and 40 ms holding the GIL. The Python decoding is the reference path: it runs
-within `python_only()` and under LOOKUPD_PURE_PYTHON=1 (lookupd.format._accel's one switch), and
+within `python_only()` and under LOOKUPD_PURE_PYTHON=1 (lookupd.native, the one switch), and
 tests/test_remote_oaep.py checks that both give the same key and the same errors. Every decoding fault
 gives the same error, found after the same work (RFC 8017's advice against padding oracles); the length
 and range checks come first and are shared, so both paths fail them with the same words.
@@ -19,7 +19,7 @@ import secrets
 
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
 
-from .. import _accel
+from ... import native
 
 H_LEN = 64  # SHA3-512's output size
 LABEL_HASH = hashlib.sha3_512(b"").digest()  # lHash of the empty label
@@ -39,7 +39,7 @@ class UnwrappingKey:
         self.n, self.e = priv.public_numbers.n, priv.public_numbers.e
         self.p, self.q, self.dmp1, self.dmq1, self.iqmp = priv.p, priv.q, priv.dmp1, priv.dmq1, priv.iqmp
         self.k = (self.n.bit_length() + 7) // 8  # the modulus's length in bytes: every ciphertext's
-        self._fast = None if _accel.PURE_PYTHON else _fast_cipher(self, priv.d)
+        self._fast = None if native.PURE_PYTHON else _fast_cipher(self, priv.d)
 
     def decrypt(self, ciphertext: bytes) -> bytes:
         """RSAES-OAEP-DECRYPT(K, C) with SHA3-512, MGF1-SHA3-512 and an empty label."""
@@ -49,7 +49,7 @@ class UnwrappingKey:
         c = int.from_bytes(ciphertext, "big")
         if c >= self.n:
             raise DecryptionError("the wrapped key is not below the RSA modulus: wrong key or corrupt wrapped key")
-        if self._fast is None or _accel.mode.python:
+        if self._fast is None or native.mode.python:
             return oaep_decode(self._rsa_decrypt_raw(c).to_bytes(self.k, "big"), self.k)
         try:
             return self._fast.decrypt(ciphertext)

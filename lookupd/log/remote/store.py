@@ -1,7 +1,7 @@
 """ObjectStore: listings and ranged GETs against S3, retried on transient faults, mapped onto lookupd's errors.
 
 Read-only: only ListObjectsV2 and GET (HEAD for `size`) are ever sent. Thread-safe: the clients are
-shared by the daemon's worker threads and the read-ahead. A thread in local-only mode (lookupd.log.fileio:
+shared by the daemon's worker threads and the read-ahead. A thread in local-only mode (lookupd.log.remote.errors:
 the daemon's worker threads for local calls) sends nothing: StoreWouldWait, and the call goes to the
 daemon's remote pool.
 
@@ -23,7 +23,6 @@ import random
 import re
 import threading
 import time
-from dataclasses import dataclass
 
 import boto3
 import botocore
@@ -34,9 +33,10 @@ import obstore.exceptions as oe
 from obstore.auth.boto3 import Boto3CredentialProvider
 from obstore.store import S3Store
 
-from ...errors import CorruptDataError, Unauthorized, Unavailable
-from ..fileio import StoreWouldWait, mode
+from ...errors import InvalidArgument, Unauthorized, Unavailable
 from .config import RemoteConfig
+from .errors import ObjectNotFound, ObjectTooLarge, StoreWouldWait, local_only  # noqa: F401 - callers catch them here
+from .objects import ObjectInfo
 
 ATTEMPTS = 5                # transient faults (5xx, SlowDown, resets, timeouts) are tried this often in all
 BACKOFF_FIRST = 0.05        # seconds before the first retry; doubled each time (full jitter)
@@ -45,25 +45,6 @@ CONNECT_TIMEOUT = 5.0       # seconds; a store that does not accept a connection
 REQUEST_TIMEOUT = 30.0      # seconds for a whole request: a 32 MiB GET on a slow link, then retried
 LIST_PAGE = 1000            # keys per ListObjectsV2 page (S3's maximum)
 _STATUS = re.compile(r"status code: (\d{3})")
-
-
-class ObjectNotFound(Unavailable):
-    """The object is gone (deleted by retention after it was listed): relist, and the segment drops out."""
-
-
-class ObjectTooLarge(CorruptDataError):
-    """A whole-object GET whose length is above what the caller reads of such an object (its body not read)."""
-
-    def __init__(self, key: str, size: int, limit: int, what: str):
-        super().__init__(key, None, f"{what} of {size} bytes exceeds {limit}: not read")
-        self.size = size
-
-
-@dataclass(frozen=True, slots=True)
-class ObjectInfo:
-    key: str
-    size: int
-    etag: str | None = None  # what the store says of its content: a rewritten object has another
 
 
 def endpoint_url(cfg: RemoteConfig) -> str | None:
@@ -78,10 +59,14 @@ class ObjectStore:
     def __init__(self, cfg: RemoteConfig, *, request_timeout: float = REQUEST_TIMEOUT, attempts: int = ATTEMPTS):
         self.bucket = cfg.bucket
         self._attempts = attempts
-        session = boto3.session.Session()
-        # No credentials anywhere in the chain: requests go unsigned (a public bucket still reads) and a
-        # 403 says that none were found.
-        self._anonymous = session.get_credentials() is None
+        try:
+            session = boto3.session.Session()
+            # No credentials anywhere in the chain: requests go unsigned (a public bucket still reads) and a
+            # 403 says that none were found.
+            self._anonymous = session.get_credentials() is None
+        except botocore.exceptions.ProfileNotFound as e:
+            raise InvalidArgument(f"{e}: AWS_PROFILE names a profile that neither the AWS config file nor the "
+                                  f"credentials file has") from None
         options = {"connect_timeout": f"{CONNECT_TIMEOUT}s", "timeout": f"{request_timeout}s"}
         endpoint = endpoint_url(cfg)
         if endpoint and endpoint.startswith("http://"):
@@ -113,8 +98,8 @@ class ObjectStore:
 
     def _call(self, what: str, key: str, fn):
         """fn() with retries on transient faults; every failure mapped onto a LookupdError naming bucket and key.
-        In local-only mode (lookupd.log.fileio), StoreWouldWait before any request."""
-        if mode.local_only:
+        In local-only mode (lookupd.log.remote.errors), StoreWouldWait before any request."""
+        if local_only.on:
             raise StoreWouldWait()
         where = f"s3://{self.bucket}/{key}"
         last = ""

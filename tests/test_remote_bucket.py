@@ -1,4 +1,4 @@
-"""RemoteSegmentData over a real S3 server: byte-identical reads of Kafka-written segments for every upload
+"""A Bucket's segments (the chunk cache over the chunk fetcher and transforms, the index files) over a real S3 server: byte-identical reads of Kafka-written segments for every upload
 variant, indexes fetched once, the cache bound, read-ahead, and corruption named by key and byte."""
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ import reference as R
 import lookupd.tools.tieredwriter as W
 from faultproxy import FaultProxy
 from lookupd.errors import CorruptDataError
-from lookupd.log.remote import segmentdata
+from lookupd.log.remote import chunkcache
+from lookupd.log.remote.bucket import Bucket
+from lookupd.log.remote.chunks import MAX_GET_BYTES
 from lookupd.log.remote.config import RemoteConfig
 from lookupd.log.remote.diskcache import MARKER, DiskCache
 from lookupd.log.remote.keyring import Keyring
@@ -52,7 +54,7 @@ def _open(endpoint, bucket, up, key, cache_dir, cache_bytes=10 ** 9, store=None)
     """A fresh reader with its own cache (and its own store, so request counts are its own)."""
     store = store or ObjectStore(RemoteConfig(bucket=bucket, cache_dir=str(cache_dir), endpoint_url=endpoint))
     cache = DiskCache(str(cache_dir), cache_bytes)
-    return segmentdata.open_segment(store, up.log_key, Keyring({key.key_id: key.pem_path}), cache)
+    return Bucket(store, Keyring({key.key_id: key.pem_path}), cache).segment(up.log_key)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -139,11 +141,11 @@ def test_the_cache_stays_within_its_bound(s3_server, tiered, tmp_path):
         seg = _open(s3_server.endpoint_url, bucket, up, key, tmp_path, cache_bytes=limit, store=store)
         assert seg.read(0, seg.size) == up.segment.read_bytes()
         seg.index_path("offset")
-        seg._cache.flush()
+        seg.chunks.disk.flush()
         total_read += seg.size
         on_disk = sum(e.stat().st_size for e in os.scandir(tmp_path) if e.name != MARKER)
         assert on_disk <= limit
-        assert seg._cache.disk_bytes == on_disk
+        assert seg.chunks.disk.disk_bytes == on_disk
     assert total_read > 5 * limit
     # A restart adopts what is there, within a smaller bound too.
     cache = DiskCache(str(tmp_path), limit // 2)
@@ -153,7 +155,7 @@ def test_the_cache_stays_within_its_bound(s3_server, tiered, tmp_path):
 
 def _settle(seg) -> None:
     deadline = time.monotonic() + 30
-    while seg._inflight and time.monotonic() < deadline:
+    while seg.chunks._inflight and time.monotonic() < deadline:
         time.sleep(0.01)
 
 
@@ -166,7 +168,7 @@ def test_sequential_reads_are_read_ahead(s3_server, tiered, tmp_path, hint):
     original = up.segment.read_bytes()
     step = seg.manifest.chunk_index.chunk_size
     chunks = seg.manifest.chunk_index.chunk_count
-    assert 6 <= chunks and seg.size < segmentdata.READ_AHEAD_GET_BYTES  # one read-ahead GET covers the rest
+    assert 6 <= chunks and seg.size < chunkcache.READ_AHEAD_GET_BYTES  # one read-ahead GET covers the rest
     assert seg.read(0, step, sequential=hint) == original[:step]
     _settle(seg)
     assert seg.read(step, step, sequential=hint) == original[step:2 * step]
@@ -244,12 +246,12 @@ def test_a_missing_or_wrong_key_is_corrupt_data_naming_the_manifest(s3_server, t
     up = uploads[0]
     store = ObjectStore(RemoteConfig(bucket=bucket, cache_dir=str(tmp_path), endpoint_url=s3_server.endpoint_url))
     cache = DiskCache(str(tmp_path), 10 ** 8)
-    seg = segmentdata.open_segment(store, up.log_key, Keyring({}), cache)
+    seg = Bucket(store, Keyring({}), cache).segment(up.log_key)
     with pytest.raises(CorruptDataError, match="key id 'key-1'.*remote.encryption.keys") as e:
         seg.read(0, 10)
     assert e.value.path == up.manifest_key
     other = W.WrappingKey.create(tmp_path, "key-1-other")
-    seg = segmentdata.open_segment(store, up.log_key, Keyring({"key-1": other.pem_path}), cache)
+    seg = Bucket(store, Keyring({"key-1": other.pem_path}), cache).segment(up.log_key)
     with pytest.raises(CorruptDataError, match="wrong key or corrupt") as e:
         seg.read(0, 10)
     assert e.value.path == up.manifest_key
@@ -265,9 +267,9 @@ def _outcome(fn):
 
 def _parallel(seg, chunks: list[int]):
     """The fast path: one GET per run, its chunks decoded on the decode pool as in a read-ahead."""
-    runs, futures = seg._start(chunks)
+    runs, futures = seg.chunks._start(chunks)
     for run in runs:
-        segmentdata._pool("readahead").submit(seg._run, *run, futures)
+        chunkcache.SHARED_POOLS.get("readahead").submit(seg.chunks._run, *run, futures)
     out = {}
     for i in chunks:  # the first error, in chunk order, as the reference path raises it
         out[i] = futures[i].result()
@@ -278,7 +280,7 @@ def _parallel(seg, chunks: list[int]):
 @pytest.mark.parametrize("corrupt_chunk", [None, 0, 2])
 def test_parallel_decoding_gives_the_reference_paths_bytes_and_errors(s3_server, tiered, tmp_path, variant,
                                                                        corrupt_chunk):
-    """`_run` (chunks of one GET decoded in parallel) against `_fetch` (decoded one after the other), on
+    """`_run` (chunks of one GET decoded in parallel) against `fetch_serial` (decoded one after the other), on
     intact bytes and with one bit flipped in one chunk of the GET (plain: both return the flipped bytes)."""
     (buckets, key) = tiered
     bucket, uploads = buckets[variant]
@@ -287,10 +289,10 @@ def test_parallel_decoding_gives_the_reference_paths_bytes_and_errors(s3_server,
         probe = _open(proxy.url, bucket, up, key, tmp_path / "probe")
         index = probe.manifest.chunk_index
         chunks = list(range(min(index.chunk_count, 6)))
-        assert len(chunks) == 6 and len(probe._runs(chunks, segmentdata.MAX_GET_BYTES)) == 1  # one GET each
+        assert len(chunks) == 6 and len(probe.chunks.fetcher.runs(chunks, MAX_GET_BYTES)) == 1  # one GET each
         if corrupt_chunk is not None:
             proxy.inject("GET", r"\.log$", "corrupt", at=index.transformed_start(corrupt_chunk) + 20)
-        reference = _outcome(lambda: _open(proxy.url, bucket, up, key, tmp_path / "ref")._fetch(0, chunks[-1]))
+        reference = _outcome(lambda: _open(proxy.url, bucket, up, key, tmp_path / "ref").chunks.fetch_serial(0, chunks[-1]))
         fast = _outcome(lambda: _parallel(_open(proxy.url, bucket, up, key, tmp_path / "fast"), chunks))
     assert fast == reference
     original = up.segment.read_bytes()
@@ -313,8 +315,8 @@ def test_a_key_file_fixed_after_a_failed_unwrap_is_picked_up(s3_server, tiered, 
     up = uploads[0]
     store = ObjectStore(RemoteConfig(bucket=bucket, cache_dir=str(tmp_path), endpoint_url=s3_server.endpoint_url))
     pem = tmp_path / "later.pem"
-    seg = segmentdata.open_segment(store, up.log_key, Keyring({key.key_id: str(pem)}),
-                                   DiskCache(str(tmp_path / "cache"), 10 ** 8))
+    seg = Bucket(store, Keyring({key.key_id: str(pem)}), DiskCache(str(tmp_path / "cache"), 10 ** 8)).segment(
+        up.log_key)
     with pytest.raises(Unavailable, match="cannot read the private key file"):
         seg.read(0, 10)
     shutil.copy(key.pem_path, pem)
@@ -330,16 +332,15 @@ def test_reads_finish_when_the_pools_refuse_work(s3_server, tiered, tmp_path):
     bucket, uploads = buckets["zstd-encrypted"]
     up = max(uploads, key=lambda u: u.segment.stat().st_size)
     for name in ("readahead", "decode"):
-        segmentdata._pool(name).shutdown(wait=True)
+        chunkcache.SHARED_POOLS.get(name).shutdown(wait=True)
     try:
         seg = _open(s3_server.endpoint_url, bucket, up, key, tmp_path)
         with ThreadPoolExecutor(1) as reader:  # a hang fails this test, not the whole run
             assert reader.submit(seg.read, 0, seg.size, sequential=True).result(timeout=120) == \
                 up.segment.read_bytes()
-            assert not seg._inflight
+            assert not seg.chunks._inflight
     finally:
-        with segmentdata._pool_lock:
-            segmentdata._pools.clear()  # fresh pools for the tests that follow
+        chunkcache.SHARED_POOLS.clear()  # fresh pools for the tests that follow
 
 
 def test_a_long_read_fetches_at_most_two_gets_ahead_of_decoding(s3_server, tiered, tmp_path, monkeypatch):
@@ -351,8 +352,9 @@ def test_a_long_read_fetches_at_most_two_gets_ahead_of_decoding(s3_server, tiere
     seg = _open(s3_server.endpoint_url, bucket, up, key, tmp_path)
     chunk = seg.manifest.chunk_index.chunk_size
     assert seg.manifest.chunk_index.chunk_count >= 24
-    monkeypatch.setattr(segmentdata, "MAX_GET_BYTES", 4 * chunk)  # 4 chunks a GET: 3 of them on the pool
-    decode, get_run = seg._decode, seg._get_run
+    monkeypatch.setattr(chunkcache, "MAX_GET_BYTES", 4 * chunk)  # 4 chunks a GET: 3 of them on the pool
+    fetcher = seg.chunks.fetcher
+    decode, get_run = fetcher.transform.decode, fetcher.get
     undecoded = []
 
     def slow_decode(i, blob):
@@ -361,10 +363,10 @@ def test_a_long_read_fetches_at_most_two_gets_ahead_of_decoding(s3_server, tiere
 
     def watched_get_run(first, last):
         before_previous = first - (last - first + 1)
-        undecoded.append([i for i, f in list(seg._inflight.items()) if i < before_previous and not f.done()])
+        undecoded.append([i for i, f in list(seg.chunks._inflight.items()) if i < before_previous and not f.done()])
         return get_run(first, last)
 
-    seg._decode, seg._get_run = slow_decode, watched_get_run
+    fetcher.transform.decode, fetcher.get = slow_decode, watched_get_run
     assert seg.read(0, 24 * chunk) == up.segment.read_bytes()[:24 * chunk]
     assert len(undecoded) == 6 and not any(undecoded)
 

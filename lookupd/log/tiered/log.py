@@ -13,30 +13,33 @@ FileNotFoundError, on which the call lists again and reruns as for a local segme
 from __future__ import annotations
 
 import os
-from typing import Callable
 
-from .locallog import LocalLog, SegmentList
-from .remotesegment import RemoteSegment, RemoteSegmentInfo
-from .segment import LogSegment
+from ..locallog import LocalLog, SegmentList
+from ..segment import LogSegment
+from .listing import PartitionListing, RemoteTier
+from .segment import RemoteSegmentInfo
 
 
 class TieredLog(LocalLog):
     """A LocalLog (its directory may be absent: a partition only in the bucket) with remote segments below."""
 
-    def __init__(self, directory: str | None, topic: str, partition: int, cache=None, *,
-                 remote_url: str, listing: list[RemoteSegmentInfo],
-                 lister: Callable[[], list[RemoteSegmentInfo]], opener: Callable[..., RemoteSegment],
-                 log_start_offset: int | None = None):
-        self.local_dir = None if directory is None else os.fspath(directory)
-        self.remote_url = remote_url  # s3://bucket/<prefix><topic>-<topic id>/<partition>
-        self._listing = listing
-        self._lister = lister
-        self._opener = opener
+    def __init__(self, directory: str | None, topic: str, partition: int, cache=None, *, tier: RemoteTier,
+                 listing: PartitionListing, log_start_offset: int | None = None):
+        self._local_dir = None if directory is None else os.fspath(directory)
+        self.remote_url = listing.url  # s3://bucket/<prefix><topic>-<topic id>/<partition>
+        self._tier = tier
+        self._partition = listing  # how to list the partition again
+        self._listing = listing.segments
         self._remote: dict[int, RemoteSegmentInfo] = {}
         self._first_local: int | None = None
         self._listed_now = True  # `listing` is fresh: the first refresh (LocalLog's constructor) lists only the dir
-        super().__init__(self.local_dir if self.local_dir is not None else remote_url, topic, partition, cache,
+        super().__init__(self._local_dir if self._local_dir is not None else self.remote_url, topic, partition, cache,
                          log_start_offset=log_start_offset)
+
+    @property
+    def local_dir(self) -> str | None:
+        """The partition directory on this host; None for a partition only in the bucket."""
+        return self._local_dir
 
     def __repr__(self) -> str:
         return f"TieredLog({self.topic}-{self.partition}, {len(self._remote)} remote + " \
@@ -47,13 +50,17 @@ class TieredLog(LocalLog):
         if self._listed_now:
             self._listed_now = False
         else:
-            self._listing = self._lister()
+            self._listing = self._tier.relist(self._partition)
         return super().refresh()
 
     def update_remote(self, listing: list[RemoteSegmentInfo]) -> bool:
         """Take a new remote listing (the LogManager's periodic one) and the directory's; whether anything changed."""
         self._listing = listing
         return super().refresh()
+
+    def listed(self, base_offset: int) -> RemoteSegmentInfo | None:
+        """The upload the remote listing names at `base_offset` now (None: a local segment, or none)."""
+        return self._remote.get(base_offset)
 
     def _list_bases(self) -> list[int]:
         local = super()._list_bases() if self.local_dir is not None else []
@@ -69,8 +76,8 @@ class TieredLog(LocalLog):
     def _new_segment(self, base_offset: int, live: bool) -> LogSegment:
         info = self._remote.get(base_offset)
         if info is None:
-            return LogSegment(self.local_dir, base_offset, self._cache, live=live)
-        return self._opener(info, current=lambda: self._remote.get(base_offset))
+            return LogSegment.open(self.local_dir, base_offset, self._cache, live=live)
+        return self._tier.open(info, self._cache, self)
 
     def local_log_start(self, v: SegmentList) -> int:
         """The first local segment's base offset (not below the log start); the log end offset when

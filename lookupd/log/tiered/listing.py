@@ -14,29 +14,62 @@ from __future__ import annotations
 import bisect
 import logging
 import threading
-import weakref
-from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Iterable, NamedTuple
 
-from ..errors import CorruptDataError, LookupdError
-from .remote.config import RemoteConfig
-from .remote.store import ObjectNotFound
-from .remote.layout import ListedSegment, RemotePartition, SegmentKeys, list_partitions, list_segments
-from .remote_metadata import MetadataReader, RemoteLogMetadata, read_leader_epoch_checkpoint, read_topic_id
-from .remotesegment import RemoteSegment, RemoteSegmentInfo
+from ...errors import LookupdError
+from ..remote.config import RemoteConfig
+from ..remote.diskcache import cache_name
+from ..remote.errors import ObjectNotFound
+from ..remote.extra import open_bucket
+from ..remote.manifest import Manifest
+from .layout import ListedSegment, RemotePartition, SegmentKeys, list_partitions, list_segments
+from .brokerfiles import MetadataReader, RemoteLogMetadata, read_leader_epoch_checkpoint, read_topic_id
+from ..locallog import LocalLog
+from ..segment import LogSegment
+from .segment import Listing, RemoteSegmentInfo, UploadData, remote_segment
+
+if TYPE_CHECKING:
+    from ..remote.bucket import BucketSegment
+    from ..remote.store import ObjectStore
 
 log = logging.getLogger(__name__)
 WHOLE_PIECE_BYTES = 4 << 20  # a whole-segment fetch reads (and holds) this much at a time
 MANIFEST_GETS_IN_FLIGHT = 8  # a listing's manifest GETs at once: each is a few KB, so they cost latency, not
                              # bandwidth, and a partition of hundreds of segments lists in a fraction of the time
-# Parsed manifests kept (and the failures to parse one, so that a bad object is not fetched again until it
-# changes), weighed by what each holds: a few KB for a fixed chunk index, 8 bytes a chunk more for a variable
-# one. The listing keeps what it needs of each manifest on its own, so this only saves the GET of a segment
-# read again: 16 MiB hold thousands of them, and at least 32 of the largest (manifest.MAX_CHUNKS chunks).
-MANIFEST_CACHE_BYTES = 16 << 20
 # Objects skipped by a listing are named in the log once each, at most this many per listing (then counted).
 SKIPPED_NAMED = 20
+
+
+class History(NamedTuple):
+    """Which bucket directory holds a partition's history: the partition matching rule, the one the daemon, the
+    mount and restore read. A partition's directory is the one of its topic's id (a topic deleted and created
+    again has a new one); `topic_id` None: any (a partition with no local directory, restore without
+    --topic-id). `local_dir`: where its leader-epoch lineage is read, if anywhere."""
+
+    topic_id: str | None
+    local_dir: str | None = None
+
+    def holds(self, rp: RemotePartition) -> bool:
+        return self.topic_id is None or rp.topic_id == self.topic_id
+
+    def lineage(self) -> list[tuple[int, int]]:
+        """The partition's leader-epoch lineage (the local `leader-epoch-checkpoint`; [] without one)."""
+        return [] if self.local_dir is None else read_leader_epoch_checkpoint(self.local_dir)
+
+
+def local_history(topic: str, partition: int, local_dir: str | None) -> History | None:
+    """What a partition's local directory says of its history in the bucket; None when it has none there: a
+    local partition without a topic id yet, or whose `partition.metadata` cannot be read (said in the log:
+    it is served from local disk only). No local directory: any directory of the topic's name."""
+    if local_dir is None:
+        return History(None)
+    try:
+        topic_id = read_topic_id(local_dir)
+    except LookupdError as err:
+        log.warning("%s; serving %s-%d from local disk only", err, topic, partition)
+        return None
+    return None if topic_id is None else History(topic_id, local_dir)
 
 
 def on_lineage(epochs: tuple[tuple[int, int], ...], end_offset: int | None,
@@ -107,79 +140,29 @@ def choose(candidates: Iterable[RemoteSegmentInfo], lineage: list[tuple[int, int
     return [infos[k] for k in sorted(chosen)]
 
 
-class ManifestCache:
-    """Parsed manifests and the CorruptDataErrors of those that are not, by key, least recently used dropped
-    first past MANIFEST_CACHE_BYTES. Each entry keeps the ETag it was read at: asked with another ETag (a
-    listing saw the object rewritten), it is not found."""
-
-    def __init__(self, limit: int = MANIFEST_CACHE_BYTES):
-        self.limit = limit
-        self.bytes = 0
-        self._entries: OrderedDict[str, tuple[str | None, object, int]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: str, etag: str | None = None):
-        """The Manifest or CorruptDataError kept for `key` (at `etag`, unless None), else None."""
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is None or (etag is not None and entry[0] is not None and entry[0] != etag):
-                return None
-            self._entries.move_to_end(key)
-            return entry[1]
-
-    def put(self, key: str, etag: str | None, value) -> None:
-        weight = _weight(value)
-        with self._lock:
-            old = self._entries.pop(key, None)
-            if old is not None:
-                self.bytes -= old[2]
-            self._entries[key] = (etag, value, weight)
-            self.bytes += weight
-            while self.bytes > self.limit and len(self._entries) > 1:
-                self.bytes -= self._entries.popitem(last=False)[1][2]
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-
-def _weight(value) -> int:
-    """About what a kept manifest (or error) holds in memory, in bytes."""
-    if isinstance(value, LookupdError):
-        return 512 + len(str(value))
-    starts = value.chunk_index.starts
-    epochs = len(value.metadata.segment_leader_epochs) if value.metadata is not None else 0
-    return 2048 + (8 * len(starts) if starts is not None else 0) + 100 * epochs
-
-
 class PartitionListing:
-    """One bucket partition directory's chosen segments, and how to list it again."""
+    """One bucket partition directory's chosen segments, and what listing it again needs: the partition's
+    epoch lineage and the logs the listing read the metadata topic from."""
 
     def __init__(self, partition: RemotePartition, url: str, segments: list[RemoteSegmentInfo],
-                 relist: Callable[[], list[RemoteSegmentInfo]]):
+                 lineage: list[tuple[int, int]], local_logs: list[LocalLog]):
         self.partition = partition
         self.url = url
         self.segments = segments
-        self.relist = relist
+        self.lineage = lineage
+        self.local_logs = local_logs
 
 
 class RemoteTier:
-    """The bucket's tiered segments, as the log layer sees them (listing only here; the bytes are
-    RemoteSegmentData's)."""
+    """The bucket's tiered segments, as the log layer sees them (listing only here; the bytes are the
+    Bucket's)."""
 
-    def __init__(self, config: RemoteConfig, store=None):
-        from .remote.store import ObjectStore
-
-        from .remote.diskcache import DiskCache
-        from .remote.keyring import Keyring
-
+    def __init__(self, config: RemoteConfig, store: ObjectStore | None = None, *, cached: bool = True):
+        """`store`: one made already (else the config's); `cached` False: no disk cache (restore)."""
         self.config = config
-        self.store = store if store is not None else ObjectStore(config)
-        self.disk_cache = DiskCache(config.cache_dir, config.cache_bytes)
-        self.keyring = Keyring(config.encryption_keys)
-        self.manifests = ManifestCache()
+        self.bucket = open_bucket(config, store=store, cached=cached)
+        self.store = self.bucket.store
         self._lock = threading.Lock()
-        # `.log` key -> RemoteSegmentData, shared by the segment objects of one upload while any holds it
-        self._opened: weakref.WeakValueDictionary[str, object] = weakref.WeakValueDictionary()
         # What each partition's last listing took from each manifest: manifest key -> (ETag, the upload's
         # RemoteSegmentInfo or None), so that listing it again fetches only manifests new or rewritten since.
         self._listed: dict[RemotePartition, dict[str, tuple[str | None, RemoteSegmentInfo | None]]] = {}
@@ -189,49 +172,29 @@ class RemoteTier:
         self._gone: dict[RemotePartition, set[str]] = {}
 
     def url(self, key: str) -> str:
-        return f"s3://{self.config.bucket}/{key}"
+        return self.bucket.url(key)
 
     # ------------------------------------------------------------- manifests and data
 
-    def manifest(self, keys: SegmentKeys, listed: ListedSegment | None = None) -> object:
-        """The segment's parsed manifest (one GET the first time); CorruptDataError naming it when it is not
-        one, remembered, so that it is not fetched again until a listing shows it rewritten (its ETag).
-        `listed`: the listing's entry, whose size is checked before any GET."""
-        from .remote.manifest import MAX_MANIFEST_BYTES, parse_manifest, too_big
+    def manifest(self, keys: SegmentKeys, listed: ListedSegment | None = None) -> Manifest:
+        """The segment's parsed manifest (Bucket.manifest); `listed`: the listing's entry, whose ETag and size
+        it is read at."""
+        if listed is None:
+            return self.bucket.manifest(keys.manifest)
+        return self.bucket.manifest(keys.manifest, listed.manifest_etag, listed.manifest_size)
 
-        key = keys.manifest
-        etag = listed.manifest_etag if listed is not None else None
-        found = self.manifests.get(key, etag)
-        if found is None:
-            try:
-                if listed is not None and listed.manifest_size > MAX_MANIFEST_BYTES:
-                    raise CorruptDataError(key, None, too_big(listed.manifest_size))
-                found = parse_manifest(self.store.get(key, MAX_MANIFEST_BYTES, "manifest"), key)
-            except CorruptDataError as err:
-                found = err
-            self.manifests.put(key, etag, found)
-        if isinstance(found, CorruptDataError):
-            raise CorruptDataError(found.path, found.position, found.reason)  # a new one: raised in many threads
-        return found
+    def data(self, keys: SegmentKeys) -> BucketSegment:
+        """The segment's BucketSegment (made once per upload; its manifest fetched then)."""
+        return self.bucket.segment(keys.log)
 
-    def data(self, keys) -> object:
-        """The segment's RemoteSegmentData (made once per upload; its manifest fetched then)."""
-        from .remote.segmentdata import RemoteSegmentData
+    def open(self, info: RemoteSegmentInfo, cache=None, listing: Listing | None = None) -> LogSegment:
+        """The listed upload as a LogSegment of remote parts (nothing fetched until it is read); `listing`: the
+        partition's (a TieredLog), asked whether it still names this upload."""
+        return remote_segment(self, info, cache, listing)
 
-        found = self._opened.get(keys.log)
-        if found is None:
-            manifest = self.manifest(keys)
-            with self._lock:
-                found = self._opened.get(keys.log)
-                if found is None:
-                    found = RemoteSegmentData(self.store, keys.log, manifest, self.keyring, self.disk_cache)
-                    self._opened[keys.log] = found
-        return found
-
-    def open(self, info: RemoteSegmentInfo, cache=None, current=None) -> RemoteSegment:
-        data = _LazyData(lambda: self.data(info.keys), lambda: self.gone(info.keys))
-        return RemoteSegment(info, data, cache, url=self.url(info.keys.log), current=current,
-                             fetch_whole=lambda: self.whole_segment(info.keys))
+    def upload_data(self, info: RemoteSegmentInfo) -> UploadData:
+        """The listed upload's bytes and indexes, opened on first use (what a remote segment reads through)."""
+        return UploadData(self, info.keys)
 
     def gone(self, keys: SegmentKeys) -> None:
         """The store no longer has one of the upload's objects: listings from the metadata topic leave it out
@@ -239,17 +202,16 @@ class RemoteTier:
         with self._lock:
             self._gone.setdefault(keys.partition, set()).add(keys.segment_id)
 
-    def whole_segment(self, keys) -> str:
+    def whole_segment(self, keys: SegmentKeys) -> str:
         """The segment's original bytes as one file in the cache (fetched once, in pieces, through the
         chunk cache and its read-ahead); its path."""
-        from .remote.diskcache import cache_name
-
+        disk = self.bucket.disk_cache
         name = cache_name(keys.log, "whole")
-        path = self.disk_cache.file(name)
+        path = disk.file(name)
         if path is None:
             data = self.data(keys)
             pieces = (data.read(p, WHOLE_PIECE_BYTES) for p in range(0, data.size, WHOLE_PIECE_BYTES))
-            path = self.disk_cache.put_stream(name, pieces)
+            path = disk.put_stream(name, pieces)
         return path
 
     # ------------------------------------------------------------- listing
@@ -337,11 +299,11 @@ class RemoteTier:
                     "layout (an illegal topic name or number, an upload missing its .log or .indexes): %s%s",
                     self.config.bucket, len(new), shown, more)
 
-    def scan(self, local_logs: list) -> dict[tuple[str, int], PartitionListing]:
+    def scan(self, local_logs: list[LocalLog]) -> dict[tuple[str, int], PartitionListing]:
         """Every bucket partition that matches a local partition's topic id or has no local partition,
         with its chosen segments; LookupdError (UNAVAILABLE, UNAUTHORIZED) when the store cannot be listed."""
         state = self._metadata.read(local_logs)
-        local = {(llog.topic, llog.partition): llog for llog in local_logs if getattr(llog, "local_dir", "") is not None}
+        local = {(llog.topic, llog.partition): llog for llog in local_logs if llog.local_dir is not None}
         out: dict[tuple[str, int], PartitionListing] = {}
         skipped: list[str] = []
         partitions = list_partitions(self.store, self.config.prefix, skipped)
@@ -351,66 +313,20 @@ class RemoteTier:
         for rp in partitions:
             key = (rp.topic, rp.partition)
             llog = local.get(key)
-            lineage: list[tuple[int, int]] = []
-            if llog is not None:
-                local_dir = getattr(llog, "local_dir", llog.dir)
-                try:
-                    topic_id = read_topic_id(local_dir)
-                except LookupdError as err:
-                    log.warning("%s; serving %s-%d from local disk only", err, *key)
-                    continue
-                if topic_id != rp.topic_id:
-                    continue  # another incarnation of the topic (or no id yet): not this partition's history
-                lineage = read_leader_epoch_checkpoint(local_dir)
-            elif key in out:
+            history = local_history(rp.topic, rp.partition, None if llog is None else llog.local_dir)
+            if history is None or not history.holds(rp):
+                continue  # another incarnation of the topic (or no id yet): not this partition's history
+            if llog is None and key in out:
                 continue  # two ids for one name with no local dir to tell them apart: the first listed
+            lineage = history.lineage()
             segments = self.list_partition(rp, state, lineage, skipped=skipped)
             if not segments:
                 continue
-            out[key] = PartitionListing(rp, self.url(rp.dir(self.config.prefix).rstrip("/")), segments,
-                                        lambda rp=rp, lineage=lineage, llogs=local_logs: self._relist(rp, llogs, lineage))
+            out[key] = PartitionListing(rp, self.url(rp.dir(self.config.prefix).rstrip("/")), segments, lineage,
+                                        local_logs)
         self.note_skipped(skipped, whole=True)
         return out
 
-    def _relist(self, rp: RemotePartition, local_logs: list, lineage: list[tuple[int, int]]) -> list[RemoteSegmentInfo]:
-        return self.list_partition(rp, self._metadata.read(local_logs), lineage)
-
-
-class _LazyData:
-    """RemoteSegmentData made on first use: a listed segment costs no GET until it is read. `gone`: told when
-    the store no longer has one of the upload's objects (deleted by retention since it was listed)."""
-
-    def __init__(self, make: Callable[[], object], gone: Callable[[], None] | None = None):
-        self._make = make
-        self._gone = gone
-        self._data = None
-
-    def _get(self):
-        data = self._data
-        if data is None:
-            data = self._data = self._make()
-        return data
-
-    def _with(self, use: Callable[[object], object]):
-        try:
-            return use(self._get())
-        except ObjectNotFound:
-            if self._gone is not None:
-                self._gone()
-            raise
-
-    @property
-    def size(self) -> int:
-        return self._with(lambda d: d.size)
-
-    def read(self, position: int, size: int, *, sequential: bool | None = None) -> bytes:
-        return self._with(lambda d: d.read(position, size, sequential=sequential))
-
-    def read_into(self, position: int, out: memoryview, *, sequential: bool | None = None) -> int:
-        return self._with(lambda d: d.read_into(position, out, sequential=sequential))
-
-    def index_paths(self, kinds: list[str]) -> dict[str, str | bytes | None]:
-        return self._with(lambda d: d.index_paths(kinds))
-
-    def index_size(self, kind: str) -> int | None:
-        return self._with(lambda d: d.index_size(kind))
+    def relist(self, listing: PartitionListing) -> list[RemoteSegmentInfo]:
+        """The partition's chosen segments now (a TieredLog's `refresh`)."""
+        return self.list_partition(listing.partition, self._metadata.read(listing.local_logs), listing.lineage)

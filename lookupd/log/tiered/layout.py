@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Iterable
 
 from ...errors import INT64_MAX, InvalidArgument
-from ...format.names import validate_topic
+from ...format.names import OFFSET_DIGITS, filename_prefix, validate_topic
+from ..remote.objects import INDEXES, LOG, MANIFEST, ObjectInfo
 
-LOG, INDEXES, MANIFEST = "log", "indexes", "rsm-manifest"
-SUFFIXES = (LOG, INDEXES, MANIFEST)
-OFFSET_DIGITS = 20  # Kafka's segment file names: the base offset zero-padded to 20 digits
 ID_CHARS = 22       # Kafka's Uuid.toString(): 16 bytes in unpadded base64url
 INT32_MAX = 2 ** 31 - 1
 
@@ -71,7 +70,7 @@ class SegmentKeys:
     prefix: str
 
     def key(self, suffix: str) -> str:
-        return f"{self.partition.dir(self.prefix)}{self.start_offset:0{OFFSET_DIGITS}d}-{self.segment_id}.{suffix}"
+        return f"{self.partition.dir(self.prefix)}{filename_prefix(self.start_offset)}-{self.segment_id}.{suffix}"
 
     @property
     def log(self) -> str:
@@ -123,9 +122,10 @@ def list_segments(store, prefix: str, partition: RemotePartition, skipped: list[
     return segments_in(prefix, partition, store.list(partition.dir(prefix)), skipped)
 
 
-def segments_in(prefix: str, partition: RemotePartition, objects, skipped: list[str] | None = None) -> list[ListedSegment]:
+def segments_in(prefix: str, partition: RemotePartition, objects: Iterable[ObjectInfo],
+                skipped: list[str] | None = None) -> list[ListedSegment]:
     """list_segments over a listing already made (ObjectInfo of the partition directory's objects)."""
-    found: dict[SegmentKeys, dict[str, object]] = {}
+    found: dict[SegmentKeys, dict[str, ObjectInfo]] = {}
     directory = partition.dir(prefix)
     start = len(directory)
     match = _SEGMENT_FILE.fullmatch
@@ -146,7 +146,7 @@ def segments_in(prefix: str, partition: RemotePartition, objects, skipped: list[
             continue
         manifest = objs[MANIFEST]
         out.append(ListedSegment(keys, objs[LOG].size, objs[INDEXES].size, manifest.size,
-                                 getattr(manifest, "etag", None)))
+                                 manifest.etag))
     return out
 
 

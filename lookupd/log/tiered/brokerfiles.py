@@ -12,12 +12,11 @@ import struct
 import threading
 from typing import Iterable, NamedTuple
 
-from ..errors import CorruptDataError
-from ..format.batch import parse_header, whole_frames
-from ..format.records import decode_batch
+from ...errors import CorruptDataError
+from ...format.batch import parse_header, whole_frames
+from ...format.names import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA
+from ...format.records import decode_batch
 
-PARTITION_METADATA = "partition.metadata"
-LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 REMOTE_LOG_METADATA_TOPIC = "__remote_log_metadata"
 
 # RemoteLogSegmentState.id()
