@@ -113,15 +113,65 @@ mapped(void *p, size_t n)
     return p;
 }
 
-/* p[0:old] grown (or made, p NULL) to n bytes, as realloc. NULL on no memory (p kept). */
+/* Spare regions: an arena's or entries' mapped array a table freed, kept (up to SPARE_REGIONS of them,
+ * SPARE_BYTES of written pages in all) for the next table's arena or entries, which need no zeroed memory.
+ * A compacted log's replay writes ~100 bytes of new table a record, and the kernel zeroing fresh pages
+ * for it was a fifth of the C scan; a table made after another one freed (the next partition's replay,
+ * a rebuilt table, a replay run again) writes over the pages already there instead. The pages past what
+ * the freed table wrote are given back first (MADV_DONTNEED), so a spare holds no more than its table
+ * used. Kept and taken under the GIL (no call here releases it). */
+#define SPARE_REGIONS 6
+#define SPARE_BYTES ((size_t)128 << 20)
+
+enum { ARENA, ENTRIES };               /* what a region holds: a spare goes to the same again first */
+
+typedef struct {
+    void *p;                            /* NULL: none */
+    size_t cap, used;                   /* mapped bytes; bytes written (pages of them held) */
+    int kind;
+} Spare;
+
+static Spare spares[SPARE_REGIONS];
+static size_t spare_bytes;              /* the spares' `used`, summed */
+
+static size_t
+round_huge(size_t n)
+{
+    return (n + HUGE - 1) & ~(HUGE - 1);
+}
+
+/* A mapped region of n bytes to hold `kind`, a spare one (its bytes as its table left them) if there is
+ * one: of the same kind first, the one that wrote most. */
 static void *
-region_resize(void *p, size_t old, size_t n)
+region_new(size_t n, int kind)
+{
+    int best = -1;
+    for (int i = 0; i < SPARE_REGIONS; i++)
+        if (spares[i].p != NULL &&
+            (best < 0 || (spares[i].kind == kind) > (spares[best].kind == kind) ||
+             ((spares[i].kind == kind) == (spares[best].kind == kind) && spares[i].used > spares[best].used)))
+            best = i;
+    if (best >= 0) {
+        Spare s = spares[best];
+        spares[best].p = NULL;
+        spare_bytes -= s.used;
+        void *q = s.cap == n ? s.p : mremap(s.p, s.cap, n, MREMAP_MAYMOVE);
+        if (q != MAP_FAILED)
+            return mapped(q, n);
+        munmap(s.p, s.cap);
+    }
+    return mapped(mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0), n);
+}
+
+/* p[0:old] grown (or made, p NULL) to n bytes, as realloc: not zeroed. NULL on no memory (p kept). */
+static void *
+region_resize(void *p, size_t old, size_t n, int kind)
 {
     if (n < MAPPED)
         return realloc(p, n);
     if (old >= MAPPED)
         return mapped(mremap(p, old, n, MREMAP_MAYMOVE), n);
-    void *q = mapped(mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0), n);
+    void *q = region_new(n, kind);
     if (q != NULL) {
         if (old)
             memcpy(q, p, old);
@@ -136,7 +186,12 @@ region_zeroed(size_t n)
 {
     if (n < MAPPED)
         return calloc(n, 1);
-    return mapped(mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0), n);
+    uint8_t *p = mapped(mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0), n);
+    /* The slots are read (probed) before they are written: a page first read is the shared zero page, and
+     * its first write a second fault that copies it. Written first, each page faults once. */
+    for (size_t i = 0; p != NULL && i < n; i += 4096)
+        p[i] = 0;
+    return p;
 }
 
 static void
@@ -150,13 +205,36 @@ region_free(void *p, size_t n)
         munmap(p, n);
 }
 
+/* Free a region of region_resize's of which `used` bytes were written: kept as a spare where there is room. */
+static void
+region_release(void *p, size_t n, size_t used, int kind)
+{
+    if (p == NULL || n < MAPPED) {
+        region_free(p, n);
+        return;
+    }
+    used = round_huge(used) < n ? round_huge(used) : n;
+    for (int i = 0; i < SPARE_REGIONS; i++) {
+        if (spares[i].p != NULL)
+            continue;
+        if (spare_bytes + used > SPARE_BYTES)
+            break;
+        if (used < n)
+            madvise((uint8_t *)p + used, n - used, MADV_DONTNEED);
+        spares[i] = (Spare){p, n, used, kind};
+        spare_bytes += used;
+        return;
+    }
+    munmap(p, n);
+}
+
 /* ------------------------------------------------------------------ a hash table over an arena */
 
 static void
 table_free(Table *t)
 {
-    region_free(t->arena, (size_t)t->arena_cap);
-    region_free(t->entries, (size_t)t->entries_cap * sizeof(Entry));
+    region_release(t->arena, (size_t)t->arena_cap, (size_t)t->arena_len, ARENA);
+    region_release(t->entries, (size_t)t->entries_cap * sizeof(Entry), (size_t)t->n_entries * sizeof(Entry), ENTRIES);
     region_free(t->slots, (size_t)t->n_slots * sizeof(uint64_t));
     memset(t, 0, sizeof *t);
 }
@@ -221,7 +299,7 @@ arena_put(Table *t, const uint8_t *p, Py_ssize_t n, uint64_t *at)
         Py_ssize_t cap = t->arena_cap ? t->arena_cap * 2 : 1 << 16;
         while (cap < t->arena_len + n)
             cap *= 2;
-        uint8_t *a = region_resize(t->arena, (size_t)t->arena_cap, (size_t)cap);
+        uint8_t *a = region_resize(t->arena, (size_t)t->arena_cap, (size_t)cap, ARENA);
         if (a == NULL)
             return -1;
         t->arena = a;
@@ -291,7 +369,7 @@ table_reserve(Table *t, Py_ssize_t entries, Py_ssize_t bytes)
     if (cap > t->entries_cap) {
         if (cap < 2 * t->entries_cap)
             cap = 2 * t->entries_cap;
-        Entry *es = region_resize(t->entries, (size_t)t->entries_cap * sizeof *es, (size_t)cap * sizeof *es);
+        Entry *es = region_resize(t->entries, (size_t)t->entries_cap * sizeof *es, (size_t)cap * sizeof *es, ENTRIES);
         if (es == NULL)
             return -1;
         t->entries = es;
@@ -303,7 +381,7 @@ table_reserve(Table *t, Py_ssize_t entries, Py_ssize_t bytes)
     if (cap > t->arena_cap) {
         if (cap < 2 * t->arena_cap)
             cap = 2 * t->arena_cap;
-        uint8_t *a = region_resize(t->arena, (size_t)t->arena_cap, (size_t)cap);
+        uint8_t *a = region_resize(t->arena, (size_t)t->arena_cap, (size_t)cap, ARENA);
         if (a == NULL)
             return -1;
         t->arena = a;
@@ -382,7 +460,7 @@ table_find_hashed(Table *t, const uint8_t *k, Py_ssize_t n, uint64_t h, int crea
         return NULL;
     if (t->n_entries == t->entries_cap) {
         Py_ssize_t cap = t->entries_cap ? t->entries_cap * 2 : 256;
-        Entry *es = region_resize(t->entries, (size_t)t->entries_cap * sizeof *es, (size_t)cap * sizeof *es);
+        Entry *es = region_resize(t->entries, (size_t)t->entries_cap * sizeof *es, (size_t)cap * sizeof *es, ENTRIES);
         if (es == NULL) {
             *oom = 1;
             return NULL;
