@@ -23,7 +23,7 @@ import logging
 import math
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import trio
 
@@ -66,6 +66,27 @@ def admit_unauthenticated(daemon: Daemon, conn) -> None:
         oldest.end_with("UNAVAILABLE", f"closing: the oldest of {len(waiting) + 1} connections that have not "
                                        f"authenticated (max_unauthenticated_connections)")
     waiting[conn] = None
+
+
+async def tls_handshake(conn, authenticated: Callable[[], None]) -> bool:
+    """`conn`'s TLS handshake (lookupd.daemon.tls), for either listener; False when it failed (one
+    rate-limited line, lookupd.daemon.clientlog). Under mutual TLS the client certificate's subject is the
+    principal and the certificate authenticates (`authenticated()` lifts the pre-auth limits), whether or
+    not a token is configured, as for every call (Service.authorize). Requests that came with the
+    handshake's last read go to the connection's protocol."""
+    try:
+        await conn.tls.handshake(conn.cfg.tls_handshake_timeout_s)
+        early = conn.tls.decrypt(b"")
+    except TlsError as err:
+        conn.errors.error(f"{err}; closing the connection")
+        return False
+    principal = conn.tls.principal
+    if principal is not None:
+        conn.session.principal, conn.session.authenticated = principal, True
+        authenticated()
+    if early:
+        conn.protocol.receive_data(early)
+    return True
 
 
 class Action(enum.Enum):
@@ -175,25 +196,12 @@ class Connection:
             await self._close()
 
     async def _handshake(self) -> bool:
-        """A TLS connection's handshake (lookupd.daemon.tls), within the pre-auth limits when clients must
-        authenticate; False when it failed (one rate-limited line, lookupd.daemon.clientlog). Under mutual
-        TLS the client certificate's subject is the principal, and the certificate authenticates: for the
-        pre-auth limits too, whether or not a token is configured, as for every call (Service.authorize)."""
-        self.gone = True  # until the handshake is done nothing can be sent on it, not even why it is closed
-        try:
-            await self.tls.handshake(self.cfg.tls_handshake_timeout_s)
-            early = self.tls.decrypt(b"")  # requests that came with the handshake's last read
-        except TlsError as err:
-            self.errors.error(f"{err}; closing the connection")
-            return False
-        self.gone = False
-        principal = self.tls.principal
-        if principal is not None:
-            self.session.principal, self.session.authenticated = principal, True
-            self._lift_pre_auth_limits()
-        if early:
-            self.protocol.receive_data(early)
-        return True
+        """A TLS connection's handshake within the pre-auth limits when clients must authenticate (see
+        tls_handshake); nothing can be sent on it until it is done, not even why it is closed."""
+        self.gone = True
+        done = await tls_handshake(self, self._lift_pre_auth_limits)
+        self.gone = not done
+        return done
 
     def _admit_unauthenticated(self) -> None:
         """A TCP connection that must send the token first: short frames, a deadline, and a place among

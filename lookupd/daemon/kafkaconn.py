@@ -32,7 +32,7 @@ from ..kafka.messages import (API_VERSIONS_RESPONSE, METADATA_REQUEST, PRODUCE_R
                               SASL_HANDSHAKE_RESPONSE)
 from ..message.wire import MessageError
 from ..log.fileio import CAN_READ_NOWAIT, WouldBlock, mode as nonblocking_mode
-from .connection import CLOSE_LINGER_S, PRE_AUTH_FRAME_BYTES, RECEIVE_BYTES, admit_unauthenticated
+from .connection import CLOSE_LINGER_S, PRE_AUTH_FRAME_BYTES, RECEIVE_BYTES, admit_unauthenticated, tls_handshake
 from .tls import TlsError, TlsStream
 
 if TYPE_CHECKING:
@@ -125,7 +125,7 @@ class KafkaConnection:
             self.reader.cancel()
         try:
             with self.scope:
-                if self.tls is None or await self._handshake():
+                if self.tls is None or await tls_handshake(self, self._authenticated):
                     async with trio.open_nursery() as nursery:
                         self.nursery = nursery
                         with self.reader:
@@ -145,21 +145,6 @@ class KafkaConnection:
             if self.ending is not None:
                 self.daemon.client_log.line(logging.INFO, f"{self.peer}: {self.ending}; closing the Kafka connection")
             await self._close()
-
-    async def _handshake(self) -> bool:
-        try:
-            await self.tls.handshake(self.cfg.tls_handshake_timeout_s)
-            early = self.tls.decrypt(b"")
-        except TlsError as err:
-            self.errors.error(f"{err}; closing the connection")
-            return False
-        principal = self.tls.principal
-        if principal is not None:
-            self.session.principal, self.session.authenticated = principal, True
-            self._authenticated()
-        if early:
-            self.protocol.receive_data(early)
-        return True
 
     def _admit_unauthenticated(self) -> None:
         """As a msgpack connection before `auth`: small frames, a deadline, a place among at most
