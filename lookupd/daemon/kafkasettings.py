@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..errors import InvalidArgument
+from ..kafka.groups import INITIAL_REBALANCE_DELAY_S
 from ..log.remote.config import typed
 from ..rpc.address import parse_host_port
 
@@ -30,7 +31,8 @@ class KafkaSettings:
     node_id: int = -1                   # the broker id clients see; -1 = node.id of meta.properties, else 0
     cluster_id: str = ""                # "" = cluster.id of meta.properties, else DEFAULT_CLUSTER_ID
     state_dir: str = ""                 # where consumer-group commits are kept; "" = in memory until the daemon stops
-    group_initial_rebalance_delay_ms: int = 3000  # a new group's first join waits this for more members (Kafka's)
+    # a new group's first join waits this for more members (Kafka's 3 s, the coordinator's own default)
+    group_initial_rebalance_delay_ms: int = round(INITIAL_REBALANCE_DELAY_S * 1000)
 
     @classmethod
     def from_table(cls, table: Any, path: str | None) -> "KafkaSettings":
