@@ -16,7 +16,8 @@ import pytest
 from coordinator_writer import CoordinatorLog, Record, commit_key, commit_value, group_key, group_value, replayed
 from damage import damaged
 from lookupd.errors import CorruptRecordError
-from lookupd.format.batch import parse_header
+from lookupd.format.batch import Compression, parse_header
+from lookupd.format.builder import build_batch, build_control_batch
 from lookupd.format import _accel
 from lookupd.format.internal.group_state import DictCommits, key_fields
 
@@ -62,8 +63,8 @@ def test_a_group_id_that_is_not_utf8_is_one_group_as_kafka_reads_it(tmp_path, py
 
 def _fuzz_log() -> bytes:
     """A partition's bytes with every record kind the commit scan takes or hands back: plain commits of a few
-    groups, DeleteGroups' batches (offset tombstones, then the group's), a group record, a transactional
-    commit and its marker."""
+    groups, DeleteGroups' batches (offset tombstones, then the group's), a group record, transactional
+    commits and their COMMIT and ABORT markers (taken by the scan too), a marker with nothing pending."""
     with tempfile.TemporaryDirectory() as tmp:
         d = os.path.join(tmp, "__consumer_offsets-0")
         log = CoordinatorLog(d)
@@ -76,6 +77,10 @@ def _fuzz_log() -> bytes:
         log.write([Record(commit_key("g0", "u", 0), commit_value(5))], producer_id=4000, producer_epoch=0)
         log.marker(4000, 0, commit=True)
         log.write([Record(commit_key("g2", "t", 1), None), Record(group_key("g0"), None)])
+        log.write([Record(commit_key("g1", "u", 1), commit_value(6))], producer_id=4001, producer_epoch=0)
+        log.marker(4001, 0, commit=False)
+        log.marker(4002, 0, commit=True)  # (a producer with nothing pending)
+        log.write([Record(commit_key("g1", "u", 2), commit_value(7))])
         log.close()
         with open(os.path.join(d, f"{0:020d}.log"), "rb") as f:
             return f.read()
@@ -117,6 +122,43 @@ def test_damaged_offsets_logs_replay_the_same_in_c_and_python(tmp_path):
             except CorruptRecordError:
                 pass
         assert _outcome(tmp_path, bytes(b), False) == _outcome(tmp_path, bytes(b), True)
+
+
+# Control batches of a transaction's producer as the scan may meet them: (key, value) records, compression.
+_CONTROL = {
+    "commit": ([(struct.pack(">hh", 0, 1), struct.pack(">hi", 0, 3))], Compression.NONE),
+    "abort, longer key and value": ([(struct.pack(">hhh", 0, 0, 9), struct.pack(">hih", 0, 3, 1))], Compression.NONE),
+    "key of 3 bytes": ([(b"\x00\x00\x01", struct.pack(">hi", 0, 3))], Compression.NONE),
+    "no key": ([(None, struct.pack(">hi", 0, 3))], Compression.NONE),
+    "key version -1": ([(struct.pack(">hh", -1, 1), struct.pack(">hi", 0, 3))], Compression.NONE),
+    "unknown type": ([(struct.pack(">hh", 0, 5), struct.pack(">hi", 0, 3))], Compression.NONE),
+    "value of 4 bytes": ([(struct.pack(">hh", 0, 1), b"\x00\x00\x00\x03")], Compression.NONE),
+    "no value": ([(struct.pack(">hh", 0, 1), None)], Compression.NONE),
+    "value version -1": ([(struct.pack(">hh", 0, 1), struct.pack(">hi", -1, 3))], Compression.NONE),
+    "two markers": ([(struct.pack(">hh", 0, 0), struct.pack(">hi", 0, 3))] * 2, Compression.NONE),
+    "compressed": ([(struct.pack(">hh", 0, 1), struct.pack(">hi", 0, 3))], Compression.GZIP),
+}
+
+
+@pytest.mark.parametrize("kind", list(_CONTROL))
+def test_control_batches_replay_the_same_in_c_and_python(tmp_path, kind):
+    """A transactional commit, then a control batch of its producer (a marker the C scan takes, or one it
+    hands to the Python replay: malformed, of another type, of two records, compressed), then plain
+    commits: the same groups, positions, log position and faults on both paths."""
+    records, codec = _CONTROL[kind]
+    ts = 1_700_000_000_000
+    txn = dict(producer_id=4000, producer_epoch=0, transactional=True)
+    data = b"".join([  # (as bytes: the log writer refuses a malformed control record)
+        build_batch([(ts, commit_key("g0", "t", p), commit_value(10 + p), ()) for p in range(2)], base_offset=0),
+        build_batch([(ts, commit_key("g0", "t", p), commit_value(50 + p), ()) for p in range(3)], base_offset=2, **txn),
+        build_batch([(ts, k, v, ()) for k, v in records], base_offset=5, control=True, compression=codec, **txn),
+        build_batch([(ts, commit_key("g0", "t", 1), commit_value(70), ())], base_offset=5 + len(records)),
+        build_control_batch(6 + len(records), ts, producer_id=4000, producer_epoch=0, commit=True,
+                            coordinator_epoch=3),
+    ])
+    c, python = _outcome(tmp_path, data, False), _outcome(tmp_path, data, True)
+    assert c == python
+    assert c[2] == 7 + len(records)  # (every batch replayed)
 
 
 def test_a_log_of_new_keys_grows_the_table_at_once_and_answers_as_python(tmp_path, monkeypatch):

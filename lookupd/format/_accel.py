@@ -52,8 +52,9 @@ def sound_batches(buf) -> None:
     return None
 
 
-def commit_runs(buf, start: int, end: int, table, note_tombstones: bool) -> tuple[int, int, list | None, list, None]:
-    return start, -1, [] if note_tombstones else None, [], None  # no batch taken: the caller replays the next one
+def commit_runs(buf, start: int, end: int, table, note_tombstones: bool) -> tuple[int, int, list | None, list, None,
+                                                                                 None]:
+    return start, -1, [] if note_tombstones else None, [], None, None  # no batch taken: the caller replays the next
 
 
 CommitTable = None  # the C table of committed offsets (lookupd.format.internal.group_state.DictCommits: its reference)

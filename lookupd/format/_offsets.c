@@ -13,7 +13,7 @@
  * simple_groups() -> [name bytes], reserve(bytes of log to come), len().
  *
  * commit_runs(buffer, start, end, table, note_tombstones) -> (stop, next_offset, tombstoned, removed,
- *                                                             transactional)
+ *                                                             transactional, marker)
  *
  * Walks the batches in buffer[start:end] and takes each one that is whole, v2, CRC32C-sound, not a
  * control batch, written with no producer id (-1), and whose records are all OffsetCommit records (a key
@@ -30,6 +30,9 @@
  * A batch of offset commits written with a producer id (a transactional commit) ends the walk: it is
  * checked the same way and answered, unapplied, as `transactional`, (producer id, [(key fields, record
  * offset, value bytes or None)]), for the caller's pending offsets (None when the walk ended otherwise).
+ * So does a control batch that is one COMMIT or ABORT marker that reads (uncompressed, CRC32C-sound): it is
+ * answered as `marker`, (producer id, whether it commits), for the caller to replay (None otherwise);
+ * any other control batch is the Python replay's.
  *
  * Stops at the first batch it does not take and returns where it starts (`end` when all were taken)
  * and the offset after the last batch taken (-1 if none). A batch is taken whole or not at all (its
@@ -336,18 +339,24 @@ hash_bytes(const uint8_t *p, Py_ssize_t n)
     return h ^ (h >> 29);
 }
 
-/* The hash of OffsetCommit key fields (a group, a topic, an int32 partition: its last byte is the
- * partition's low byte), whose bits 32-34 are the partition's low bits (see HOME). Other bytes of fields a
- * Python caller gives are hashed as such (their last byte's low bits taken as a partition's). */
+/* The hash of OffsetCommit key fields (a group, a topic, an int32 partition) from the hash_bytes of what
+ * comes before the partition (the same for every record of a commit request's topic: hashed once for a
+ * run of them, see apply_all) and the partition, whose low bits are the hash's bits 32-34 (see HOME). */
+static inline uint64_t
+key_hash_of(uint64_t prefix, uint32_t partition)
+{
+    uint64_t h = (prefix ^ (uint64_t)(partition & ~7U)) * 0xFF51AFD7ED558CCDULL;
+    h ^= h >> 29;
+    return (h & ~(7ULL << 32)) | ((uint64_t)(partition & 7) << 32);
+}
+
+/* key_hash_of the fields k[0:n]. Other bytes a Python caller gives (n < 4) are hashed as such. */
 static inline uint64_t
 key_hash(const uint8_t *k, Py_ssize_t n)
 {
-    if (n < 1)
+    if (n < 4)
         return hash_bytes(k, n);
-    uint8_t last = k[n - 1];
-    uint64_t h = (hash_bytes(k, n - 1) ^ (uint64_t)(last & 0xF8)) * 0xFF51AFD7ED558CCDULL;
-    h ^= h >> 29;
-    return (h & ~(7ULL << 32)) | ((uint64_t)(last & 7) << 32);
+    return key_hash_of(hash_bytes(k, n - 4), be32(k + n - 4));
 }
 
 void
@@ -1035,6 +1044,49 @@ commit_value(const uint8_t *v, Py_ssize_t n)
     return 1;
 }
 
+/* One record of a v2 batch's record section at *p, ending within `end` (its key and value, NULL when null;
+ * a negative length, as in the Python decoder; its headers read and passed over): *p moved past it; -1 where
+ * it does not read. */
+static int
+read_record(const uint8_t **pp, const uint8_t *end, int64_t *offset_delta, const uint8_t **key, int64_t *key_len,
+            const uint8_t **value, int64_t *value_len)
+{
+    const uint8_t *p = *pp;
+    int64_t length, ts_delta, headers, hl;
+    if (read_varint(&p, end, &length) < 0 || length < 0 || end - p < length)
+        return -1;
+    const uint8_t *rec_end = p + length;
+    if (rec_end - p < 1)
+        return -1;
+    p++;                                                         /* attributes */
+    if (read_varlong(&p, rec_end, &ts_delta) < 0 || read_varint(&p, rec_end, offset_delta) < 0 ||
+        read_varint(&p, rec_end, key_len) < 0 || (*key_len >= 0 && rec_end - p < *key_len))
+        return -1;
+    *key = *key_len >= 0 ? p : NULL;
+    if (*key_len > 0)
+        p += *key_len;
+    if (read_varint(&p, rec_end, value_len) < 0 || (*value_len >= 0 && rec_end - p < *value_len))
+        return -1;
+    *value = *value_len >= 0 ? p : NULL;
+    if (*value_len > 0)
+        p += *value_len;
+    if (read_varint(&p, rec_end, &headers) < 0 || headers < 0)
+        return -1;
+    for (int64_t h = 0; h < headers; h++) {
+        if (read_varint(&p, rec_end, &hl) < 0 || hl < 0 || rec_end - p < hl)
+            return -1;
+        p += hl;
+        if (read_varint(&p, rec_end, &hl) < 0 || (hl >= 0 && rec_end - p < hl))
+            return -1;
+        if (hl > 0)
+            p += hl;
+    }
+    if (p != rec_end)
+        return -1;
+    *pp = p;
+    return 0;
+}
+
 /* The `count` records of data[0:n] into `out` when every one is an OffsetCommit that reads or, with
  * `groups`, a GroupMetadata tombstone whose key reads; 0 otherwise. */
 static int
@@ -1042,35 +1094,9 @@ batch_commits(const uint8_t *data, Py_ssize_t n, int64_t count, int64_t base_off
 {
     const uint8_t *p = data, *end = data + n;
     for (int64_t i = 0; i < count; i++) {
-        int64_t length, ts_delta, offset_delta, key_len, value_len, headers, hl;
-        if (read_varint(&p, end, &length) < 0 || length < 0 || end - p < length)
-            return 0;
-        const uint8_t *rec_end = p + length;
-        if (rec_end - p < 1)
-            return 0;
-        p++;                                                     /* attributes */
-        if (read_varlong(&p, rec_end, &ts_delta) < 0 || read_varint(&p, rec_end, &offset_delta) < 0 ||
-            read_varint(&p, rec_end, &key_len) < 0 || key_len < 0 || rec_end - p < key_len)
-            return 0;
-        const uint8_t *key = p;
-        p += key_len;
-        if (read_varint(&p, rec_end, &value_len) < 0 || (value_len >= 0 && rec_end - p < value_len))
-            return 0;
-        const uint8_t *value = value_len >= 0 ? p : NULL;
-        if (value_len > 0)
-            p += value_len;
-        if (read_varint(&p, rec_end, &headers) < 0 || headers < 0)
-            return 0;
-        for (int64_t h = 0; h < headers; h++) {
-            if (read_varint(&p, rec_end, &hl) < 0 || hl < 0 || rec_end - p < hl)
-                return 0;
-            p += hl;
-            if (read_varint(&p, rec_end, &hl) < 0 || (hl >= 0 && rec_end - p < hl))
-                return 0;
-            if (hl > 0)
-                p += hl;
-        }
-        if (p != rec_end)
+        int64_t offset_delta, key_len, value_len;
+        const uint8_t *key, *value;
+        if (read_record(&p, end, &offset_delta, &key, &key_len, &value, &value_len) < 0 || key == NULL)
             return 0;
         int16_t type;
         Py_ssize_t fields = commit_key(key, (Py_ssize_t)key_len, groups && value == NULL, &type);
@@ -1085,6 +1111,27 @@ batch_commits(const uint8_t *data, Py_ssize_t n, int64_t count, int64_t base_off
         out[i].group_tombstone = type == GROUP_METADATA;
     }
     return p == end;
+}
+
+#define CONTROL_ABORT 0                     /* ControlRecordType ids */
+#define CONTROL_COMMIT 1
+
+/* Whether data[0:n] is one control record that reads and is a transaction's COMMIT or ABORT marker (a key
+ * of version >= 0 and type 0 or 1, a value of version >= 0 with its coordinator epoch: what
+ * lookupd.format.records.control_record reads without a fault); *commit set. Others are the Python replay's. */
+static int
+end_marker(const uint8_t *data, Py_ssize_t n, int *commit)
+{
+    const uint8_t *p = data, *key, *value;
+    int64_t offset_delta, key_len, value_len;
+    if (read_record(&p, data + n, &offset_delta, &key, &key_len, &value, &value_len) < 0 || p != data + n ||
+        key_len < 4 || (int16_t)be16(key) < 0 || value_len < 6 || (int16_t)be16(value) < 0)
+        return 0;
+    int16_t type = (int16_t)be16(key + 2);
+    if (type != CONTROL_ABORT && type != CONTROL_COMMIT)
+        return 0;
+    *commit = type == CONTROL_COMMIT;
+    return 1;
 }
 
 /* ------------------------------------------------------------------ commit_runs */
@@ -1185,12 +1232,25 @@ static int
 apply_all(CommitTable *ct, Notes *notes, Commit *recs, Py_ssize_t n)
 {
     Table *t = &ct->t;
+    uint64_t prefix = 0;                /* hash_bytes of the key before its partition, the last record's */
     for (Py_ssize_t i = 0; i < n; i++) {
         Commit *c = &recs[i];
-        c->hash = key_hash(c->key, c->key_len);
-        table_prefetch(t, c->hash);
         Py_ssize_t glen = (int16_t)be16(c->key);   /* (the group's slot too, where it changes) */
-        c->new_group = i == 0 || glen != (int16_t)be16(recs[i - 1].key) || !same(c->key + 2, recs[i - 1].key + 2, glen);
+        if (c->key_len < 4) {
+            c->hash = hash_bytes(c->key, c->key_len);
+            c->new_group = 1;
+        } else if (i > 0 && c->key_len == recs[i - 1].key_len && same(c->key, recs[i - 1].key, c->key_len - 4)) {
+            /* the group and topic of the record before, another partition (no group tombstone's key, its
+             * group alone, is as long as a commit key and starts with the same bytes but its last 4) */
+            c->hash = key_hash_of(prefix, be32(c->key + c->key_len - 4));
+            c->new_group = 0;           /* (a hint for commits, whose group is then the record before's) */
+        } else {
+            prefix = hash_bytes(c->key, c->key_len - 4);
+            c->hash = key_hash_of(prefix, be32(c->key + c->key_len - 4));
+            c->new_group = i == 0 || glen != (int16_t)be16(recs[i - 1].key) ||
+                           !same(c->key + 2, recs[i - 1].key + 2, glen);
+        }
+        table_prefetch(t, c->hash);
         if (c->new_group) {
             c->group_hash = hash_bytes(c->key + 2, glen);
             table_prefetch(&ct->groups, c->group_hash);
@@ -1229,7 +1289,7 @@ commit_runs(PyObject *self, PyObject *args)
         ct->t.expect = expect < (double)MAX_ENTRIES ? (Py_ssize_t)expect : MAX_ENTRIES;
     }
     Notes notes = {note_tombstones ? PyList_New(0) : Py_NewRef(Py_None), PyList_New(0), {0}};
-    PyObject *txn = NULL;
+    PyObject *txn = NULL, *marker = NULL;
     Commit *recs = NULL;               /* recs[0:n]: taken, not applied yet; a batch being checked after them */
     Py_ssize_t recs_cap = 0, n = 0;
     Py_ssize_t pos = start;
@@ -1247,11 +1307,25 @@ commit_runs(PyObject *self, PyObject *args)
         uint16_t attrs = be16(b + ATTRIBUTES_AT);
         int64_t count = (int32_t)be32(b + RECORD_COUNT_AT), last_offset;
         int64_t base_offset = (int64_t)be64(b + BASE_OFFSET_AT), producer_id = (int64_t)be64(b + PRODUCER_ID_AT);
-        if ((attrs & ATTR_CONTROL) || count < 0 ||
+        if (count < 0 ||
             __builtin_add_overflow(base_offset, (int64_t)(int32_t)be32(b + LAST_OFFSET_DELTA_AT), &last_offset) ||
             last_offset == INT64_MAX ||     /* (its next offset would not fit: the Python replay's) */
             crc32c_of(b + CRC_START, (size_t)(size - CRC_START)) != be32(b + CRC_AT))
             break;
+        if (attrs & ATTR_CONTROL) {         /* a transaction's marker ends the walk, answered for the caller */
+            int commit;
+            if ((attrs & ATTR_CODEC) || count != 1 || !end_marker(b + V2_HEADER, size - V2_HEADER, &commit))
+                break;
+            err = n > 0 && apply_all(ct, &notes, recs, n) < 0;
+            n = 0;
+            marker = err ? NULL : Py_BuildValue("(LO)", (long long)producer_id, commit ? Py_True : Py_False);
+            err = err || marker == NULL;
+            if (!err) {
+                next_offset = next_offset > last_offset ? next_offset : last_offset + 1;
+                pos += size;
+            }
+            break;
+        }
         if (count > 0) {
             const uint8_t *records = b + V2_HEADER;
             Py_ssize_t records_len = size - V2_HEADER;
@@ -1335,8 +1409,9 @@ commit_runs(PyObject *self, PyObject *args)
         Py_XDECREF(tombstoned);
         Py_XDECREF(notes.removed);
         Py_XDECREF(txn);
+        Py_XDECREF(marker);
         return NULL;
     }
-    return Py_BuildValue("(nLNNN)", pos, (long long)next_offset, tombstoned, notes.removed,
-                         txn == NULL ? Py_NewRef(Py_None) : txn);
+    return Py_BuildValue("(nLNNNN)", pos, (long long)next_offset, tombstoned, notes.removed,
+                         txn == NULL ? Py_NewRef(Py_None) : txn, marker == NULL ? Py_NewRef(Py_None) : marker);
 }

@@ -263,14 +263,23 @@ class GroupReplay(PartitionReplay):
         commits = self.state.commits
         if _accel.mode.python or type(commits) is not _accel.CommitTable:  # a reference path's state
             return off
-        stop, next_offset, tombstoned, removed, txn = _accel.commit_runs(buf, off, n, commits,
-                                                                        bool(self.state.open_transactions))
-        if stop > off:  # batches taken (their next offset may be anything a damaged base offset makes it)
-            self.state.apply_commits(tombstoned, removed)
-            if txn is not None:
-                self.state.apply_transactional(*txn)
+        state = self.state
+        while off < n:
+            stop, next_offset, tombstoned, removed, txn, marker = _accel.commit_runs(
+                buf, off, n, commits, bool(state.open_transactions))
+            if stop == off:
+                break  # the batch there is the Python replay's
+            # batches taken (their next offset may be anything a damaged base offset makes it)
+            state.apply_commits(tombstoned, removed)
             self.next_offset = max(self.next_offset, next_offset)
-        return stop
+            off = stop
+            if txn is not None:  # (the scan ends after a transactional batch or a marker: on from there)
+                state.apply_transactional(*txn)
+            elif marker is not None:
+                state.replay_marker(*marker)
+            else:
+                break
+        return off
 
     def _reserve(self, size: int) -> None:
         commits = self.state.commits
