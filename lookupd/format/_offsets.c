@@ -892,6 +892,8 @@ typedef struct {                    /* one record of the batch being checked */
     uint64_t hash;                  /* hash_bytes of the key's fields (set when it is applied) */
     uint64_t group_hash;            /* hash_bytes of its group's name, where new_group */
     int new_group;                  /* the record before in the run is another group's */
+    int same_group;                 /* a commit, and the record before it in the run a commit of its group
+                                     * (whose apply left the group as CommitTable.last_group) */
     const Entry *seen;              /* (apply_all: the entry the key may have, fetched ahead) */
     int group_tombstone;            /* a GroupMetadata tombstone: key is its group (an int16-length string) */
 } Commit;
@@ -1186,7 +1188,8 @@ apply(CommitTable *ct, Notes *notes, const Commit *c)
             entry_remove(&ct->t, e);
         return notes->tombstoned == NULL ? 0 : note_once(notes, notes->tombstoned, 0, c->key, c->key_len);
     }
-    Entry *g = ct_last_group(ct, c->key + 2, glen);  /* a commit makes its group, if there is none */
+    Entry *g = c->same_group ? &ct->groups.entries[ct->last_group - 1] :
+               ct_last_group(ct, c->key + 2, glen);  /* a commit makes its group, if there is none */
     if (g == NULL) {
         g = ct_group_find(ct, c->key + 2, glen, c->new_group ? c->group_hash : hash_bytes(c->key + 2, glen), 1, &oom);
         if (g == NULL)
@@ -1251,6 +1254,7 @@ apply_all(CommitTable *ct, Notes *notes, Commit *recs, Py_ssize_t n)
                            !same(c->key + 2, recs[i - 1].key + 2, glen);
         }
         table_prefetch(t, c->hash);
+        c->same_group = i > 0 && !c->new_group && c->value != NULL && recs[i - 1].value != NULL;
         if (c->new_group) {
             c->group_hash = hash_bytes(c->key + 2, glen);
             table_prefetch(&ct->groups, c->group_hash);
