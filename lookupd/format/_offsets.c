@@ -295,19 +295,27 @@ copy(uint8_t *d, const uint8_t *s, Py_ssize_t n)
     }
 }
 
-static int
+/* Room for n more bytes in the arena (grown to twice what it needs, at least); -1 on no memory. */
+static __attribute__((noinline)) int
+arena_grow(Table *t, Py_ssize_t n)
+{
+    Py_ssize_t cap = t->arena_cap ? t->arena_cap * 2 : 1 << 16;
+    while (cap < t->arena_len + n)
+        cap *= 2;
+    uint8_t *a = region_resize(t->arena, (size_t)t->arena_cap, (size_t)cap, ARENA);
+    if (a == NULL)
+        return -1;
+    t->arena = a;
+    t->arena_cap = cap;
+    return 0;
+}
+
+/* p[0:n] appended to the arena at *at (inlined: a key or value a record, the growth aside). */
+static inline __attribute__((always_inline)) int
 arena_put(Table *t, const uint8_t *p, Py_ssize_t n, uint64_t *at)
 {
-    if (t->arena_len + n > t->arena_cap) {
-        Py_ssize_t cap = t->arena_cap ? t->arena_cap * 2 : 1 << 16;
-        while (cap < t->arena_len + n)
-            cap *= 2;
-        uint8_t *a = region_resize(t->arena, (size_t)t->arena_cap, (size_t)cap, ARENA);
-        if (a == NULL)
-            return -1;
-        t->arena = a;
-        t->arena_cap = cap;
-    }
+    if (t->arena_len + n > t->arena_cap && arena_grow(t, n) < 0)
+        return -1;
     copy(t->arena + t->arena_len, p, n);
     *at = (uint64_t)t->arena_len;
     t->arena_len += n;
@@ -525,7 +533,7 @@ table_prefetch_entry(const Table *t, uint64_t h)
 }
 
 /* Set an entry's value; 1 if it was absent, 0 if not, -1 on no memory. */
-static int
+static inline int
 entry_set(Table *t, Entry *e, int64_t offset, const uint8_t *v, Py_ssize_t n)
 {
     int was_absent = e->value_len < 0;
