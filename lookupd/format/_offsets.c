@@ -948,7 +948,7 @@ uvarint(const uint8_t **pp, const uint8_t *end, int32_t *out)
 
 /* Whether s[0:n] is valid UTF-8 (Python's rules: no surrogates, no overlong forms, at most U+10FFFF).
  * Group ids and topic names are nearly always ASCII: that is checked first, a word at a time. */
-static int
+static inline __attribute__((always_inline)) int
 utf8(const uint8_t *s, Py_ssize_t n)
 {
     uint64_t high = 0, w;           /* the high bits of every byte: none is ASCII */
@@ -987,7 +987,7 @@ utf8(const uint8_t *s, Py_ssize_t n)
 }
 
 /* A non-nullable int16-length string that is valid UTF-8. */
-static int
+static inline __attribute__((always_inline)) int
 utf8_string16(const uint8_t **p, const uint8_t *end)
 {
     const uint8_t *at = *p + 2;
@@ -1001,7 +1001,7 @@ utf8_string16(const uint8_t **p, const uint8_t *end)
 /* The length of the key's fields (after its int16 record type) when it is an OffsetCommit key that reads
  * with group and topic valid UTF-8 (*type set), or, with `groups`, a GroupMetadata key whose group is valid
  * UTF-8; -1 otherwise. Bytes after the fields are ignored, as GroupCoordinatorRecordSerde ignores them. */
-static Py_ssize_t
+static inline __attribute__((always_inline)) Py_ssize_t
 commit_key(const uint8_t *k, Py_ssize_t n, int groups, int16_t *type)
 {
     if (n < 2)
@@ -1019,7 +1019,7 @@ commit_key(const uint8_t *k, Py_ssize_t n, int groups, int16_t *type)
 
 /* Whether value[0:n] is an OffsetCommitValue of a version this decoder knows that reads (trailing bytes
  * ignored, as the serde ignores them). */
-static int
+static inline __attribute__((always_inline)) int
 commit_value(const uint8_t *v, Py_ssize_t n)
 {
     if (n < 2)
@@ -1057,7 +1057,7 @@ commit_value(const uint8_t *v, Py_ssize_t n)
 /* One record of a v2 batch's record section at *p, ending within `end` (its key and value, NULL when null;
  * a negative length, as in the Python decoder; its headers read and passed over): *p moved past it; -1 where
  * it does not read. */
-static int
+static inline __attribute__((always_inline)) int
 read_record(const uint8_t **pp, const uint8_t *end, int64_t *offset_delta, const uint8_t **key, int64_t *key_len,
             const uint8_t **value, int64_t *value_len)
 {
