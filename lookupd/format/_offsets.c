@@ -409,7 +409,7 @@ table_reserve(Table *t, Py_ssize_t entries, Py_ssize_t bytes)
 
 /* Rebuild the slots at 2^log2 of them, from the old slots in order: each lands near twice its old place,
  * so both arrays are walked about in order. */
-static int
+static __attribute__((noinline)) int
 table_rehash(Table *t, int log2)
 {
     Py_ssize_t n = (Py_ssize_t)1 << log2;
@@ -447,9 +447,23 @@ table_growth(const Table *t)
     return log2;
 }
 
+/* Twice the room for entries; -1 on no memory. */
+static __attribute__((noinline)) int
+entries_grow(Table *t)
+{
+    Py_ssize_t cap = t->entries_cap ? t->entries_cap * 2 : 256;
+    Entry *es = region_resize(t->entries, (size_t)t->entries_cap * sizeof *es, (size_t)cap * sizeof *es, ENTRIES);
+    if (es == NULL)
+        return -1;
+    t->entries = es;
+    t->entries_cap = cap;
+    return 0;
+}
+
 /* The entry of key k[0:n] whose hash_bytes is h, made (absent) when `create`; NULL when there is none,
- * or on no memory (*oom set). */
-static Entry *
+ * or on no memory (*oom set). (Inlined: each call site's `create` is a constant, and the probe is the
+ * scan's inner loop.) */
+static inline __attribute__((always_inline)) Entry *
 table_find_hashed(Table *t, const uint8_t *k, Py_ssize_t n, uint64_t h, int create, int *oom)
 {
     if (n > MAX_KEY_LEN) {
@@ -475,15 +489,9 @@ table_find_hashed(Table *t, const uint8_t *k, Py_ssize_t n, uint64_t h, int crea
     }
     if (!create)
         return NULL;
-    if (t->n_entries == t->entries_cap) {
-        Py_ssize_t cap = t->entries_cap ? t->entries_cap * 2 : 256;
-        Entry *es = region_resize(t->entries, (size_t)t->entries_cap * sizeof *es, (size_t)cap * sizeof *es, ENTRIES);
-        if (es == NULL) {
-            *oom = 1;
-            return NULL;
-        }
-        t->entries = es;
-        t->entries_cap = cap;
+    if (t->n_entries == t->entries_cap && entries_grow(t) < 0) {
+        *oom = 1;
+        return NULL;
     }
     Entry *e = &t->entries[t->n_entries];
     if (arena_put(t, k, n, &e->key_at) < 0) {
