@@ -522,18 +522,16 @@ table_prefetch(const Table *t, uint64_t h)
         __builtin_prefetch(&t->slots[HOME(h, t->shift)]);
 }
 
-/* Then (the slot at hand) the entry of the probe's first slot with the key's tag: a key seen before. */
+/* Then (the slot at hand) the entry of a key seen before whose home slot holds it (where most keys are):
+ * the home slot alone is read, so that a new key's probe (a compacted log's nearly every record) is no
+ * branch that waits on its cache miss here. NULL when the home slot holds another key or none. */
 static inline const Entry *
 table_prefetch_entry(const Table *t, uint64_t h)
 {
     if (t->n_slots == 0)
         return NULL;
-    Py_ssize_t s = HOME(h, t->shift);
-    uint64_t slot;
-    while ((slot = t->slots[s]) != 0 && SLOT_TAG(slot) != SLOT_TAG(h))  /* (the probe's next slots: mostly in
-                                                                          * the same cache line) */
-        s = (s + 1) & (t->n_slots - 1);
-    if (slot == 0)
+    uint64_t slot = t->slots[HOME(h, t->shift)];
+    if (slot == 0 || SLOT_TAG(slot) != SLOT_TAG(h))
         return NULL;
     const Entry *e = &t->entries[SLOT_INDEX(slot) - 1];
     __builtin_prefetch(e);
