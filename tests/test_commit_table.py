@@ -48,6 +48,35 @@ def test_the_c_table_answers_as_the_python_one():
         c.put(b"\x00", 1, b"")
 
 
+
+def test_partitions_sparse_negative_or_huge_answer_as_python(tmp_path):
+    """A (group, topic)'s partitions are an array indexed by partition, grown only while dense: a sparse,
+    negative or huge partition (2^31-1: no array of that size) is kept by its whole key, and moved into the
+    array when the array grows over it; table and replay answer as Python all along."""
+    c, p = _accel.CommitTable(), DictCommits()
+    parts = [2**31 - 1, -1, -(2**31), 1000, 63, 17, *range(0, 70), 1000, 5000, 64, 300, *range(70, 400, 3)]
+    for i, part in enumerate(parts):
+        k = key_fields("g", "t", part)
+        c.put(k, i, b"v%d" % i)
+        p.put(k, i, b"v%d" % i)
+        if i % 7 == 0:
+            assert c.remove(key_fields("g", "t", parts[i // 2])) == p.remove(key_fields("g", "t", parts[i // 2]))
+        assert len(c) == len(p)
+        assert sorted(c.group(b"g")) == sorted(p.group(b"g"))
+    for part in set(parts) | {1, 999, 2**31 - 2}:
+        k = key_fields("g", "t", part)
+        assert c.get(k) == p.get(k) and c.offset_of(k) == p.offset_of(k)
+    log = CoordinatorLog(str(tmp_path / "__consumer_offsets-0"))
+    for i, part in enumerate(parts):
+        log.write([Record(commit_key("g", "t", part), commit_value(i))])
+        if i % 5 == 0:
+            log.write([Record(commit_key("g", "t", parts[i // 2]), None)])
+    log.close()
+    answers = [{tp: o.committed_offset for tp, o in replayed([tmp_path], python=python).state.committed("g").items()}
+               for python in (False, True)]
+    assert answers[0] == answers[1] and len(answers[0]) > 100
+
+
 @pytest.mark.parametrize("python", [False, True])
 def test_a_group_id_that_is_not_utf8_is_one_group_as_kafka_reads_it(tmp_path, python):
     log = CoordinatorLog(str(tmp_path / "__consumer_offsets-0"))

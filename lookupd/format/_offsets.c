@@ -74,10 +74,7 @@ typedef struct {
  * slot array only (one cache line), not their entries. A probe starts at HOME: a window of 8 slots (a
  * cache line) chosen by the hash's top bits, and the slot in it chosen by the hash's bits 32-34; the tag
  * holds both, so a larger table is built from the slots alone, in their order (each lands at about twice
- * its place), without reading an entry. An OffsetCommit key's bits 32-34 are its partition's low bits
- * and the rest of its hash leaves them out (key_hash): partitions 0-7 of a group's topic, which a commit
- * request writes together, start in one cache line, and a compacted log's replay misses the cache once
- * for them, not once each. */
+ * its place), without reading an entry. */
 #define HOME(h, shift) ((Py_ssize_t)((((h) >> ((shift) + 3)) << 3) | (((h) >> 32) & 7)))
 #define SLOT(h, index) (((h) & 0xFFFFFFFF00000000ULL) | (uint64_t)(index))
 #define SLOT_INDEX(slot) ((Py_ssize_t)((slot) & 0xFFFFFFFFULL))
@@ -90,6 +87,7 @@ typedef struct {
  * that does not come true (new keys that stop coming) leaves at most 8 times the slots needed. */
 #define MAX_GROWTH_LOG2 3
 #define MAX_KEY_LEN 0x7FFFFFFFL             /* (a key's fields are at most 65542 bytes; a Python caller's bytes may be more) */
+#define MAX_KEY_FIELDS (2 + 32767 + 2 + 32767 + 4)  /* OffsetCommit key fields: two int16-length strings, a partition */
 
 /* ------------------------------------------------------------------ memory
 
@@ -126,7 +124,7 @@ mapped(void *p, size_t n)
 #define SPARE_REGIONS 6
 #define SPARE_BYTES ((size_t)128 << 20)
 
-enum { ARENA, ENTRIES };               /* what a region holds: a spare goes to the same again first */
+enum { ARENA, ENTRIES, PARTS };             /* what a region holds: a spare goes to the same again first */
 
 typedef struct {
     void *p;                            /* NULL: none */
@@ -347,26 +345,6 @@ hash_bytes(const uint8_t *p, Py_ssize_t n)
     return h ^ (h >> 29);
 }
 
-/* The hash of OffsetCommit key fields (a group, a topic, an int32 partition) from the hash_bytes of what
- * comes before the partition (the same for every record of a commit request's topic: hashed once for a
- * run of them, see apply_all) and the partition, whose low bits are the hash's bits 32-34 (see HOME). */
-static inline uint64_t
-key_hash_of(uint64_t prefix, uint32_t partition)
-{
-    uint64_t h = (prefix ^ (uint64_t)(partition & ~7U)) * 0xFF51AFD7ED558CCDULL;
-    h ^= h >> 29;
-    return (h & ~(7ULL << 32)) | ((uint64_t)(partition & 7) << 32);
-}
-
-/* key_hash_of the fields k[0:n]. Other bytes a Python caller gives (n < 4) are hashed as such. */
-static inline uint64_t
-key_hash(const uint8_t *k, Py_ssize_t n)
-{
-    if (n < 4)
-        return hash_bytes(k, n);
-    return key_hash_of(hash_bytes(k, n - 4), be32(k + n - 4));
-}
-
 void
 offsets_seed(uint64_t seed)
 {
@@ -573,21 +551,61 @@ entry_remove(Table *t, Entry *e)
 
 /* ------------------------------------------------------------------ the CommitTable type */
 
+/* One partition's commit in its (group, topic)'s array. 24 bytes. */
+typedef struct {
+    int64_t offset;                     /* of the commit record */
+    uint64_t value_at;                  /* in the topics' arena */
+    int32_t value_len;                  /* -1: absent (removed, or never had a value) */
+    int32_t value_cap;                  /* bytes at value_at this partition may write over */
+} Part;
+
+/* A (group, topic)'s partitions are an array indexed by partition, grown (to a power of two) to cover the
+ * partition a commit names, so that a commit is one probe for its (group, topic) (most often the record
+ * before's, not probed again) and an index, not a hash insert a partition. So that a hostile log naming
+ * partition 2^31-1 (or any sparse one) does not make an array of that size, an array grows only to at
+ * most PARTS_SLACK times the partitions it has had (at least MIN_PARTS): a key beyond that, and a
+ * negative partition, goes to a table of its own by its whole fields (CommitTable.odd), moved into the
+ * array when the array grows over it. */
+#define MIN_PARTS 16
+#define PARTS_SLACK 4
+#define MAX_PARTS ((Py_ssize_t)1 << 30)     /* (an index into a topic's array, as int32 partitions: never reached) */
+
 typedef struct {
     PyObject_HEAD
-    Table t;                            /* key fields -> commit */
-    Table groups;                       /* group name -> its first key (offset: index + 1 into t); value_len 0:
+    Table t;                            /* (group, topic) fields (the key's fields but its partition) -> its
+                                         * partitions: value_at the first of its Parts, value_cap how many,
+                                         * offset how many have been made present (growth's bound), group_next
+                                         * the next (group, topic) of its group */
+    Part *parts;                        /* every (group, topic)'s array, one after another */
+    Py_ssize_t n_parts, parts_cap, dead_parts;  /* dead: left behind by an array that grew */
+    Table odd;                          /* the other keys by their whole fields (see MIN_PARTS), and any bytes a
+                                         * Python caller puts that are not group, topic, partition */
+    Table groups;                       /* group name -> its first (group, topic) (offset: index + 1 into t),
+                                         * its first odd key (value_at: index + 1 into odd); value_len 0:
                                          * a simple group (made by a commit), -1: not */
+    Py_ssize_t live;                    /* present partitions in the arrays */
+    Py_ssize_t removed;                 /* partitions removed from the arrays since the last rebuild */
+    Py_ssize_t last_topic;              /* the (group, topic) entry the scan's last commit was of, index + 1 */
     Py_ssize_t last_group;              /* the group entry looked up last, index + 1 (0: none) */
     Py_ssize_t reserved, scanned;       /* bytes of log told (reserve) and not yet scanned by commit_runs; bytes
                                          * it scanned: t.expect is what the keys per byte so far make of them */
 } CommitTable;
 
 static void
+parts_free(CommitTable *self)
+{
+    region_release(self->parts, (size_t)self->parts_cap * sizeof(Part), (size_t)self->n_parts * sizeof(Part), PARTS);
+    self->parts = NULL;
+    self->n_parts = self->parts_cap = self->dead_parts = 0;
+}
+
+static void
 ct_dealloc(CommitTable *self)
 {
     table_free(&self->t);
+    table_free(&self->odd);
     table_free(&self->groups);
+    parts_free(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -596,9 +614,13 @@ ct_dealloc(CommitTable *self)
 static Entry *
 ct_group_find(CommitTable *self, const uint8_t *g, Py_ssize_t n, uint64_t h, int create, int *oom)
 {
+    Py_ssize_t before = self->groups.n_entries;
     Entry *e = table_find_hashed(&self->groups, g, n, h, create, oom);
-    if (e != NULL)
+    if (e != NULL) {
         self->last_group = e - self->groups.entries + 1;
+        if (self->groups.n_entries != before)
+            e->value_at = 0;            /* (no odd key yet) */
+    }
     return e;
 }
 
@@ -616,53 +638,253 @@ ct_group(CommitTable *self, const uint8_t *g, Py_ssize_t n, int create, int *oom
     return e != NULL ? e : ct_group_find(self, g, n, hash_bytes(g, n), create, oom);
 }
 
-/* Link a new entry of t (the last one) into the keys of group g. */
-static inline void
-ct_link(CommitTable *self, Entry *e, Entry *g)
+/* The length of k[0:n]'s (group, topic) when k is OffsetCommit key fields (two int16-length strings and a
+ * partition, nothing after); -1 otherwise (a key for the odd table). */
+static inline Py_ssize_t
+fields_prefix(const uint8_t *k, Py_ssize_t n)
 {
-    e->group_next = (uint32_t)g->offset;
-    g->offset = self->t.n_entries;      /* the new entry's index + 1 */
+    if (n < 8)
+        return -1;
+    Py_ssize_t g = (int16_t)be16(k);
+    if (g < 0 || 2 + g + 2 + 4 > n)
+        return -1;
+    Py_ssize_t t = (int16_t)be16(k + 2 + g);
+    return t >= 0 && 2 + g + 2 + t + 4 == n ? n - 4 : -1;
 }
 
-/* The key's entry, made (absent, linked into its group's keys) when `create`; NULL if none or on no
- * memory (*oom set). The fields are known to read (a group string first). */
+/* The (group, topic) entry of prefix k[0:n] hashed h, made (no partitions, linked into its group) when
+ * `create`; NULL if none or on no memory (*oom set). */
 static Entry *
-ct_entry_hashed(CommitTable *self, const uint8_t *k, Py_ssize_t n, uint64_t h, int create, int *oom)
+ct_topic(CommitTable *self, const uint8_t *k, Py_ssize_t n, uint64_t h, int create, int *oom)
 {
     Py_ssize_t before = self->t.n_entries;
     Entry *e = table_find_hashed(&self->t, k, n, h, create, oom);
     if (e == NULL || self->t.n_entries == before)
         return e;
+    e->value_at = 0;
+    e->value_cap = 0;
+    e->offset = 0;
     Entry *g = ct_group(self, k + 2, (int16_t)be16(k), 1, oom);
     if (g == NULL)
         return NULL;
-    ct_link(self, e, g);
+    e = &self->t.entries[self->t.n_entries - 1];
+    e->group_next = (uint32_t)g->offset;
+    g->offset = self->t.n_entries;
     return e;
 }
 
+/* The odd key k[0:n]'s entry, made (absent, linked into its group) when `create`. */
 static Entry *
-ct_entry(CommitTable *self, const uint8_t *k, Py_ssize_t n, int create, int *oom)
+ct_odd(CommitTable *self, const uint8_t *k, Py_ssize_t n, int create, int *oom)
 {
-    return ct_entry_hashed(self, k, n, key_hash(k, n), create, oom);
+    Py_ssize_t before = self->odd.n_entries;
+    Entry *e = table_find(&self->odd, k, n, create, oom);
+    if (e == NULL || self->odd.n_entries == before)
+        return e;
+    Entry *g = ct_group(self, k + 2, (int16_t)be16(k), 1, oom);
+    if (g == NULL)
+        return NULL;
+    e->group_next = (uint32_t)g->value_at;
+    g->value_at = (uint64_t)self->odd.n_entries;
+    return e;
 }
 
-/* Rebuild the tables with the present keys and the simple groups only, in new arenas (when most of the
- * old one is dead). */
+/* The fields of topic entry e's partition p into buf (room for e's key and 4 bytes). */
+static inline Py_ssize_t
+ct_fields(const CommitTable *self, const Entry *e, uint32_t p, uint8_t *buf)
+{
+    memcpy(buf, self->t.arena + e->key_at, e->key_len);
+    buf[e->key_len] = (uint8_t)(p >> 24);
+    buf[e->key_len + 1] = (uint8_t)(p >> 16);
+    buf[e->key_len + 2] = (uint8_t)(p >> 8);
+    buf[e->key_len + 3] = (uint8_t)p;
+    return (Py_ssize_t)e->key_len + 4;
+}
+
+/* Grow topic entry ti's array to cover partition p when PARTS_SLACK allows: 1 if it does, 0 if not (the key
+ * is odd), -1 on no memory. Odd keys the array now covers move into it. */
+static __attribute__((noinline)) int
+ct_grow_parts(CommitTable *self, Py_ssize_t ti, int64_t p)
+{
+    Entry *e = &self->t.entries[ti];
+    Py_ssize_t cap = MIN_PARTS;
+    while (cap <= p && cap < MAX_PARTS)
+        cap *= 2;
+    if (p < 0 || cap <= p || (cap > MIN_PARTS && cap > PARTS_SLACK * (e->offset + 1)))
+        return 0;
+    if (self->n_parts + cap > self->parts_cap) {
+        Py_ssize_t want = self->parts_cap ? self->parts_cap * 2 : 1024;
+        while (want < self->n_parts + cap)
+            want *= 2;
+        Part *ps = region_resize(self->parts, (size_t)self->parts_cap * sizeof *ps, (size_t)want * sizeof *ps, PARTS);
+        if (ps == NULL)
+            return -1;
+        self->parts = ps;
+        self->parts_cap = want;
+    }
+    Py_ssize_t old = e->value_cap, base = self->n_parts;
+    if (old)
+        memcpy(self->parts + base, self->parts + e->value_at, (size_t)old * sizeof(Part));
+    for (Py_ssize_t i = old; i < cap; i++)
+        self->parts[base + i] = (Part){0, 0, -1, 0};
+    self->dead_parts += old;
+    self->n_parts += cap;
+    e->value_at = (uint64_t)base;
+    e->value_cap = (int32_t)cap;
+    if (self->odd.live > 0) {           /* odd keys of this (group, topic) the array now covers */
+        uint8_t small[512];
+        uint8_t *k = e->key_len + 4 <= sizeof small ? small : malloc((size_t)e->key_len + 4);
+        if (k == NULL)
+            return -1;
+        for (Py_ssize_t i = old; i < cap; i++) {
+            int oom = 0;
+            Py_ssize_t n = ct_fields(self, e, (uint32_t)i, k);
+            Entry *x = table_find(&self->odd, k, n, 0, &oom);
+            if (x == NULL || x->value_len < 0)
+                continue;
+            Part *q = &self->parts[base + i];
+            q->offset = x->offset;
+            if (arena_put(&self->t, self->odd.arena + x->value_at, x->value_len, &q->value_at) < 0) {
+                if (k != small)
+                    free(k);
+                return -1;
+            }
+            q->value_len = q->value_cap = x->value_len;
+            entry_remove(&self->odd, x);
+            self->live++;
+            e->offset++;
+        }
+        if (k != small)
+            free(k);
+    }
+    return 1;
+}
+
+/* Set partition q's commit; -1 on no memory. */
+static inline int
+part_set(CommitTable *self, Part *q, int64_t offset, const uint8_t *v, Py_ssize_t n)
+{
+    if (n > INT32_MAX)
+        return -1;
+    if (n <= q->value_cap) {
+        copy(self->t.arena + q->value_at, v, n);
+    } else {
+        uint64_t at;
+        if (arena_put(&self->t, v, n, &at) < 0)
+            return -1;
+        self->t.dead += q->value_cap;
+        q->value_at = at;
+        q->value_cap = (int32_t)n;
+    }
+    self->live += q->value_len < 0;
+    q->value_len = (int32_t)n;
+    q->offset = offset;
+    return 0;
+}
+
+/* Put fields k[0:n] (prefix length pn, its hash h: see fields_prefix; pn < 0 for an odd key) -> (offset,
+ * v[0:vn]); -1 on no memory. */
+static int
+ct_set(CommitTable *self, const uint8_t *k, Py_ssize_t n, Py_ssize_t pn, uint64_t h, int64_t offset,
+       const uint8_t *v, Py_ssize_t vn)
+{
+    int oom = 0;
+    if (pn >= 0) {
+        Entry *e = ct_topic(self, k, pn, h, 1, &oom);
+        if (e == NULL)
+            return -1;
+        int64_t p = (int32_t)be32(k + pn);
+        int r = 1;
+        if (p < 0 || p >= e->value_cap)
+            r = ct_grow_parts(self, e - self->t.entries, p);
+        if (r < 0)
+            return -1;
+        if (r > 0) {
+            Part *q = &self->parts[e->value_at + p];
+            e->offset += q->value_len < 0;
+            return part_set(self, q, offset, v, vn);
+        }
+    }
+    Entry *x = ct_odd(self, k, n, 1, &oom);
+    return x == NULL ? -1 : entry_set(&self->odd, x, offset, v, vn) < 0 ? -1 : 0;
+}
+
+/* The present commit of fields k[0:n]: *part set for one in an array, *odd for an odd key; 0 if none. */
+static int
+ct_find_hashed(CommitTable *self, const uint8_t *k, Py_ssize_t n, Py_ssize_t pn, uint64_t h, Part **part, Entry **odd)
+{
+    int oom = 0;
+    *part = NULL;
+    *odd = NULL;
+    if (pn >= 0) {
+        Entry *e = table_find_hashed(&self->t, k, pn, h, 0, &oom);
+        int64_t p = (int32_t)be32(k + pn);
+        if (e != NULL && p >= 0 && p < e->value_cap) {
+            Part *q = &self->parts[e->value_at + p];
+            *part = q->value_len >= 0 ? q : NULL;
+            return *part != NULL;
+        }
+    }
+    if (self->odd.live == 0 || n > MAX_KEY_LEN)
+        return 0;
+    Entry *x = table_find(&self->odd, k, n, 0, &oom);
+    *odd = x != NULL && x->value_len >= 0 ? x : NULL;
+    return *odd != NULL;
+}
+
+static int
+ct_find(CommitTable *self, const uint8_t *k, Py_ssize_t n, Part **part, Entry **odd)
+{
+    Py_ssize_t pn = fields_prefix(k, n);
+    return ct_find_hashed(self, k, n, pn, pn < 0 ? 0 : hash_bytes(k, pn), part, odd);
+}
+
+static void
+ct_remove_found(CommitTable *self, Part *q, Entry *x)
+{
+    if (q != NULL) {
+        q->value_len = -1;
+        self->live--;
+        self->removed++;
+    } else if (x != NULL) {
+        entry_remove(&self->odd, x);
+    }
+}
+
+/* Rebuild the tables with the present keys and the simple groups only (when most of what they hold is dead). */
 static int
 ct_maybe_compact(CommitTable *self)
 {
-    Table *t = &self->t;
-    if (!(t->arena_len > (1 << 20) && (t->dead > t->arena_len / 2 || t->n_entries - t->live > t->live)))
+    Py_ssize_t arena = self->t.arena_len + self->odd.arena_len;
+    Py_ssize_t dead = self->t.dead + self->odd.dead;
+    Py_ssize_t live = self->live + self->odd.live;
+    Py_ssize_t absent = self->removed + (self->odd.n_entries - self->odd.live);
+    if (!(arena > (1 << 20) && (dead > arena / 2 || absent > live)))
         return 0;
     CommitTable fresh = {0};
-    int oom = 0;
-    for (Py_ssize_t i = 0; i < t->n_entries && !oom; i++) {
-        Entry *e = &t->entries[i];
-        if (e->value_len < 0)
-            continue;
-        Entry *x = ct_entry(&fresh, t->arena + e->key_at, e->key_len, 1, &oom);
-        oom = x == NULL || entry_set(&fresh.t, x, e->offset, t->arena + e->value_at, e->value_len) < 0;
+    uint8_t *buf = malloc(MAX_KEY_FIELDS);
+    int oom = buf == NULL;
+    for (Py_ssize_t i = 0; i < self->t.n_entries && !oom; i++) {
+        Entry *e = &self->t.entries[i];
+        for (Py_ssize_t p = 0; p < e->value_cap && !oom; p++) {
+            Part *q = &self->parts[e->value_at + p];
+            if (q->value_len < 0)
+                continue;
+            Py_ssize_t n = ct_fields(self, e, (uint32_t)p, buf);
+            oom = ct_set(&fresh, buf, n, n - 4, hash_bytes(buf, n - 4), q->offset,
+                         self->t.arena + q->value_at, q->value_len) < 0;
+        }
     }
+    for (Py_ssize_t i = 0; i < self->odd.n_entries && !oom; i++) {
+        Entry *x = &self->odd.entries[i];
+        if (x->value_len < 0)
+            continue;
+        const uint8_t *k = self->odd.arena + x->key_at;
+        Py_ssize_t pn = fields_prefix(k, x->key_len);
+        oom = ct_set(&fresh, k, x->key_len, pn, pn < 0 ? 0 : hash_bytes(k, pn), x->offset,
+                     self->odd.arena + x->value_at, x->value_len) < 0;
+    }
+    free(buf);
     for (Py_ssize_t i = 0; i < self->groups.n_entries && !oom; i++) {
         Entry *g = &self->groups.entries[i];
         if (g->value_len < 0)
@@ -673,49 +895,65 @@ ct_maybe_compact(CommitTable *self)
     }
     if (oom) {
         table_free(&fresh.t);
+        table_free(&fresh.odd);
         table_free(&fresh.groups);
+        parts_free(&fresh);
         return -1;
     }
     table_free(&self->t);
+    table_free(&self->odd);
     table_free(&self->groups);
+    parts_free(self);
     self->t = fresh.t;
+    self->odd = fresh.odd;
     self->groups = fresh.groups;
+    self->parts = fresh.parts;
+    self->n_parts = fresh.n_parts;
+    self->parts_cap = fresh.parts_cap;
+    self->dead_parts = fresh.dead_parts;
+    self->live = fresh.live;
     self->last_group = fresh.last_group;
+    self->last_topic = 0;
+    self->removed = 0;
     return 0;
 }
 
-static Entry *
-ct_lookup(CommitTable *self, PyObject *key)
+static int
+ct_lookup(CommitTable *self, PyObject *key, Part **q, Entry **x)
 {
     char *k;
     Py_ssize_t n;
     if (PyBytes_AsStringAndSize(key, &k, &n) < 0)
-        return NULL;
-    int oom = 0;
-    Entry *e = table_find_hashed(&self->t, (const uint8_t *)k, n, key_hash((const uint8_t *)k, n), 0, &oom);
-    return e != NULL && e->value_len >= 0 ? e : NULL;
+        return -1;
+    return ct_find(self, (const uint8_t *)k, n, q, x);
 }
 
 static PyObject *
 ct_get(CommitTable *self, PyObject *key)
 {
-    Entry *e = ct_lookup(self, key);
-    if (e == NULL) {
-        if (PyErr_Occurred())
-            return NULL;
+    Part *q;
+    Entry *x;
+    int r = ct_lookup(self, key, &q, &x);
+    if (r < 0)
+        return NULL;
+    if (r == 0)
         Py_RETURN_NONE;
-    }
-    return Py_BuildValue("(Ly#)", (long long)e->offset, (const char *)self->t.arena + e->value_at,
-                         (Py_ssize_t)e->value_len);
+    if (q != NULL)
+        return Py_BuildValue("(Ly#)", (long long)q->offset, (const char *)self->t.arena + q->value_at,
+                             (Py_ssize_t)q->value_len);
+    return Py_BuildValue("(Ly#)", (long long)x->offset, (const char *)self->odd.arena + x->value_at,
+                         (Py_ssize_t)x->value_len);
 }
 
 static PyObject *
 ct_offset_of(CommitTable *self, PyObject *key)
 {
-    Entry *e = ct_lookup(self, key);
-    if (e == NULL && PyErr_Occurred())
+    Part *q;
+    Entry *x;
+    int r = ct_lookup(self, key, &q, &x);
+    if (r < 0)
         return NULL;
-    return PyLong_FromLongLong(e == NULL ? -1 : (long long)e->offset);
+    return PyLong_FromLongLong(r == 0 ? -1 : q != NULL ? (long long)q->offset : (long long)x->offset);
 }
 
 static PyObject *
@@ -725,15 +963,15 @@ ct_put(CommitTable *self, PyObject *args)
     long long offset;
     if (!PyArg_ParseTuple(args, "y*Ly*", &key, &offset, &value))
         return NULL;
-    int oom = 0;
     int r = -1;
     if (key.len < 2 || (int16_t)be16(key.buf) < 0 || (int16_t)be16(key.buf) > key.len - 2) {
         PyErr_SetString(PyExc_ValueError, "fields must start with the group, an int16-length string");
     } else if (key.len > MAX_KEY_LEN || value.len > INT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "fields or value too long");
     } else {
-        Entry *e = ct_entry(self, key.buf, key.len, 1, &oom);
-        r = e == NULL ? -1 : entry_set(&self->t, e, offset, value.buf, value.len);
+        const uint8_t *k = key.buf;
+        Py_ssize_t pn = fields_prefix(k, key.len);
+        r = ct_set(self, k, key.len, pn, pn < 0 ? 0 : hash_bytes(k, pn), offset, value.buf, value.len);
     }
     PyBuffer_Release(&key);
     PyBuffer_Release(&value);
@@ -745,14 +983,13 @@ ct_put(CommitTable *self, PyObject *args)
 static PyObject *
 ct_remove(CommitTable *self, PyObject *key)
 {
-    Entry *e = ct_lookup(self, key);
-    if (e == NULL) {
-        if (PyErr_Occurred())
-            return NULL;
-        Py_RETURN_FALSE;
-    }
-    entry_remove(&self->t, e);
-    Py_RETURN_TRUE;
+    Part *q;
+    Entry *x;
+    int r = ct_lookup(self, key, &q, &x);
+    if (r < 0)
+        return NULL;
+    ct_remove_found(self, q, x);
+    return PyBool_FromLong(r);
 }
 
 /* The group entry of a Python bytes name (made when `create`); NULL with an error set, or NULL alone
@@ -771,6 +1008,15 @@ ct_group_of(CommitTable *self, PyObject *name, int create)
     return e;
 }
 
+static int
+append_key(PyObject *out, const uint8_t *k, Py_ssize_t n, int64_t offset)
+{
+    PyObject *item = Py_BuildValue("(y#L)", (const char *)k, n, (long long)offset);
+    int err = item == NULL || PyList_Append(out, item) < 0;
+    Py_XDECREF(item);
+    return err ? -1 : 0;
+}
+
 static PyObject *
 ct_group_keys(CommitTable *self, PyObject *name)
 {
@@ -778,17 +1024,27 @@ ct_group_keys(CommitTable *self, PyObject *name)
     if (head == NULL && PyErr_Occurred())
         return NULL;
     PyObject *out = PyList_New(0);
+    uint8_t *buf = out == NULL || head == NULL ? NULL : malloc(MAX_KEY_FIELDS);
+    if (out != NULL && head != NULL && buf == NULL) {
+        Py_CLEAR(out);
+        return PyErr_NoMemory();
+    }
     for (Py_ssize_t i = head == NULL ? 0 : (Py_ssize_t)head->offset; out != NULL && i; ) {
         Entry *e = &self->t.entries[i - 1];
         i = e->group_next;
-        if (e->value_len < 0)
-            continue;
-        PyObject *item = Py_BuildValue("(y#L)", (const char *)self->t.arena + e->key_at, (Py_ssize_t)e->key_len,
-                                       (long long)e->offset);
-        if (item == NULL || PyList_Append(out, item) < 0)
-            Py_CLEAR(out);
-        Py_XDECREF(item);
+        for (Py_ssize_t p = 0; out != NULL && p < e->value_cap; p++) {
+            Part *q = &self->parts[e->value_at + p];
+            if (q->value_len >= 0 && append_key(out, buf, ct_fields(self, e, (uint32_t)p, buf), q->offset) < 0)
+                Py_CLEAR(out);
+        }
     }
+    for (Py_ssize_t i = head == NULL ? 0 : (Py_ssize_t)head->value_at; out != NULL && i; ) {
+        Entry *x = &self->odd.entries[i - 1];
+        i = x->group_next;
+        if (x->value_len >= 0 && append_key(out, self->odd.arena + x->key_at, x->key_len, x->offset) < 0)
+            Py_CLEAR(out);
+    }
+    free(buf);
     return out;
 }
 
@@ -851,8 +1107,19 @@ ct_reserve(CommitTable *self, PyObject *arg)
         return NULL;
     /* (a room only: where the address space is refused, as under vm.overcommit_memory=2, the table grows
      * as it fills instead) */
-    if (bytes > 0 && table_reserve(&self->t, bytes / MIN_RECORD_BYTES, bytes) == 0)
-        (void)table_reserve(&self->groups, bytes / MIN_RECORD_BYTES, bytes);
+    if (bytes > 0 && table_reserve(&self->t, bytes / MIN_RECORD_BYTES, bytes) == 0 &&
+        table_reserve(&self->groups, bytes / MIN_RECORD_BYTES, bytes) == 0) {
+        Py_ssize_t want = self->n_parts + bytes / MIN_RECORD_BYTES + MIN_PARTS;
+        if (want > (Py_ssize_t)(MAX_RESERVED / sizeof(Part)))
+            want = (Py_ssize_t)(MAX_RESERVED / sizeof(Part));
+        if (want > self->parts_cap) {
+            Part *ps = region_resize(self->parts, (size_t)self->parts_cap * sizeof *ps, (size_t)want * sizeof *ps, PARTS);
+            if (ps != NULL) {
+                self->parts = ps;
+                self->parts_cap = want;
+            }
+        }
+    }
     self->reserved = bytes > 0 ? bytes : 0;
     Py_RETURN_NONE;
 }
@@ -860,7 +1127,7 @@ ct_reserve(CommitTable *self, PyObject *arg)
 static Py_ssize_t
 ct_len(CommitTable *self)
 {
-    return self->t.live;
+    return self->live + self->odd.live;
 }
 
 static PyMethodDef ct_methods[] = {
@@ -903,9 +1170,11 @@ typedef struct {                    /* one record of the batch being checked */
     const uint8_t *key, *value;     /* key: its fields (after the record type); value NULL: a tombstone */
     Py_ssize_t key_len, value_len;
     int64_t offset;
-    uint64_t hash;                  /* hash_bytes of the key's fields (set when it is applied) */
+    uint64_t hash;                  /* hash_bytes of the key's (group, topic) (set when it is applied) */
     uint64_t group_hash;            /* hash_bytes of its group's name, where new_group */
     int new_group;                  /* the record before in the run is another group's */
+    int same_topic;                 /* a commit, and the record before it in the run a commit of its (group,
+                                     * topic) (whose apply left it as CommitTable.last_topic) */
     int same_group;                 /* a commit, and the record before it in the run a commit of its group
                                      * (whose apply left the group as CommitTable.last_group) */
     const Entry *seen;              /* (apply_all: the entry the key may have, fetched ahead) */
@@ -1196,10 +1465,12 @@ apply(CommitTable *ct, Notes *notes, const Commit *c)
             g->value_len = -1;
         return note_once(notes, notes->removed, 0xFF, c->key + 2, glen);
     }
+    Py_ssize_t pn = c->key_len - 4;     /* (a commit key's fields: group, topic, partition, nothing after) */
     if (c->value == NULL) {  /* a tombstone, for a key committed or not (pending offsets go either way) */
-        Entry *e = table_find_hashed(&ct->t, c->key, c->key_len, c->hash, 0, &oom);
-        if (e != NULL)
-            entry_remove(&ct->t, e);
+        Part *q;
+        Entry *x;
+        if (ct_find_hashed(ct, c->key, c->key_len, pn, c->hash, &q, &x))
+            ct_remove_found(ct, q, x);
         return notes->tombstoned == NULL ? 0 : note_once(notes, notes->tombstoned, 0, c->key, c->key_len);
     }
     Entry *g = c->same_group ? &ct->groups.entries[ct->last_group - 1] :
@@ -1210,13 +1481,22 @@ apply(CommitTable *ct, Notes *notes, const Commit *c)
             return -1;
     }
     g->value_len = 0;
-    Py_ssize_t before = ct->t.n_entries;
-    Entry *e = table_find_hashed(&ct->t, c->key, c->key_len, c->hash, 1, &oom);  /* (g stays where it is) */
-    if (e == NULL)
-        return -1;
-    if (ct->t.n_entries != before)
-        ct_link(ct, e, g);
-    return entry_set(&ct->t, e, c->offset, c->value, c->value_len) < 0 ? -1 : 0;
+    Entry *e;
+    if (c->same_topic) {
+        e = &ct->t.entries[ct->last_topic - 1];
+    } else {
+        e = ct_topic(ct, c->key, pn, c->hash, 1, &oom);
+        if (e == NULL)
+            return -1;
+        ct->last_topic = e - ct->t.entries + 1;
+    }
+    int64_t p = (int32_t)be32(c->key + pn);
+    if (p >= 0 && p < e->value_cap) {
+        Part *q = &ct->parts[e->value_at + p];
+        e->offset += q->value_len < 0;
+        return part_set(ct, q, c->offset, c->value, c->value_len);
+    }
+    return ct_set(ct, c->key, c->key_len, pn, c->hash, c->offset, c->value, c->value_len);
 }
 
 /* A transactional batch's checked records, for the caller: (producer id, [(fields, offset, value | None)]). */
@@ -1253,21 +1533,23 @@ apply_all(CommitTable *ct, Notes *notes, Commit *recs, Py_ssize_t n)
     for (Py_ssize_t i = 0; i < n; i++) {
         Commit *c = &recs[i];
         Py_ssize_t glen = (int16_t)be16(c->key);   /* (the group's slot too, where it changes) */
+        c->same_topic = 0;
         if (c->key_len < 4) {
             c->hash = hash_bytes(c->key, c->key_len);
             c->new_group = 1;
         } else if (i > 0 && c->key_len == recs[i - 1].key_len && same(c->key, recs[i - 1].key, c->key_len - 4)) {
             /* the group and topic of the record before, another partition (no group tombstone's key, its
              * group alone, is as long as a commit key and starts with the same bytes but its last 4) */
-            c->hash = key_hash_of(prefix, be32(c->key + c->key_len - 4));
+            c->hash = prefix;
             c->new_group = 0;           /* (a hint for commits, whose group is then the record before's) */
+            c->same_topic = c->value != NULL && recs[i - 1].value != NULL;  /* (whose apply left it as last_topic) */
         } else {
-            prefix = hash_bytes(c->key, c->key_len - 4);
-            c->hash = key_hash_of(prefix, be32(c->key + c->key_len - 4));
+            c->hash = prefix = hash_bytes(c->key, c->key_len - 4);
             c->new_group = i == 0 || glen != (int16_t)be16(recs[i - 1].key) ||
                            !same(c->key + 2, recs[i - 1].key + 2, glen);
         }
-        table_prefetch(t, c->hash);
+        if (!c->same_topic)
+            table_prefetch(t, c->hash);
         c->same_group = i > 0 && !c->new_group && c->value != NULL && recs[i - 1].value != NULL;
         if (c->new_group) {
             c->group_hash = hash_bytes(c->key + 2, glen);
@@ -1275,11 +1557,13 @@ apply_all(CommitTable *ct, Notes *notes, Commit *recs, Py_ssize_t n)
         }
     }
     for (Py_ssize_t i = 0; i < n; i++)
-        recs[i].seen = table_prefetch_entry(t, recs[i].hash);
+        recs[i].seen = recs[i].same_topic ? NULL : table_prefetch_entry(t, recs[i].hash);
     for (Py_ssize_t i = 0; i < n; i++)
-        if (recs[i].seen != NULL) {
-            __builtin_prefetch(t->arena + recs[i].seen->key_at);
-            __builtin_prefetch(t->arena + recs[i].seen->value_at, 1);
+        if (recs[i].seen != NULL) {     /* the partition's commit, of a (group, topic) seen before */
+            const Entry *e = recs[i].seen;
+            __builtin_prefetch(t->arena + e->key_at);
+            if (e->value_cap > 0)
+                __builtin_prefetch(&ct->parts[e->value_at], 1);
         }
     for (Py_ssize_t i = 0; i < n; i++)
         if (apply(ct, notes, &recs[i]) < 0)
@@ -1302,9 +1586,11 @@ commit_runs(PyObject *self, PyObject *args)
         return NULL;
     }
     const uint8_t *buf = (const uint8_t *)view.buf;
-    if (ct->scanned > 0) {              /* the keys to come, at the rate of those so far */
-        double expect = (double)ct->reserved * (double)ct->t.n_entries / (double)ct->scanned;
+    if (ct->scanned > 0) {              /* the (group, topic)s and groups to come, at the rate of those so far */
+        double rate = (double)ct->reserved / (double)ct->scanned;
+        double expect = rate * (double)ct->t.n_entries, groups = rate * (double)ct->groups.n_entries;
         ct->t.expect = expect < (double)MAX_ENTRIES ? (Py_ssize_t)expect : MAX_ENTRIES;
+        ct->groups.expect = groups < (double)MAX_ENTRIES ? (Py_ssize_t)groups : MAX_ENTRIES;
     }
     Notes notes = {note_tombstones ? PyList_New(0) : Py_NewRef(Py_None), PyList_New(0), {0}};
     PyObject *txn = NULL, *marker = NULL;
@@ -1416,7 +1702,7 @@ commit_runs(PyObject *self, PyObject *args)
     PyBuffer_Release(&view);
     free(recs);
     table_free(&notes.seen);
-    ct->t.expect = 0;
+    ct->t.expect = ct->groups.expect = 0;
     ct->scanned += pos - start;
     ct->reserved = ct->reserved > pos - start ? ct->reserved - (pos - start) : 0;
     if (!err && ct_maybe_compact(ct) < 0)
