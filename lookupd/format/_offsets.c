@@ -1491,12 +1491,18 @@ apply(CommitTable *ct, Notes *notes, const Commit *c)
         ct->last_topic = e - ct->t.entries + 1;
     }
     int64_t p = (int32_t)be32(c->key + pn);
-    if (p >= 0 && p < e->value_cap) {
-        Part *q = &ct->parts[e->value_at + p];
-        e->offset += q->value_len < 0;
-        return part_set(ct, q, c->offset, c->value, c->value_len);
+    if (p < 0 || p >= e->value_cap) {   /* (a new (group, topic)'s first commit, most often) */
+        int r = ct_grow_parts(ct, e - ct->t.entries, p);
+        if (r < 0)
+            return -1;
+        if (r == 0) {
+            Entry *x = ct_odd(ct, c->key, c->key_len, 1, &oom);
+            return x == NULL || entry_set(&ct->odd, x, c->offset, c->value, c->value_len) < 0 ? -1 : 0;
+        }
     }
-    return ct_set(ct, c->key, c->key_len, pn, c->hash, c->offset, c->value, c->value_len);
+    Part *q = &ct->parts[e->value_at + p];
+    e->offset += q->value_len < 0;
+    return part_set(ct, q, c->offset, c->value, c->value_len);
 }
 
 /* A transactional batch's checked records, for the caller: (producer id, [(fields, offset, value | None)]). */
