@@ -4,9 +4,11 @@
  *
  * CommitTable: key fields (an OffsetCommit key after its record type: group, topic, partition, both
  * strings valid UTF-8) -> (offset of the commit record, its value bytes), each group's keys, and the
- * simple groups (those a commit made, not removed since). Keys and values live in one arena; a value is
- * written over the last one of its key when it fits, and the table is rebuilt when more than half of the
- * arena is dead. A removed key keeps its slot (marked absent) until then. Methods: get(fields) ->
+ * simple groups (those a commit made, not removed since). A key is kept as its (group, topic), hashed
+ * once, and an index into that (group, topic)'s array of partitions (see MIN_PARTS; a sparse, negative or
+ * huge partition, or other bytes a caller puts, by its whole key in a table of its own). Names and values
+ * live in arenas; a value is written over the last one of its key when it fits, and the table is rebuilt
+ * when more than half of the arena is dead or more keys were removed than are present. Methods: get(fields) ->
  * (record offset, value) | None, offset_of(fields) -> record offset | -1, put(fields, record offset,
  * value), remove(fields) -> whether it was there, group(name bytes) -> [(fields, record offset)] of the
  * group's keys, add_simple_group(name), discard_simple_group(name), has_simple_group(name),
