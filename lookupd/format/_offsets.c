@@ -295,6 +295,18 @@ copy(uint8_t *d, const uint8_t *s, Py_ssize_t n)
     }
 }
 
+/* The arena grown to cap bytes; -1 on no memory (the arena as it was). */
+static int
+arena_resize(Table *t, Py_ssize_t cap)
+{
+    uint8_t *a = region_resize(t->arena, (size_t)t->arena_cap, (size_t)cap, ARENA);
+    if (a == NULL)
+        return -1;
+    t->arena = a;
+    t->arena_cap = cap;
+    return 0;
+}
+
 /* Room for n more bytes in the arena (grown to twice what it needs, at least); -1 on no memory. */
 static __attribute__((noinline)) int
 arena_grow(Table *t, Py_ssize_t n)
@@ -302,12 +314,7 @@ arena_grow(Table *t, Py_ssize_t n)
     Py_ssize_t cap = t->arena_cap ? t->arena_cap * 2 : 1 << 16;
     while (cap < t->arena_len + n)
         cap *= 2;
-    uint8_t *a = region_resize(t->arena, (size_t)t->arena_cap, (size_t)cap, ARENA);
-    if (a == NULL)
-        return -1;
-    t->arena = a;
-    t->arena_cap = cap;
-    return 0;
+    return arena_resize(t, cap);
 }
 
 /* p[0:n] appended to the arena at *at (inlined: a key or value a record, the growth aside). */
@@ -378,11 +385,7 @@ table_reserve(Table *t, Py_ssize_t entries, Py_ssize_t bytes)
     if (cap > t->arena_cap) {
         if (cap < 2 * t->arena_cap)
             cap = 2 * t->arena_cap;
-        uint8_t *a = region_resize(t->arena, (size_t)t->arena_cap, (size_t)cap, ARENA);
-        if (a == NULL)
-            return -1;
-        t->arena = a;
-        t->arena_cap = cap;
+        return arena_resize(t, cap);
     }
     return 0;
 }
@@ -593,6 +596,18 @@ typedef struct {
                                          * it scanned: t.expect is what the keys per byte so far make of them */
 } CommitTable;
 
+/* Room for `cap` partitions in all; -1 on no memory (the arrays as they were). */
+static int
+parts_resize(CommitTable *self, Py_ssize_t cap)
+{
+    Part *ps = region_resize(self->parts, (size_t)self->parts_cap * sizeof *ps, (size_t)cap * sizeof *ps, PARTS);
+    if (ps == NULL)
+        return -1;
+    self->parts = ps;
+    self->parts_cap = cap;
+    return 0;
+}
+
 static void
 parts_free(CommitTable *self)
 {
@@ -718,11 +733,8 @@ ct_grow_parts(CommitTable *self, Py_ssize_t ti, int64_t p)
         Py_ssize_t want = self->parts_cap ? self->parts_cap * 2 : 1024;
         while (want < self->n_parts + cap)
             want *= 2;
-        Part *ps = region_resize(self->parts, (size_t)self->parts_cap * sizeof *ps, (size_t)want * sizeof *ps, PARTS);
-        if (ps == NULL)
+        if (parts_resize(self, want) < 0)
             return -1;
-        self->parts = ps;
-        self->parts_cap = want;
     }
     Py_ssize_t old = e->value_cap, base = self->n_parts;
     if (old)
@@ -1114,13 +1126,8 @@ ct_reserve(CommitTable *self, PyObject *arg)
         Py_ssize_t want = self->n_parts + bytes / MIN_RECORD_BYTES + MIN_PARTS;
         if (want > (Py_ssize_t)(MAX_RESERVED / sizeof(Part)))
             want = (Py_ssize_t)(MAX_RESERVED / sizeof(Part));
-        if (want > self->parts_cap) {
-            Part *ps = region_resize(self->parts, (size_t)self->parts_cap * sizeof *ps, (size_t)want * sizeof *ps, PARTS);
-            if (ps != NULL) {
-                self->parts = ps;
-                self->parts_cap = want;
-            }
-        }
+        if (want > self->parts_cap)
+            (void)parts_resize(self, want);
     }
     self->reserved = bytes > 0 ? bytes : 0;
     Py_RETURN_NONE;
