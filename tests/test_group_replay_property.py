@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from coordinator_writer import (Cleaner, CoordinatorLog, Record, commit_key, commit_value, group_key, group_value,
@@ -65,6 +66,7 @@ def full(log_dir, python=False):
 @given(ops=st.lists(op, min_size=1, max_size=40), chunk=st.sampled_from([1 << 20, 200, 97]))
 def test_incremental_equals_full_and_compacted_equals_uncompacted(tmp_path_factory, monkeypatch, ops, chunk):
     monkeypatch.setattr(coordinators_module, "CHUNK_BYTES", chunk)  # batches across chunks, and larger than one
+    monkeypatch.setattr(coordinators_module, "MAP_WINDOW_BYTES", chunk)  # (the mapped windows' the same)
     root = tmp_path_factory.mktemp("offsets")
     live, plain = root / "live", root / "plain"
     logs = [CoordinatorLog(str(d / "__consumer_offsets-0"), segment_bytes=400) for d in (live, plain)]
@@ -191,3 +193,48 @@ def test_the_cleaner_rewriting_the_segment_replayed_up_to_keeps_the_state(tmp_pa
         assert positions(r.state) == positions(full(tmp_path).state)
         assert {tp[1]: o.committed_offset for tp, o in r.state.committed("g").items()} == \
                {0: 50, 1: 19, 2: 20, 3: 21, 4: 60}
+
+
+
+@pytest.mark.parametrize("when", ["between windows", pytest.param("under a window", marks=pytest.mark.native)])
+def test_a_segment_that_shrinks_while_it_is_replayed_is_no_fault(tmp_path, monkeypatch, when):
+    """The active segment truncated (a follower's truncation) while the replay reads it in 8 KiB windows:
+    between two windows (the next one is not mapped, pread's short read says the file shrank) or right
+    after a window was mapped (its pages past the new end read as the SIGBUS guard's zeros, a broken batch
+    taken for the shrink, not for a fault). No SIGBUS, no fault, and the next catch-up equals a full
+    replay of the truncated log."""
+    monkeypatch.setattr(coordinators_module, "MAP_WINDOW_BYTES", 8192)
+    d = tmp_path / "__consumer_offsets-0"
+    log = CoordinatorLog(str(d))
+    for i in range(400):
+        log.write([Record(commit_key(f"g{i % 7}", "t", p), commit_value(i * 10 + p)) for p in range(4)])
+    log.close()
+    active = d / f"{max(int(n[:20]) for n in os.listdir(d) if n.endswith('.log')):020d}.log"
+    cut = os.path.getsize(active) // 2 + 5  # mid-batch, off a page boundary
+    done = []
+
+    def truncate_once():
+        if not done:
+            done.append(True)
+            os.truncate(active, cut)
+
+    class TruncatedUnder(coordinators_module.LogWindow):
+        @classmethod
+        def open(cls, handle, start, stop):
+            window = super().open(handle, start, stop)
+            if window is not None and stop > cut:
+                truncate_once()
+            return window
+
+    r = Coordinators(LogManager([tmp_path]), 1).replay("__consumer_offsets", 0)
+    if when == "under a window":
+        monkeypatch.setattr(coordinators_module, "LogWindow", TruncatedUnder)
+    else:
+        r.progress = lambda n: truncate_once()
+    with r.lock:
+        r.catch_up()
+        assert done and r.faults == [] and r.fault_count == 0
+        r.progress = None
+        r.catch_up()
+        assert r.faults == []
+        assert positions(r.state) == positions(full(tmp_path).state) == positions(full(tmp_path, python=True).state)

@@ -29,8 +29,9 @@ from ..format.internal.group_state import GroupCoordinatorState, ReplayError, ke
 from ..message import MessageError
 from ..format.internal.topics import CONSUMER_OFFSETS, DEFAULT_PARTITIONS, TRANSACTION_STATE, partition_for
 from ..format.records import control_record, decode_batch
-from .fileio import WouldBlock, mode as nonblocking
+from .fileio import FileHandle, WouldBlock, mode as nonblocking
 from .locallog import LocalLog
+from .mapping import SIGBUS_GUARD, LogWindow
 from .segment import LogSegment
 
 from ..format import _accel
@@ -39,6 +40,9 @@ log = logging.getLogger(__name__)
 
 # Bytes of `.log` read at a time: batches are replayed from whole chunks (a larger batch is read alone).
 CHUNK_BYTES = 1 << 20
+# Bytes of `.log` mapped at a time where the SIGBUS guard lets a replay read a segment in place: a few
+# map calls for a 100 MiB segment, and no more of the file mapped at once than that.
+MAP_WINDOW_BYTES = 16 << 20
 # Faults kept per partition: a badly damaged log must not grow the daemon's memory without bound.
 MAX_FAULTS = 100
 # Group ids whose partition is kept (Coordinators.group_partition): the groups asked about lately.
@@ -58,6 +62,10 @@ class _Position(NamedTuple):
     stuck: bool  # a batch's framing is broken there: nothing after it in this segment can be read
 
 
+class _Shrank(Exception):
+    """A broken batch in a window of a file that shrank while it was read: not a fault, looked at again."""
+
+
 class PartitionReplay:
     """One internal-topic partition's state, caught up with its files on each `catch_up`."""
 
@@ -74,6 +82,7 @@ class PartitionReplay:
         self.state = self.new_state()
         self.faults: list[Fault] = []
         self.fault_count = 0
+        self._window: LogWindow | None = None  # the window being replayed from (a shrink's zeros are no fault)
         self.next_offset = 0  # the offset after the last batch replayed
         self._first_base: int | None = None
         self._position: _Position | None = None
@@ -157,55 +166,90 @@ class PartitionReplay:
         that would wait, in the daemon's non-blocking mode, leaves the state and the position in step: the
         call is then made again in a worker thread and goes on from there). A broken frame stops the
         segment for good; in a rolled segment so does a batch cut off at its end, while in the active one
-        that is a batch the broker is still writing, replayed next time."""
+        that is a batch the broker is still writing, replayed next time.
+
+        The chunks are windows of the file mapped under the SIGBUS guard (LogWindow: no copy), or where
+        reads must not wait or there is no guard, read with pread into one reused buffer."""
         path = seg.log.path
         handle = seg.log.handle()
         self._reserve(end - byte)
+        mapped = SIGBUS_GUARD and not nonblocking.on and not _accel.mode.python and isinstance(handle, FileHandle)
         pos = byte
-        buf = bytearray(min(CHUNK_BYTES, end - pos))  # each chunk read into it: no new pages to fault in each time
-        view = memoryview(buf)
-        while pos < end:
-            want = min(CHUNK_BYTES, end - pos)
-            if handle.pread_into(view[:want], pos) < want:
-                return  # the file shrank under us: looked at again next time
-            off = 0
-            n = want
-            while off < n:
-                off = self._fast(buf, off, n)
-                if off >= n:
-                    break
+        buf = None
+        try:
+            while pos < end:
+                window = self._window = LogWindow.open(handle, pos, min(end, pos + MAP_WINDOW_BYTES)) \
+                    if mapped else None
+                if window is not None:  # the chunk is buf[lo:n], buf[i] the file's byte pos - lo + i
+                    buf, lo = window.view, pos - window.base
+                    want = window.stop - pos
+                else:
+                    if buf is None or type(buf) is memoryview:
+                        buf = bytearray(min(CHUNK_BYTES, end - pos))  # each chunk read into it: no new pages
+                    lo, want = 0, min(CHUNK_BYTES, end - pos)
+                    if handle.pread_into(memoryview(buf)[:want], pos) < want:
+                        return  # the file shrank under us: looked at again next time
+                off = lo
+                n = lo + want
+                at = pos  # where the batch being read starts
                 try:
-                    size = frame_size(buf, off, n, pos + off, path)
-                except CorruptRecordError as err:
-                    self._fault(None, err)
-                    self._position = _Position(seg, pos + off, True)
+                    while off < n:
+                        off = self._fast(buf, off, n)
+                        if off >= n:
+                            break
+                        at = pos + off - lo
+                        try:
+                            size = frame_size(buf, off, n, at, path)
+                        except CorruptRecordError as err:
+                            self._bad_frame(err)
+                            self._position = _Position(seg, at, True)
+                            return
+                        if size is None:  # not whole in this chunk: the next one starts with it
+                            break
+                        # (a copy out of a window: nothing decoded may keep a slice of the map)
+                        self._batch(memoryview(buf)[off:off + size] if window is None else bytes(buf[off:off + size]),
+                                    at, path)
+                        off += size
+                    off -= lo
+                    if off == 0:  # a batch larger than a chunk, or one cut off at the end of the data
+                        at = pos
+                        try:
+                            size = frame_size(buf, lo, lo + end - pos, pos, path)
+                        except CorruptRecordError as err:
+                            self._bad_frame(err)
+                            self._position = _Position(seg, pos, True)
+                            return
+                        if size is None:
+                            break
+                        batch = handle.pread(size, pos)
+                        if len(batch) < size:
+                            return  # the file shrank under us: looked at again next time
+                        self._batch(batch, pos, path)
+                        off = size
+                except _Shrank:
+                    self._position = _Position(seg, at, False)
                     return
-                if size is None:  # not whole in this chunk: the next one starts with it
-                    break
-                self._batch(memoryview(buf)[off:off + size], pos + off, path)
-                off += size
-            if off == 0:  # a batch larger than a chunk, or one cut off at the end of the data
-                try:
-                    size = frame_size(buf, 0, end - pos, pos, path)
-                except CorruptRecordError as err:
-                    self._fault(None, err)
-                    self._position = _Position(seg, pos, True)
-                    return
-                if size is None:
-                    break
-                batch = handle.pread(size, pos)
-                if len(batch) < size:
-                    return  # the file shrank under us: looked at again next time
-                self._batch(batch, pos, path)
-                off = size
-            pos += off
-            self._position = _Position(seg, pos, False)
-            if self.progress is not None:
-                self.progress(off)
+                finally:
+                    if window is not None:
+                        self._window = None
+                        window.close()
+                pos += off
+                self._position = _Position(seg, pos, False)
+                if self.progress is not None:
+                    self.progress(off)
+        finally:
+            self._window = None
         if pos < end and not seg.live:
             self._fault(None, CorruptRecordError(path, pos, f"{end - pos} bytes after the last whole batch of a "
                                                             f"rolled segment (a batch cut off)"))
             self._position = _Position(seg, pos, True)
+
+    def _bad_frame(self, err: CorruptRecordError) -> None:
+        """A batch whose frame or CRC is broken: a fault, unless it was read from a window of a file that
+        shrank meanwhile (the guard's zeros past its new end): then _Shrank, and it is looked at again."""
+        if self._window is not None and self._window.shrank():
+            raise _Shrank()
+        self._fault(None, err)
 
     def _fast(self, buf, off: int, n: int) -> int:
         """Batches a C scan takes from buf[off:n], applied; where the Python replay goes on."""
@@ -220,7 +264,7 @@ class PartitionReplay:
             header = parse_header(data, 0, position, path)
             ensure_valid(header, data, path)
         except CorruptRecordError as err:
-            self._fault(None, err)
+            self._bad_frame(err)
             try:
                 self.next_offset = max(self.next_offset, parse_header(data, 0, position, path).next_offset)
             except CorruptRecordError:
