@@ -59,6 +59,23 @@ def _name(api_key: int) -> str:
 METRIC_NAMES = tuple(_name(k) for k in apis.NAMES)
 
 
+def _coalesced(parts: list) -> list:
+    """A response's pieces with each run of bytes joined (one write each) and empty ones left out."""
+    out: list = []
+    pending: list[bytes] = []
+    for p in parts:
+        if isinstance(p, F.Region):
+            if pending:
+                out.append(b"".join(pending) if len(pending) > 1 else pending[0])
+                pending = []
+            out.append(p)
+        elif p:
+            pending.append(p)
+    if pending:
+        out.append(b"".join(pending) if len(pending) > 1 else pending[0])
+    return out
+
+
 class Closing(Exception):
     """The connection must end, after one log line saying why."""
 
@@ -92,7 +109,7 @@ class KafkaConnection:
         self.abort_reason: str | None = None  # why the reactor's handler could not go on reading
         self.close_after: str | None = None  # why the connection ends once the current answer is sent
         self.taken: framing.Event | None = None  # an event the reactor's handler read and left to the task
-        self.unsent = b""  # the rest of an answer the reactor's handler wrote in part
+        self.unsent: list = []  # the rest of an answer the reactor's handler wrote in part: bytes and Regions
 
     # ------------------------------------------------------------------ the daemon's view
 
@@ -175,8 +192,8 @@ class KafkaConnection:
         daemon, protocol = self.daemon, self.protocol
         while True:
             if self._held():  # the rest of an answer the reactor's handler began
-                data, self.unsent = self.unsent, b""
-                await self._send([data])
+                parts, self.unsent = self.unsent, []
+                await self._send(parts)
             event, self.taken = (self.taken, None) if self.taken is not None else (protocol.next_event(), None)
             if event is framing.NEED_DATA:
                 if daemon.stopping:
@@ -235,7 +252,11 @@ class KafkaConnection:
             return False
         k = req.api_key
         started = time.perf_counter() if self.metrics is not None else 0.0
-        if k == apis.LIST_OFFSETS:
+        if k == apis.FETCH:
+            body = self._fetch_now(req)
+            if body is None:
+                return False
+        elif k == apis.LIST_OFFSETS:
             if not (CAN_READ_NOWAIT and self.cfg.inline_hot_lookups):
                 return False
             try:
@@ -254,29 +275,70 @@ class KafkaConnection:
         else:
             return False
         self.daemon.counters.requests += 1
-        self._write_now(b"".join(framing.response(req, body)))
+        self._write_now(framing.response(req, body))
         if self.metrics is not None:
             self.metrics.observe(_name(k), time.perf_counter() - started)
         return True
+
+    def _fetch_now(self, req: framing.Request) -> list | None:
+        """A plaintext Fetch's answer (headers, and Regions for sendfile), when everything it reads is in memory
+        and it has not to wait for the log to grow (a long poll); None leaves it to the task. This is what a
+        consumer keeping up sends, request after request, so it skips a wake-up of the task and its scopes."""
+        if self.tls is not None or not (CAN_READ_NOWAIT and self.cfg.inline_hot_lookups):
+            return None
+        version = req.api_version
+        try:
+            r = F.decode_request(req.body, req.body_at, version)
+        except MessageError:
+            return None  # the task closes the connection, saying why
+        if r.session_id != 0 or r.forgotten:
+            return None
+        nonblocking_mode.on = True
+        try:
+            plan = self.broker.fetch(r, version, self.session.principal, regions=True,
+                                     max_bytes_cap=self.cfg.max_read_bytes)
+        except WouldBlock:
+            return None
+        finally:
+            nonblocking_mode.on = False
+        if plan.total_bytes < max(r.min_bytes, 1) and r.max_wait_ms > 0 and not plan.has_error:
+            return None  # a long poll: the task waits for the log to grow
+        return F.encode_response(version, plan.topics)
 
     def _held(self) -> bool:
         """Whether part of an answer waits to be written (plaintext in `unsent`, or ciphertext in the TLS backlog)."""
         return bool(self.unsent) or (self.tls is not None and bool(self.tls.backlog))
 
-    def _write_now(self, data: bytes) -> None:
-        """Write with one system call what the socket takes now; the rest goes to `unsent`, for the task."""
-        try:
-            if self.tls is not None:
-                self.tls.write_now(data)  # what the socket did not take stays in the TLS backlog, in order
-                return
-            n = os.write(self.fd, data)
-        except BlockingIOError:
-            n = 0
-        except OSError as err:
-            self.abort_reason = f"went away before reading its responses ({err.strerror or err})"
+    def _write_now(self, parts: list) -> None:
+        """Write what the socket takes now, without waiting (file Regions with sendfile); the rest goes to
+        `unsent`, for the task."""
+        if self.tls is not None:
+            try:
+                self.tls.write_now(b"".join(parts))  # what the socket did not take stays in the TLS backlog, in order
+            except OSError as err:
+                self.abort_reason = f"went away before reading its responses ({err.strerror or err})"
             return
-        if n < len(data):
-            self.unsent = data[n:]
+        fd = self.fd
+        parts = _coalesced(parts)
+        for i, p in enumerate(parts):
+            try:
+                if isinstance(p, F.Region):
+                    n = os.sendfile(fd, p.handle.fd, p.position, p.size) if p.size else 0
+                    if n == 0 and p.size:
+                        self.abort_reason = f"a segment file became shorter while being sent ({p.size} bytes short)"
+                        return
+                    rest = F.Region(p.handle, p.position + n, p.size - n) if n < p.size else None
+                else:
+                    n = os.write(fd, p) if p else 0
+                    rest = p[n:] if n < len(p) else None
+            except BlockingIOError:
+                n, rest = 0, p
+            except OSError as err:
+                self.abort_reason = f"went away before reading its responses ({err.strerror or err})"
+                return
+            if rest is not None:
+                self.unsent = [rest, *parts[i + 1:]]
+                return
 
     # ------------------------------------------------------------------ answering
 
@@ -448,17 +510,11 @@ class KafkaConnection:
                 self.daemon.buffers.release(self.holding, answers=held)
 
     async def _send_plain(self, parts: list) -> None:
-        pending: list[bytes] = []
-        for p in parts:
+        for p in _coalesced(parts):
             if isinstance(p, F.Region):
-                if pending:
-                    await self._write_all(b"".join(pending))
-                    pending = []
                 await self._sendfile(p)
-            elif p:
-                pending.append(p)
-        if pending:
-            await self._write_all(b"".join(pending) if len(pending) > 1 else pending[0])
+            else:
+                await self._write_all(p)
 
     async def _write_all(self, data: bytes) -> None:
         view = memoryview(data)
