@@ -261,6 +261,7 @@ async def _unread_fetches(port: int, requests: list[tuple[int, dict]]) -> list[b
         await c.aclose()
 
 
+@pytest.mark.native  # in memory means the indexes' native view: without it every Fetch is the task's
 async def test_fetch_answered_on_the_reactor_equals_the_connection_tasks_answer(short_dir, monkeypatch):  # noqa: F811
     """A plaintext Fetch whose answer is in memory is written by the reactor's handler, the rest of what the
     socket does not take (bytes, or a file Region part-sent) by the connection's task: pipelined fetches of every
@@ -296,3 +297,31 @@ async def test_fetch_answered_on_the_reactor_equals_the_connection_tasks_answer(
             assert left_regions, "no answer was left part-sent by the reactor's handler: the test missed its case"
     assert answers[True] == answers[False]
     assert all(a is not None and len(a) > 1000 for a in answers[True])
+
+
+@pytest.mark.native  # the C path is what is compared
+async def test_fetch_finds_each_batch_as_translate_offset_does():
+    """The Fetch's batch lookup (one native call where it can answer) equals LogSegment.translate_offset, the
+    answer of record, at each batch's first, middle and last offset in every segment of the corpus, before
+    its first (a gap) and one past the segment's last."""
+    from lookupd.daemon.kafkabroker import _batch_at
+
+    for name in sorted(os.listdir(R.require() / "logs")):
+        llog = LocalLog(R.log_dir(name), name.rsplit("-", 1)[0], 0)
+        try:
+            for base in llog.base_offsets:
+                seg = llog.segment(base)
+                offset = base
+                while True:
+                    found = seg.translate_offset(offset)
+                    assert _batch_at(seg, offset) == ((found.position, found.size) if found else None), (name, offset)
+                    if found is None:
+                        break
+                    first, last = found.base_offset, found.offset
+                    for probe in {first - 1, first, (first + last) // 2, last} - {offset}:
+                        if probe >= base:
+                            again = seg.translate_offset(probe)
+                            assert _batch_at(seg, probe) == (again.position, again.size), (name, probe)
+                    offset = last + 1
+        finally:
+            llog.close()
