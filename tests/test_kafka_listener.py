@@ -280,13 +280,13 @@ async def test_fetch_answered_on_the_reactor_equals_the_connection_tasks_answer(
             for name in partitions]
         requests.append((4 + i % 9, value))  # versions 4 to 12 (12: flexible, a tail after each Region)
     left_regions = []
-    write_now = KafkaConnection._write_now
+    write_now = KafkaConnection._write_parts_now
 
     def spy(self, parts):
         write_now(self, parts)
         left_regions.extend(p for p in self.unsent if isinstance(p, F.Region))
 
-    monkeypatch.setattr(KafkaConnection, "_write_now", spy)
+    monkeypatch.setattr(KafkaConnection, "_write_parts_now", spy)
     answers = {}
     for inline in (True, False):  # (without inline_hot_lookups every Fetch is the task's)
         port = free_port()

@@ -275,7 +275,10 @@ class KafkaConnection:
         else:
             return False
         self.daemon.counters.requests += 1
-        self._write_now(framing.response(req, body))
+        if k == apis.FETCH:  # (plaintext: _fetch_now answers no other)
+            self._write_parts_now(framing.response(req, body))
+        else:
+            self._write_now(b"".join(framing.response(req, body)))
         if self.metrics is not None:
             self.metrics.observe(_name(k), time.perf_counter() - started)
         return True
@@ -309,15 +312,24 @@ class KafkaConnection:
         """Whether part of an answer waits to be written (plaintext in `unsent`, or ciphertext in the TLS backlog)."""
         return bool(self.unsent) or (self.tls is not None and bool(self.tls.backlog))
 
-    def _write_now(self, parts: list) -> None:
-        """Write what the socket takes now, without waiting (file Regions with sendfile); the rest goes to
-        `unsent`, for the task."""
-        if self.tls is not None:
-            try:
-                self.tls.write_now(b"".join(parts))  # what the socket did not take stays in the TLS backlog, in order
-            except OSError as err:
-                self.abort_reason = f"went away before reading its responses ({err.strerror or err})"
+    def _write_now(self, data: bytes) -> None:
+        """Write with one system call what the socket takes now; the rest goes to `unsent`, for the task."""
+        try:
+            if self.tls is not None:
+                self.tls.write_now(data)  # what the socket did not take stays in the TLS backlog, in order
+                return
+            n = os.write(self.fd, data)
+        except BlockingIOError:
+            n = 0
+        except OSError as err:
+            self.abort_reason = f"went away before reading its responses ({err.strerror or err})"
             return
+        if n < len(data):
+            self.unsent = [data[n:]]
+
+    def _write_parts_now(self, parts: list) -> None:
+        """`_write_now` for a plaintext answer in pieces, file Regions sent with sendfile: what the socket takes
+        now; the rest (bytes, or a Region from where sendfile stopped, and what follows) goes to `unsent`."""
         fd = self.fd
         parts = _coalesced(parts)
         for i, p in enumerate(parts):
@@ -329,10 +341,10 @@ class KafkaConnection:
                         return
                     rest = F.Region(p.handle, p.position + n, p.size - n) if n < p.size else None
                 else:
-                    n = os.write(fd, p) if p else 0
+                    n = os.write(fd, p)
                     rest = p[n:] if n < len(p) else None
             except BlockingIOError:
-                n, rest = 0, p
+                rest = p
             except OSError as err:
                 self.abort_reason = f"went away before reading its responses ({err.strerror or err})"
                 return
