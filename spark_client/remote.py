@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lookupd.log.remote.config import RemoteConfig
-from lookupd.log.remote.extra import open_bucket
+from lookupd.log.remote.opener import open_bucket
 
 from .options import RemoteOptions
 

@@ -23,7 +23,7 @@ import logging
 import math
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import trio
 
@@ -31,10 +31,8 @@ from ..errors import Unavailable
 from ..rpc import protocol as rpc
 from .buffers import REQUEST_MEMORY_FACTOR
 from .service import MAX_AUTH_FAILURES, NEEDS_THREAD, Session, compact_targets, error_for
+from .host import ConnectionHost
 from .tls import TlsError, TlsStream
-
-if TYPE_CHECKING:
-    from .server import Daemon
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +54,7 @@ PRE_AUTH_FRAME_BYTES = 64 << 10
 now = time.perf_counter
 
 
-def admit_unauthenticated(daemon: Daemon, conn) -> None:
+def admit_unauthenticated(daemon: ConnectionHost, conn) -> None:
     """Count `conn` among the connections that have not authenticated, at most max_unauthenticated_connections
     of them whatever their protocol: the oldest is closed to make room."""
     waiting = daemon.unauthenticated
@@ -111,7 +109,7 @@ class Connection:
                  "waiting", "scope", "reader", "holding", "errors", "ending", "gone", "cut", "tls", "deferred",
                  "deferred_size", "abort_why")
 
-    def __init__(self, daemon: Daemon, stream: trio.SocketStream, session: Session, peer: str):
+    def __init__(self, daemon: ConnectionHost, stream: trio.SocketStream, session: Session, peer: str):
         cfg = daemon.cfg
         self.daemon = daemon
         self.cfg = cfg

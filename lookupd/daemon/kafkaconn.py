@@ -18,7 +18,7 @@ import logging
 import math
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import trio
 
@@ -33,10 +33,8 @@ from ..kafka.messages import (API_VERSIONS_RESPONSE, METADATA_REQUEST, PRODUCE_R
 from ..message.wire import MessageError
 from ..log.fileio import CAN_READ_NOWAIT, WouldBlock, mode as nonblocking_mode
 from .connection import CLOSE_LINGER_S, PRE_AUTH_FRAME_BYTES, RECEIVE_BYTES, admit_unauthenticated, tls_handshake
+from .host import ConnectionHost
 from .tls import TlsError, TlsStream
-
-if TYPE_CHECKING:
-    from .server import Daemon
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +81,7 @@ class Closing(Exception):
 class KafkaConnection:
     """One client connection's state and engine (see the module's docstring)."""
 
-    def __init__(self, daemon: Daemon, stream: trio.SocketStream, session, peer: str):
+    def __init__(self, daemon: ConnectionHost, stream: trio.SocketStream, session, peer: str):
         cfg = daemon.cfg
         self.daemon = daemon
         self.cfg = cfg

@@ -7,7 +7,8 @@ worker threads, never on the event loop. The pieces, as Aiven's plugin splits th
 
 - config: RemoteConfig, the `[remote]` settings, and RemoteSettings, that table of the daemon's TOML parsed
   and checked once for every reader of the file.
-- extra: whether the `tiered` extra is installed, and `open_bucket`, the one way to a Bucket.
+- extra: whether the `tiered` extra is installed (a leaf every module here may import).
+- opener: `open_bucket`, the one way to a Bucket, importable without the extra.
 - errors: what callers catch or set without the extra (ObjectNotFound, StoreWouldWait and local-only mode).
 - store: ObjectStore, ranged GETs and listings with retries, mapped onto lookupd's errors.
 - objects: an upload's three objects (`.log`, `.indexes`, `.rsm-manifest`).

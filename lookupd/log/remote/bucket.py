@@ -157,7 +157,7 @@ class Bucket:
     @classmethod
     def open(cls, config: RemoteConfig, *, store: ObjectStore | None = None, cached: bool = True) -> Bucket:
         """The bucket `config` names: its store (`store`: one made already), its cache in cache_dir (`cached`
-        False: none), the keys of [remote.encryption.keys]. Through lookupd.log.remote.extra.open_bucket."""
+        False: none), the keys of [remote.encryption.keys]. Through lookupd.log.remote.opener.open_bucket."""
         return cls(store if store is not None else ObjectStore(config), Keyring(config.encryption_keys),
                    DiskCache(config.cache_dir, config.cache_bytes) if cached else None)
 

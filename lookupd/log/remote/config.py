@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ...errors import InvalidArgument
+from .extra import require
 
 DEFAULT_CACHE_BYTES = 10 * 1024 ** 3  # 10 GiB: room for the indexes and hot chunks of a few hundred segments
 
@@ -110,8 +111,6 @@ class RemoteSettings:
         when the tiered extra is not installed: every reader of a [remote] table or an s3:// URL comes here."""
         if not self.bucket:
             return None
-        from .extra import require  # (here, not at the top: extra may import this module)
-
         require()
         try:
             return RemoteConfig(bucket=self.bucket, cache_dir=self.cache_dir, prefix=self.prefix,

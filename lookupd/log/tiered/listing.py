@@ -21,7 +21,7 @@ from ...errors import LookupdError
 from ..remote.config import RemoteConfig
 from ..remote.diskcache import cache_name
 from ..remote.errors import ObjectNotFound
-from ..remote.extra import open_bucket
+from ..remote.opener import open_bucket
 from ..remote.manifest import Manifest
 from .layout import ListedSegment, RemotePartition, SegmentKeys, list_partitions, list_segments
 from .brokerfiles import MetadataReader, RemoteLogMetadata, read_leader_epoch_checkpoint, read_topic_id
