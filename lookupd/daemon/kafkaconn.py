@@ -7,8 +7,10 @@ request and one response. Waiting for a request, the connection is parked in the
 msgpack connection, so the daemon's shutdown, idle sweep and limits treat both alike.
 
 A Fetch with less than min_bytes to give waits up to max_wait_ms for the broker to append (a long poll),
-looking at the partitions' log end every LONG_POLL_CHECK_S. A ListOffsets whose answer is in memory is
-answered on the event loop; anything that may wait for the disk or the bucket runs in a worker thread.
+looking at the partitions' log end every LONG_POLL_CHECK_S. A ListOffsets whose answer is in memory, and a
+plaintext Fetch whose indexes are and which needs no long poll (a consumer keeping up), are answered right in
+the reactor's handler, the records sent with sendfile as far as the socket takes them and the rest by the
+connection's task; anything that may wait for the disk or the bucket runs in a worker thread.
 """
 
 from __future__ import annotations
