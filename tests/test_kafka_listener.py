@@ -243,3 +243,85 @@ async def test_bad_requests_close_their_connection_and_nothing_else(short_dir): 
         r = RESPONSES[18].decode(frame, 0, 4)
         assert r["error_code"] == E.UNSUPPORTED_VERSION and {k["api_key"] for k in r["api_keys"]} >= {0, 1, 2, 3}
         await c.aclose()
+
+
+async def _unread_fetches(port: int, requests: list[tuple[int, dict]]) -> list[bytes]:
+    """The response frames to `requests` (version, Fetch request), each sent on its own (a pause between) and
+    none read until all are sent: the daemon's socket buffers fill, and answers are left part-written."""
+    c = await RawKafka.connect(port)
+    try:
+        await c.call(1, *requests[0])  # the indexes read once: then every answer is in memory
+        for i, (v, value) in enumerate(requests):
+            body = struct.pack(">hhi", 1, v, i) + wire.string("raw", False) + (wire.NO_TAGS if v >= 12 else b"") + \
+                REQUESTS[1].encode(value, v)
+            await c.send_raw(struct.pack(">i", len(body)) + body)
+            await trio.sleep(0.02)
+        return [await c.frame() for _ in requests]
+    finally:
+        await c.aclose()
+
+
+@pytest.mark.native  # in memory means the indexes' native view: without it every Fetch is the task's
+async def test_fetch_answered_on_the_reactor_equals_the_connection_tasks_answer(short_dir, monkeypatch):  # noqa: F811
+    """A plaintext Fetch whose answer is in memory is written by the reactor's handler, the rest of what the
+    socket does not take (bytes, or a file Region part-sent) by the connection's task: pipelined fetches of every
+    partition of the corpus, at every legacy and flexible version, sent while earlier answers are unread, give
+    the bytes the task alone writes."""
+    from lookupd.daemon.kafkaconn import KafkaConnection
+    from lookupd.kafka import fetch as F
+
+    partitions = sorted(os.listdir(R.require() / "logs"))
+    rnd = __import__("random").Random(41)
+    requests = []
+    for i in range(24):
+        value = fetch_request("plain", 0, max_bytes=64 << 20)
+        value["topics"] = [{"topic": name.rsplit("-", 1)[0], "partitions": [
+            {"partition": 0, "fetch_offset": rnd.choice((0, 0, 1, 230, 1000, 4999)), "partition_max_bytes": 1 << 20}]}
+            for name in partitions]
+        requests.append((4 + i % 9, value))  # versions 4 to 12 (12: flexible, a tail after each Region)
+    left_regions = []
+    write_now = KafkaConnection._write_parts_now
+
+    def spy(self, parts):
+        write_now(self, parts)
+        left_regions.extend(p for p in self.unsent if isinstance(p, F.Region))
+
+    monkeypatch.setattr(KafkaConnection, "_write_parts_now", spy)
+    answers = {}
+    for inline in (True, False):  # (without inline_hot_lookups every Fetch is the task's)
+        port = free_port()
+        async with running(os.path.join(short_dir, f"s{inline}"), inline_hot_lookups=inline,
+                           kafka=KafkaSettings(listen=[f"127.0.0.1:{port}"])):
+            answers[inline] = await _unread_fetches(port, requests)
+        if inline:
+            assert left_regions, "no answer was left part-sent by the reactor's handler: the test missed its case"
+    assert answers[True] == answers[False]
+    assert all(a is not None and len(a) > 1000 for a in answers[True])
+
+
+@pytest.mark.native  # the C path is what is compared
+async def test_fetch_finds_each_batch_as_translate_offset_does():
+    """The Fetch's batch lookup (one native call where it can answer) equals LogSegment.translate_offset, the
+    answer of record, at each batch's first, middle and last offset in every segment of the corpus, before
+    its first (a gap) and one past the segment's last."""
+    from lookupd.daemon.kafkabroker import _batch_at
+
+    for name in sorted(os.listdir(R.require() / "logs")):
+        llog = LocalLog(R.log_dir(name), name.rsplit("-", 1)[0], 0)
+        try:
+            for base in llog.base_offsets:
+                seg = llog.segment(base)
+                offset = base
+                while True:
+                    found = seg.translate_offset(offset)
+                    assert _batch_at(seg, offset) == ((found.position, found.size) if found else None), (name, offset)
+                    if found is None:
+                        break
+                    first, last = found.base_offset, found.offset
+                    for probe in {first - 1, first, (first + last) // 2, last} - {offset}:
+                        if probe >= base:
+                            again = seg.translate_offset(probe)
+                            assert _batch_at(seg, probe) == (again.position, again.size), (name, probe)
+                    offset = last + 1
+        finally:
+            llog.close()

@@ -140,6 +140,48 @@ def test_fetch_response_leaves_file_regions_as_pieces():
     assert sum(len(p) for p in pieces) == len(b"".join(p for p in pieces if isinstance(p, bytes))) + 5000
 
 
+def _fetch_outcome(decode, data: bytes, at: int, v: int):
+    try:
+        return decode(data, at, v)
+    except MalformedRequest as err:
+        return ("error", str(err))
+
+
+def test_fetch_request_legacy_fast_path_equals_the_schema_codec():
+    """The struct-based decoder of legacy Fetch requests gives the schema codec's answer, and its error (the
+    codec's, named by it) on cut, corrupted and oversized requests, which it leaves to the codec."""
+    rnd = random.Random(41)
+    req = REQUESTS[1]
+    taken = 0
+    for v in range(fetch.MIN_VERSION, fetch.FLEXIBLE):
+        for i in range(60):
+            value = _random_value(req.fields, v, rnd)
+            if i % 3 == 0:  # a consumer's usual request: one topic, one partition, nothing forgotten
+                value["topics"] = [{"topic": "bench", "partitions": [{
+                    "partition": 0, "current_leader_epoch": 5, "fetch_offset": rnd.randint(0, 1 << 40),
+                    "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}]
+                value["forgotten_topics_data"] = []
+            data = b"head" + req.encode(value, v) + (b"rest" if i % 2 else b"")
+            expected = fetch.decode_request_reference(data, 4, v)
+            assert fetch.decode_request(data, 4, v) == expected
+            taken += fetch._decode_legacy(data, 4, v) is not None
+            for cut in range(4, len(data), max(1, len(data) // 40)):
+                assert _fetch_outcome(fetch.decode_request, data[:cut], 4, v) == \
+                    _fetch_outcome(fetch.decode_request_reference, data[:cut], 4, v)
+            for _ in range(20):  # hostile: any byte changed (lengths and counts among them)
+                bad = bytearray(data)
+                bad[rnd.randrange(4, len(bad))] = rnd.choice((0x00, 0x7F, 0x80, 0xFF))
+                assert _fetch_outcome(fetch.decode_request, bytes(bad), 4, v) == \
+                    _fetch_outcome(fetch.decode_request_reference, bytes(bad), 4, v)
+        # more partitions than the fast path decodes: the codec's answer (and its item budget) apply
+        many = {"max_wait_ms": 1, "min_bytes": 1, "isolation_level": 0, "topics": [{"topic": "t", "partitions": [
+            {"partition": p, "fetch_offset": p, "partition_max_bytes": 1} for p in range(fetch.LEGACY_FAST_ITEMS)]}]}
+        data = req.encode(many, v)
+        assert fetch._decode_legacy(data, 0, v) is None
+        assert fetch.decode_request(data, 0, v) == fetch.decode_request_reference(data, 0, v)
+    assert taken >= 60  # the fast path answered, not only the reference
+
+
 def test_list_offsets_by_hand_equals_the_schema_codec():
     rnd = random.Random(11)
     req, resp = REQUESTS[2], RESPONSES[2]

@@ -34,7 +34,7 @@ from ..kafka import listoffsets as LO
 from ..kafka.messages import METADATA_RESPONSE, PRODUCE_RESPONSE
 from ..log.fileio import WouldBlock, mode as nonblocking_mode
 from ..log.locallog import SegmentList
-from ..log.segment import TIER_LOCAL
+from ..log.segment import LOCATE_BATCH, TIER_LOCAL
 from ..format.names import LEADER_EPOCH_CHECKPOINT
 from ..log.tiered.brokerfiles import read_leader_epoch_checkpoint, read_topic_id, uuid_bytes
 from ..log.stable import StableOffset
@@ -294,7 +294,7 @@ class KafkaBroker:
         i = v.floor_slot(offset)
         while offset < limit and 0 <= i < len(bases):
             seg = v.segment(bases[i])
-            found = seg.translate_offset(offset)
+            found = _batch_at(seg, offset)
             if found is None:  # nothing at or past `offset` in this segment: the next one
                 i += 1
                 continue
@@ -304,15 +304,16 @@ class KafkaBroker:
                 at = seg.translate_offset(limit)
                 if at is not None:
                     max_position = min(max_position, at.position)
-            adjusted = max(max_bytes, found.size) if min_one else max_bytes
-            size = min(max_position - found.position, adjusted)
+            position, batch_size = found
+            adjusted = max(max_bytes, batch_size) if min_one else max_bytes
+            size = min(max_position - position, adjusted)
             if size > 0:
                 if regions and seg.tier == TIER_LOCAL:
-                    records = F.Region(seg.log.handle(), found.position, size)
+                    records = F.Region(seg.log.handle(), position, size)
                 else:
                     if nonblocking_mode.on and size > INLINE_READ_MAX_BYTES:
                         raise WouldBlock()  # copying that much would hold the event loop: a worker thread reads it
-                    records = seg.log.read(found.position, size)
+                    records = seg.log.read(position, size)
                 if committed:
                     aborted = [(t.producer_id, t.first_offset) for t in llog.aborted_transactions(offset, next_base)]
             break
@@ -339,6 +340,19 @@ class KafkaBroker:
                 {"index": p["index"], "error_code": E.POLICY_VIOLATION, "base_offset": -1,
                  "error_message": READ_ONLY_MESSAGE} for p in t["partition_data"]]}
             for t in req["topic_data"]]}, version)
+
+
+def _batch_at(seg, offset: int) -> tuple[int, int] | None:
+    """(position, size) of the segment's first batch whose last offset >= `offset` (LogSegment.translateOffset),
+    None if none is: in one native call (`LogSegment.locate`) for a local segment where it can answer, else
+    `translate_offset`, the answer of record. The caller's offset is below the log end, as for
+    LocalLog.resolve_offset's native path."""
+    if seg.tier == TIER_LOCAL:
+        found = seg.locate(LOCATE_BATCH, offset)
+        if found is not None:
+            return found[3], found[4]
+    found = seg.translate_offset(offset)
+    return (found.position, found.size) if found is not None else None
 
 
 def _error_code(err: BaseException) -> int:

@@ -7,8 +7,10 @@ request and one response. Waiting for a request, the connection is parked in the
 msgpack connection, so the daemon's shutdown, idle sweep and limits treat both alike.
 
 A Fetch with less than min_bytes to give waits up to max_wait_ms for the broker to append (a long poll),
-looking at the partitions' log end every LONG_POLL_CHECK_S. A ListOffsets whose answer is in memory is
-answered on the event loop; anything that may wait for the disk or the bucket runs in a worker thread.
+looking at the partitions' log end every LONG_POLL_CHECK_S. A ListOffsets whose answer is in memory, and a
+plaintext Fetch whose indexes are and which needs no long poll (a consumer keeping up), are answered right in
+the reactor's handler, the records sent with sendfile as far as the socket takes them and the rest by the
+connection's task; anything that may wait for the disk or the bucket runs in a worker thread.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import hmac
 import logging
 import math
 import os
+import socket
 import time
 from typing import Any, Callable
 
@@ -48,6 +51,7 @@ MAX_WAIT_S = 30.0
 # connection while written (lookupd.daemon.buffers): a TLS consumer's Fetch is read into memory.
 HOLD_ABOVE_BYTES = 64 << 10
 SASL_PLAIN = "PLAIN"
+TCP_CORK = getattr(socket, "TCP_CORK", None)  # Linux's; elsewhere answers are not written inline anyway
 
 
 def _name(api_key: int) -> str:
@@ -55,6 +59,23 @@ def _name(api_key: int) -> str:
 
 
 METRIC_NAMES = tuple(_name(k) for k in apis.NAMES)
+
+
+def _coalesced(parts: list) -> list:
+    """A response's pieces with each run of bytes joined (one write each) and empty ones left out."""
+    out: list = []
+    pending: list[bytes] = []
+    for p in parts:
+        if isinstance(p, F.Region):
+            if pending:
+                out.append(b"".join(pending) if len(pending) > 1 else pending[0])
+                pending = []
+            out.append(p)
+        elif p:
+            pending.append(p)
+    if pending:
+        out.append(b"".join(pending) if len(pending) > 1 else pending[0])
+    return out
 
 
 class Closing(Exception):
@@ -90,7 +111,7 @@ class KafkaConnection:
         self.abort_reason: str | None = None  # why the reactor's handler could not go on reading
         self.close_after: str | None = None  # why the connection ends once the current answer is sent
         self.taken: framing.Event | None = None  # an event the reactor's handler read and left to the task
-        self.unsent = b""  # the rest of an answer the reactor's handler wrote in part
+        self.unsent: list = []  # the rest of an answer the reactor's handler wrote in part: bytes and Regions
 
     # ------------------------------------------------------------------ the daemon's view
 
@@ -173,8 +194,8 @@ class KafkaConnection:
         daemon, protocol = self.daemon, self.protocol
         while True:
             if self._held():  # the rest of an answer the reactor's handler began
-                data, self.unsent = self.unsent, b""
-                await self._send([data])
+                parts, self.unsent = self.unsent, []
+                await self._send(parts)
             event, self.taken = (self.taken, None) if self.taken is not None else (protocol.next_event(), None)
             if event is framing.NEED_DATA:
                 if daemon.stopping:
@@ -233,7 +254,11 @@ class KafkaConnection:
             return False
         k = req.api_key
         started = time.perf_counter() if self.metrics is not None else 0.0
-        if k == apis.LIST_OFFSETS:
+        if k == apis.FETCH:
+            body = self._fetch_now(req)
+            if body is None:
+                return False
+        elif k == apis.LIST_OFFSETS:
             if not (CAN_READ_NOWAIT and self.cfg.inline_hot_lookups):
                 return False
             try:
@@ -252,10 +277,38 @@ class KafkaConnection:
         else:
             return False
         self.daemon.counters.requests += 1
-        self._write_now(b"".join(framing.response(req, body)))
+        if k == apis.FETCH:  # (plaintext: _fetch_now answers no other)
+            self._write_parts_now(framing.response(req, body))
+        else:
+            self._write_now(b"".join(framing.response(req, body)))
         if self.metrics is not None:
             self.metrics.observe(_name(k), time.perf_counter() - started)
         return True
+
+    def _fetch_now(self, req: framing.Request) -> list | None:
+        """A plaintext Fetch's answer (headers, and Regions for sendfile), when everything it reads is in memory
+        and it has not to wait for the log to grow (a long poll); None leaves it to the task. This is what a
+        consumer keeping up sends, request after request, so it skips a wake-up of the task and its scopes."""
+        if self.tls is not None or not (CAN_READ_NOWAIT and self.cfg.inline_hot_lookups):
+            return None
+        version = req.api_version
+        try:
+            r = F.decode_request(req.body, req.body_at, version)
+        except MessageError:
+            return None  # the task closes the connection, saying why
+        if r.session_id != 0 or r.forgotten:
+            return None
+        nonblocking_mode.on = True
+        try:
+            plan = self.broker.fetch(r, version, self.session.principal, regions=True,
+                                     max_bytes_cap=self.cfg.max_read_bytes)
+        except WouldBlock:
+            return None
+        finally:
+            nonblocking_mode.on = False
+        if plan.total_bytes < max(r.min_bytes, 1) and r.max_wait_ms > 0 and not plan.has_error:
+            return None  # a long poll: the task waits for the log to grow
+        return F.encode_response(version, plan.topics)
 
     def _held(self) -> bool:
         """Whether part of an answer waits to be written (plaintext in `unsent`, or ciphertext in the TLS backlog)."""
@@ -274,7 +327,48 @@ class KafkaConnection:
             self.abort_reason = f"went away before reading its responses ({err.strerror or err})"
             return
         if n < len(data):
-            self.unsent = data[n:]
+            self.unsent = [data[n:]]
+
+    def _write_parts_now(self, parts: list) -> None:
+        """`_write_now` for a plaintext answer in pieces, file Regions sent with sendfile: what the socket takes
+        now; the rest (bytes, or a Region from where sendfile stopped, and what follows) goes to `unsent`.
+        The socket is corked meanwhile (TCP_CORK): the header leaves with the first records rather than in a
+        packet of its own, which woke the consumer once more per answer and cost the listener CPU (measured
+        with bench/bench_kafka.py's raw Fetch client)."""
+        fd = self.fd
+        parts = _coalesced(parts)
+        cork = TCP_CORK is not None and len(parts) > 1
+        if cork:
+            self.stream.socket.setsockopt(socket.IPPROTO_TCP, TCP_CORK, 1)
+        try:
+            self._write_pieces(fd, parts)
+        finally:
+            if cork:
+                try:  # uncorked: what is held goes out now
+                    self.stream.socket.setsockopt(socket.IPPROTO_TCP, TCP_CORK, 0)
+                except OSError:
+                    pass  # the peer is gone: the next read or write says so
+
+    def _write_pieces(self, fd: int, parts: list) -> None:
+        for i, p in enumerate(parts):
+            try:
+                if isinstance(p, F.Region):
+                    n = os.sendfile(fd, p.handle.fd, p.position, p.size) if p.size else 0
+                    if n == 0 and p.size:
+                        self.abort_reason = f"a segment file became shorter while being sent ({p.size} bytes short)"
+                        return
+                    rest = F.Region(p.handle, p.position + n, p.size - n) if n < p.size else None
+                else:
+                    n = os.write(fd, p)
+                    rest = p[n:] if n < len(p) else None
+            except BlockingIOError:
+                rest = p
+            except OSError as err:
+                self.abort_reason = f"went away before reading its responses ({err.strerror or err})"
+                return
+            if rest is not None:
+                self.unsent = [rest, *parts[i + 1:]]
+                return
 
     # ------------------------------------------------------------------ answering
 
@@ -446,17 +540,11 @@ class KafkaConnection:
                 self.daemon.buffers.release(self.holding, answers=held)
 
     async def _send_plain(self, parts: list) -> None:
-        pending: list[bytes] = []
-        for p in parts:
+        for p in _coalesced(parts):
             if isinstance(p, F.Region):
-                if pending:
-                    await self._write_all(b"".join(pending))
-                    pending = []
                 await self._sendfile(p)
-            elif p:
-                pending.append(p)
-        if pending:
-            await self._write_all(b"".join(pending) if len(pending) > 1 else pending[0])
+            else:
+                await self._write_all(p)
 
     async def _write_all(self, data: bytes) -> None:
         view = memoryview(data)
