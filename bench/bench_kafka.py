@@ -2,6 +2,9 @@
 
 * Fetch MB/s from a warm log, a raw Fetch client discarding the bytes, against reading the same segment
   bytes from the files (target >= 0.5x): plaintext, so the listener's records go out by sendfile.
+  Beside them, a by-hand server of the same bytes: one that does nothing but sendfile the asked range over
+  loopback TCP (no protocol, no lookup) to the same kind of client, to tell what the transport costs here
+  from what the listener adds.
 * ListOffsets by timestamp, one round trip, against the msgpack `offset_for_timestamp` round trip, both
   over loopback TCP to the same daemon (target p50 <= 1.2x); msgpack over its Unix socket too, for scale.
 * confluent-kafka consuming a topic: records/s, and the listener's CPU per MB against the consumer's CPU
@@ -171,6 +174,56 @@ def file_throughput(part_dir: str) -> tuple[float, int]:
     return total / (time.perf_counter() - t0) / 1e6, total
 
 
+# A by-hand server of the same bytes: it only answers "(segment, position, length)" with a 4-byte length and
+# sendfile of that range, as the listener's records go out, with no protocol and no lookup around it (the
+# length sent with MSG_MORE, so it leaves in the same segment as the first bytes, as the listener's header does).
+SENDFILE_SERVER = """
+import os, socket, struct, sys
+files = [os.open(p, os.O_RDONLY) for p in sys.argv[2:]]
+with socket.create_server(("127.0.0.1", int(sys.argv[1]))) as srv:
+    print("ready", flush=True)
+    while True:
+        conn, _ = srv.accept()
+        with conn:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            while len(req := conn.recv(16, socket.MSG_WAITALL)) == 16:
+                seg, pos, length = struct.unpack(">iqi", req)
+                size = max(0, min(length, os.fstat(files[seg]).st_size - pos))
+                conn.sendall(struct.pack(">i", size), socket.MSG_MORE)  # leaves with the first bytes of the range
+                sent = 0
+                while sent < size:
+                    sent += os.sendfile(conn.fileno(), files[seg], pos + sent, size - sent)
+"""
+
+
+def start_sendfile_server(part_dir: str) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    logs = sorted(os.path.join(part_dir, n) for n in os.listdir(part_dir) if n.endswith(".log"))
+    proc = subprocess.Popen([sys.executable, "-c", SENDFILE_SERVER, str(port), *logs], stdout=subprocess.PIPE,
+                            text=True)
+    proc.stdout.readline()
+    return proc, port
+
+
+def sendfile_throughput(port: int, part_dir: str, fetch_bytes: int = FETCH_BYTES) -> tuple[float, int]:
+    """(MB/s, bytes) of the minimal server sending every .log of the partition in `fetch_bytes` pieces to a
+    client that receives them as fetch_throughput does (into one reused buffer, discarded)."""
+    sizes = [os.path.getsize(os.path.join(part_dir, n)) for n in sorted(os.listdir(part_dir)) if n.endswith(".log")]
+    s = socket.create_connection(("127.0.0.1", port))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    buf, size4, total = bytearray(fetch_bytes), bytearray(4), 0
+    t0 = time.perf_counter()
+    for seg, end in enumerate(sizes):
+        for pos in range(0, end, fetch_bytes):
+            s.sendall(struct.pack(">iqi", seg, pos, fetch_bytes))
+            _recv_exact(s, memoryview(size4))
+            size = struct.unpack(">i", size4)[0]
+            _recv_exact(s, memoryview(buf)[:size])
+            total += size
+    s.close()
+    return total / (time.perf_counter() - t0) / 1e6, total
+
+
 # ---------------------------------------------------------------------- round trips
 
 
@@ -252,21 +305,26 @@ def run(quick: bool = False) -> list[Figure]:
     logs, end, stamps = write_partition(os.path.join(tmp, "logs"), megabytes)
     part = os.path.join(logs, f"{TOPIC}-0")
     proc, kafka, tcp, unix = start_daemon(tmp, logs)
+    plain, plain_port = start_sendfile_server(part)
     figures: list[Figure] = []
     try:
         file_throughput(part)  # warm the page cache
         fetch_throughput(kafka, end)
-        fetch, large, files = [], [], []
+        sendfile_throughput(plain_port, part)
+        fetch, large, files, ceiling = [], [], [], []
         for _ in range(repeats):
             fetch.append(fetch_throughput(kafka, end)[0])
             large.append(fetch_throughput(kafka, end, LARGE_FETCH_BYTES)[0])
             files.append(file_throughput(part)[0])
+            ceiling.append(sendfile_throughput(plain_port, part)[0])
         figures.append(Figure("kafka listener: Fetch MB/s, warm, raw client", "MB/s", fetch, "kafka",
                               {"megabytes": megabytes, "fetch_bytes": FETCH_BYTES}, True))
         figures.append(Figure("kafka listener: Fetch MB/s, warm, raw client, 8 MiB fetches", "MB/s", large, "kafka",
                               {"megabytes": megabytes, "fetch_bytes": LARGE_FETCH_BYTES}, True))
         figures.append(Figure("the same segment bytes read from the files, warm", "MB/s", files, "kafka",
                               {"megabytes": megabytes, "read_bytes": FETCH_BYTES}, True))
+        figures.append(Figure("the same segment bytes sent by a minimal sendfile server over loopback TCP, warm", "MB/s",
+                              ceiling, "kafka", {"megabytes": megabytes, "read_bytes": FETCH_BYTES}, True))
 
         rnd = random.Random(7)
         probes = [rnd.choice(stamps) - rnd.randrange(RECORDS_PER_BATCH) for _ in range(TIMESTAMP_LOOKUPS)]
@@ -297,6 +355,8 @@ def run(quick: bool = False) -> list[Figure]:
         figures.append(Figure("kafka listener CPU per MB consumed", "ms/MB", listener_mb, "kafka"))
         figures.append(Figure("confluent-kafka consumer CPU per MB consumed", "ms/MB", consumer_mb, "kafka"))
     finally:
+        plain.kill()
+        plain.wait(30)
         proc.terminate()
         proc.wait(30)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -313,6 +373,15 @@ def ratios(figures: list[Figure]) -> list[dict | None]:
               "kafka listener: Fetch MB/s, warm, raw client, 8 MiB fetches",
               "the same segment bytes read from the files, warm",
               "Fetch throughput through the listener, 8 MiB a request, over reading the segment files directly"),
+        ratio("minimal sendfile server vs file reads, warm", figures,
+              "the same segment bytes sent by a minimal sendfile server over loopback TCP, warm",
+              "the same segment bytes read from the files, warm",
+              "a by-hand server sending the same bytes over loopback TCP, 1 MiB a request, over reading the "
+              "segment files directly: what the transport alone leaves of the file reads, as a simple server meets it"),
+        ratio("kafka Fetch vs the minimal sendfile server, warm", figures, "kafka listener: Fetch MB/s, warm, raw client",
+              "the same segment bytes sent by a minimal sendfile server over loopback TCP, warm",
+              "Fetch throughput through the listener, 1 MiB a request, over the by-hand sendfile server's, both "
+              "to the same kind of client"),
         ratio("kafka ListOffsets vs msgpack offset_for_timestamp, p50", figures,
               "kafka listener: ListOffsets by timestamp round trip p50, TCP",
               "msgpack offset_for_timestamp round trip p50, TCP",
