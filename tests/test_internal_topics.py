@@ -4,6 +4,7 @@ by Kafka's serdes, answers from its JsonConverters), and the interpreter's rules
 from __future__ import annotations
 
 import base64
+import random
 import struct
 
 import pytest
@@ -220,3 +221,94 @@ def test_records_are_read_with_the_listeners_bounds():
     with pytest.raises(MessageError, match="MAX_RECORD_ITEMS"):
         tiny.read(uvarint(n + 1) + b"\x01" * n + b"\x00", 0)
     assert tiny.read(uvarint(4) + b"\x01" * 3 + b"\x00", 0)[0] == {"names": ["", "", ""]}
+
+
+def _value_outcome(decode, t: int, data: bytes):
+    try:
+        return decode(t, data)
+    except MessageError as err:
+        return ("error", type(err).__name__, str(err))
+
+
+def _random_group_metadata(rnd: random.Random) -> dict:
+    """A GroupMetadataValue of a consumer group: members with real subscriptions and assignments, strings
+    null, empty or non-ASCII."""
+    def text() -> str:
+        return rnd.choice(("", "range", "consumer-1-ä€", "m" * rnd.randrange(1, 40)))
+
+    def member(i: int) -> dict:
+        sub = consumer_protocol.SUBSCRIPTION.encode({"topics": [f"t{j}" for j in range(rnd.randrange(3))],
+                                                     "userData": rnd.choice((None, b"u"))}, rnd.randrange(4))
+        assign = consumer_protocol.ASSIGNMENT.encode({"assignedPartitions": [
+            {"topic": "t0", "partitions": list(range(rnd.randrange(4)))}]}, rnd.randrange(4))
+        return {"memberId": f"member-{i}-{text()}", "groupInstanceId": rnd.choice((None, text())),
+                "clientId": text(), "clientHost": "/10.0.0.1", "rebalanceTimeout": rnd.randrange(-1, 1 << 31),
+                "sessionTimeout": rnd.randrange(1 << 31), "subscription": struct.pack(">h", 1) + sub,
+                "assignment": rnd.choice((b"", struct.pack(">h", 0) + assign))}
+    return {"protocolType": rnd.choice(("consumer", "", "connect")), "generation": rnd.randrange(-1, 1 << 31),
+            "protocol": rnd.choice((None, text())), "leader": rnd.choice((None, "member-0")),
+            "currentStateTimestamp": rnd.randrange(-1, 1 << 62),
+            "members": [member(i) for i in range(rnd.choice((0, 1, 3, 12)))]}
+
+
+def test_group_metadata_fast_path_equals_the_schema_codec():
+    """The struct-based reader of GroupMetadata values (versions 0-3) gives the schema codec's answer, and its
+    error (the codec's, named by it) on cut and corrupted values, which it leaves to the codec; version 4
+    (flexible) and a value of more members than it reads are the codec's alone."""
+    rnd = random.Random(42)
+    taken = 0
+    for v in range(5):
+        for i in range(40):
+            raw = struct.pack(">h", v) + groups.GROUP_METADATA_VALUE.encode(_random_group_metadata(rnd), v)
+            if i % 4 == 0:
+                raw = raw.replace(b"range", b"ra\xffge")  # bytes that are not UTF-8: replaced, as Java reads them
+            data = raw + (b"rest" if i % 2 else b"")
+            expected = groups.decode_value_reference(groups.GROUP_METADATA, data)
+            assert groups.decode_value(groups.GROUP_METADATA, data) == expected
+            assert list(groups.decode_value(groups.GROUP_METADATA, data)[1]) == list(expected[1])  # field order
+            fast = groups._group_metadata_fast(data)
+            assert (fast is None) == (v == 4)
+            taken += fast is not None
+            for cut in range(0, len(data), max(1, len(data) // 40)):
+                assert _value_outcome(groups.decode_value, groups.GROUP_METADATA, data[:cut]) == \
+                    _value_outcome(groups.decode_value_reference, groups.GROUP_METADATA, data[:cut])
+            for _ in range(20):  # hostile: any byte changed (the version, lengths and counts among them)
+                bad = bytearray(data)
+                bad[rnd.randrange(len(bad))] = rnd.choice((0x00, 0x7F, 0x80, 0xFF))
+                assert _value_outcome(groups.decode_value, groups.GROUP_METADATA, bytes(bad)) == \
+                    _value_outcome(groups.decode_value_reference, groups.GROUP_METADATA, bytes(bad))
+    many = {"protocolType": "consumer", "generation": 1, "protocol": "range", "leader": "m",
+            "members": [{"memberId": f"m{i}", "clientId": "c", "clientHost": "h", "sessionTimeout": 1,
+                         "subscription": b"", "assignment": b""}
+                        for i in range(groups.GROUP_METADATA_FAST_MEMBERS + 1)]}
+    data = struct.pack(">h", 3) + groups.GROUP_METADATA_VALUE.encode(many, 3)
+    assert groups._group_metadata_fast(data) is None
+    assert groups.decode_value(groups.GROUP_METADATA, data) == groups.decode_value_reference(groups.GROUP_METADATA,
+                                                                                            data)
+    assert taken >= 150  # the fast path answered, not only the reference
+
+
+def test_group_metadata_key_read_in_place_equals_the_schema_codec():
+    """A GroupMetadata key (the group alone) is read in place where it is whole; cut, corrupted or trailing
+    bytes give the codec's answer or error."""
+    rnd = random.Random(43)
+
+    def outcome(read, key):
+        try:
+            return read(key)
+        except MessageError as err:
+            return ("error", type(err).__name__, str(err))
+
+    def reference(key):
+        return 2, groups.RECORD_TYPES[2].key.read(key, 2, 2)[0]
+
+    for name in ("", "g", "consumer-ä€", "x" * 300, "ra\udcffge"):
+        key = struct.pack(">hh", 2, len(name.encode("utf-8", "surrogateescape"))) + \
+            name.encode("utf-8", "surrogateescape") + rnd.choice((b"", b"rest"))
+        assert groups.decode_key(key) == reference(key)
+        for cut in range(2, len(key)):
+            assert outcome(groups.decode_key, key[:cut]) == outcome(reference, key[:cut])
+        for _ in range(30):
+            bad = bytearray(key)
+            bad[rnd.randrange(2, len(bad))] = rnd.choice((0x00, 0x7F, 0x80, 0xFF))
+            assert outcome(groups.decode_key, bytes(bad)) == outcome(reference, bytes(bad))

@@ -343,6 +343,10 @@ def record_type(key: bytes | None) -> int:
 def decode_key(key: bytes | None) -> tuple[int, dict]:
     """(record type, key fields)."""
     t = record_type(key)
+    if t == GROUP_METADATA:  # (its key is the group alone: read here where whole, else by the codec)
+        n = _I16.unpack_from(key, 2)[0] if len(key) >= 4 else -1
+        if 0 <= n <= len(key) - 4:
+            return t, {"group": str(key[4:4 + n], "utf-8", "replace")}
     rt = RECORD_TYPES.get(t)
     if rt is None:
         raise UnknownRecordType(f"unknown __consumer_offsets record type {t} (this decoder knows types "
@@ -350,7 +354,97 @@ def decode_key(key: bytes | None) -> tuple[int, dict]:
     return t, rt.key.read(key, t, 2)[0]
 
 
+# GroupMetadataValue's non-flexible versions (0-3; every 4.x writes 3, its newest non-flexible one) read with
+# structs: a member's fields after clientHost (rebalanceTimeout from v1, sessionTimeout), and past this many
+# members a value is left to the schema codec, whose item budget (codec.MAX_ITEMS) then applies as to any message.
+_GM_TIMEOUTS = struct.Struct(">ii")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+GROUP_METADATA_FAST_MEMBERS = 1000
+
+
+def _group_metadata_fast(value) -> tuple[int, dict] | None:
+    """A GroupMetadataValue of version 0-3 read straight through: the schema codec's (version, fields), or
+    None where the bytes are anything but a well-formed value of at most GROUP_METADATA_FAST_MEMBERS members
+    (the codec then reads it, or names what is wrong). Bytes after it are ignored, as the codec ignores them."""
+    try:
+        version = _I16.unpack_from(value)[0]
+        if not 0 <= version <= 3:
+            return None
+        size = len(value)
+        at = 2
+
+        def string(nullable: bool) -> str | None:
+            nonlocal at
+            n = _I16.unpack_from(value, at)[0]
+            at += 2
+            if n < 0:  # (any negative length is null, as in Kafka's generated readers)
+                if nullable:
+                    return None
+                raise ValueError
+            if at + n > size:
+                raise ValueError
+            s = str(value[at:at + n], "utf-8", "replace")
+            at += n
+            return s
+
+        def raw() -> bytes:
+            nonlocal at
+            n = _I32.unpack_from(value, at)[0]
+            at += 4
+            if n < 0 or at + n > size:
+                raise ValueError
+            b = bytes(value[at:at + n])
+            at += n
+            return b
+
+        protocol_type = string(False)
+        generation = _I32.unpack_from(value, at)[0]
+        at += 4
+        out = {"protocolType": protocol_type, "generation": generation, "protocol": string(True),
+               "leader": string(True)}
+        if version >= 2:
+            out["currentStateTimestamp"] = _I64.unpack_from(value, at)[0]
+            at += 8
+        count = _I32.unpack_from(value, at)[0]
+        at += 4
+        if not 0 <= count <= GROUP_METADATA_FAST_MEMBERS:
+            return None
+        members = []
+        for _ in range(count):
+            member_id = string(False)
+            m = {"memberId": member_id}
+            if version >= 3:
+                m["groupInstanceId"] = string(True)
+            m["clientId"] = string(False)
+            m["clientHost"] = string(False)
+            if version >= 1:
+                m["rebalanceTimeout"], m["sessionTimeout"] = _GM_TIMEOUTS.unpack_from(value, at)
+                at += 8
+            else:
+                m["sessionTimeout"] = _I32.unpack_from(value, at)[0]
+                at += 4
+            m["subscription"] = raw()
+            m["assignment"] = raw()
+            members.append(m)
+        out["members"] = members
+        return version, out
+    except (struct.error, ValueError):
+        return None
+
+
 def decode_value(t: int, value: bytes | None) -> tuple[int | None, dict | None]:
+    """(value version, value fields) of a record of type `t`; (None, None) for a tombstone. A GroupMetadata
+    value of a non-flexible version is read by `_group_metadata_fast` where it can be; anything else, and
+    anything that path does not take, by `decode_value_reference`, the schema codec, which names every fault."""
+    if t == GROUP_METADATA and value is not None:
+        found = _group_metadata_fast(value)
+        if found is not None:
+            return found
+    return decode_value_reference(t, value)
+
+
+def decode_value_reference(t: int, value: bytes | None) -> tuple[int | None, dict | None]:
     """(value version, value fields) of a record of type `t`; (None, None) for a tombstone. Where an earlier
     4.x wrote another layout at the same version, a value the newest layout does not read is read in the
     earlier one, which must take every byte of it (as that Kafka wrote it: a damaged newer value is an
