@@ -33,6 +33,14 @@ guard_faults: Callable[[], int] = _accel.faults
 SIGBUS_GUARD = _accel.NATIVE
 
 
+def _guard(mm: mmap.mmap, length: int) -> tuple[int, int]:
+    """(address, guard slot) of a new read-only map, registered with the SIGBUS guard: a fault in it then reads
+    zeros instead of killing the process. The slot is -1 where the guard's slots are full (unguarded)."""
+    _accel.install()
+    address = np.frombuffer(mm, np.uint8).ctypes.data
+    return address, _accel.register(address, length)
+
+
 def _release(mm: mmap.mmap, guard_slot: int) -> None:
     if guard_slot >= 0:
         _accel.unregister(guard_slot)
@@ -81,9 +89,7 @@ class IndexMapping:
         if mm is not None:
             slot = -1
             if SIGBUS_GUARD:
-                _accel.install()
-                self.address = np.frombuffer(mm, np.uint8).ctypes.data
-                slot = _accel.register(self.address, length)
+                self.address, slot = _guard(mm, length)
             weakref.finalize(self, _release, mm, slot)
 
     def resident(self) -> bool:
@@ -215,8 +221,7 @@ class LogWindow:
             mm = mmap.mmap(handle.fd, stop - base, mmap.MAP_SHARED | _POPULATE, mmap.PROT_READ, offset=base)
         except ValueError:  # (mmap's own size check: the file is shorter now)
             return None
-        _accel.install()
-        slot = _accel.register(np.frombuffer(mm, np.uint8).ctypes.data, stop - base)
+        slot = _guard(mm, stop - base)[1]
         if slot < 0:
             mm.close()
             return None
