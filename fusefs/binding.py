@@ -33,6 +33,7 @@ import errno
 import functools
 import os
 import struct
+import threading
 
 os.environ.setdefault("FUSE_LIBRARY_NAME", "fuse3")
 
@@ -135,6 +136,24 @@ _READDIR_PLUS = 1 << 0  # enum fuse_readdir_flags: the kernel asked for READDIRP
 _FILL_DIR_PLUS = 1 << 1  # enum fuse_fill_dir_flags: this entry's attributes are complete
 
 
+_pythonapi = ctypes.pythonapi  # the interpreter's own C API, called with the GIL held
+_pythonapi.PyGILState_Ensure.restype = ctypes.c_int
+_kept = threading.local()  # on a libfuse thread, lasts once its thread state is kept
+
+
+def keep_thread_state() -> None:
+    """Keep the Python thread state of the libfuse thread this runs on for the thread's life.
+
+    libfuse's worker threads are not Python's: ctypes makes a new thread state for each call into Python from
+    one (PyGILState_Ensure) and deletes it on return, with its frame stack (fresh memory: a page fault a call)
+    and its thread-locals (the msgpack packers, the zstd contexts). One PyGILState_Ensure more, never released,
+    keeps the first: one thread state a libfuse thread (at most max_threads), as each Python thread has.
+    About 15% of the mount's CPU on a warm 1 MiB read (see docs/performance.md)."""
+    if not getattr(_kept, "on", False):
+        _pythonapi.PyGILState_Ensure()
+        _kept.on = True
+
+
 class _Calls:
     """What mfusepy calls `operations`: the file system's methods, each through its `__call__`."""
 
@@ -142,6 +161,7 @@ class _Calls:
         self._fs = fs
 
     def __getattr__(self, name: str):
+        keep_thread_state()  # every FUSE operation reaches the file system through here
         value = getattr(self._fs, name)
         if not callable(value) or getattr(value, "libfuse_ignore", False):
             return value  # flags, None (the kernel is told ENOSYS) and mfusepy's placeholders as they are
