@@ -52,7 +52,8 @@ from lookupd.log import _accel as log_accel, filerecords  # noqa: E402
 from lookupd.format.batch import Compression, parse_header, sound_v2_last_offset, whole_frames  # noqa: E402
 from lookupd.format.builder import build_batch  # noqa: E402
 
-from instrumented import load_instrumented  # noqa: E402 - bench/fuzz, the script's directory
+from edits import edit  # noqa: E402 - bench/fuzz, the script's directory
+from instrumented import load_instrumented  # noqa: E402
 
 
 def swapped(native: bool, fn, *args):
@@ -284,9 +285,6 @@ def seeds() -> list[bytes]:
     return out
 
 
-BOUNDARY = [0, 1, 0x7F, 0x80, 0xFF, 0xFE]
-
-
 def mutate(rnd: random.Random, pool: list[bytes]) -> bytes:
     b = bytearray(b"".join(rnd.choice(pool) for _ in range(rnd.randint(1, 3))))
     for _ in range(rnd.randint(1, 6)):
@@ -294,21 +292,12 @@ def mutate(rnd: random.Random, pool: list[bytes]) -> bytes:
             break
         i = rnd.randrange(len(b))
         op = rnd.randrange(7)
-        if op == 0:
-            b[i] ^= 1 << rnd.randrange(8)
-        elif op == 1:
-            b[i] = rnd.choice(BOUNDARY)
-        elif op == 2:
-            del b[i:i + rnd.randint(1, 16)]
-        elif op == 3:
-            b[i:i] = rnd.randbytes(rnd.randint(1, 16))
+        if op in (0, 1, 2, 3, 6):
+            edit(rnd, b, i, min(op, 4))  # (6: a run of b duplicated)
         elif op == 4 and len(b) >= 12:  # a batch length field
             b[8:12] = struct.pack(">i", rnd.choice([0, 5, 49, len(b) - 12, len(b), 1 << 30, -1, rnd.randrange(1 << 16)]))
         elif op == 5 and len(b) >= 61:  # the record count
             b[57:61] = struct.pack(">i", rnd.choice([0, 1, -1, 1 << 20, rnd.randrange(100)]))
-        elif op == 6:
-            j = rnd.randrange(len(b))
-            b[i:i] = b[j:j + rnd.randint(1, 64)]
     if len(b) >= 61 and rnd.random() < 0.5:
         size = min(len(b), 12 + max(0, struct.unpack_from(">i", b, 8)[0]))
         if size > 21:

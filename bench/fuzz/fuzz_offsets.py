@@ -65,7 +65,8 @@ from lookupd.log.coordinators import Coordinators  # noqa: E402
 from lookupd.log.logmanager import LogManager  # noqa: E402
 from lookupd.log.positions import describe_group  # noqa: E402
 
-from instrumented import load_instrumented  # noqa: E402 - bench/fuzz, the script's directory
+from edits import BYTE_EDITS, edit  # noqa: E402 - bench/fuzz, the script's directory
+from instrumented import load_instrumented  # noqa: E402
 
 PARTITION_DIR = "__consumer_offsets-0"
 SEGMENT = f"{0:020d}.log"
@@ -192,7 +193,6 @@ def all_records(logs: list[list[bytes]]) -> list[tuple[bytes | None, bytes | Non
 
 BOUNDARY16 = (-1, 0, 1, 2, 3, 4, 5, 0x7FFF, -0x8000)
 BOUNDARY32 = (-1, 0, 1, 63, 64, 1000, 2 ** 31 - 1, -(2 ** 31))
-BOUNDARY_BYTES = (0, 1, 0x7F, 0x80, 0xFF, 0xFE)
 
 
 def _rewrite(rnd: random.Random, b: bytes | None, spliced: list) -> bytes | None:
@@ -304,20 +304,11 @@ def mutate(rnd: random.Random, logs: list[list[bytes]], spliced: list) -> bytes:
     for _ in range(rnd.choice((0, 1, 1, 2, 3, 6))):
         if not b:
             break
-        op = rnd.randrange(8)
+        op = rnd.randrange(BYTE_EDITS + 3)
         at = rnd.randrange(len(b))
-        if op == 0:
-            b[at] ^= 1 << rnd.randrange(8)
-        elif op == 1:
-            b[at] = rnd.choice(BOUNDARY_BYTES)
-        elif op == 2:
-            del b[at:at + rnd.randint(1, 16)]
-        elif op == 3:
-            b[at:at] = rnd.randbytes(rnd.randint(1, 16))
-        elif op == 4:
-            j = rnd.randrange(len(b))
-            b[at:at] = b[j:j + rnd.randint(1, 64)]
-        elif op == 5:
+        if op < BYTE_EDITS:
+            edit(rnd, b, at, op)
+        elif op == BYTE_EDITS:
             del b[at:]
         else:
             starts = [s for s in _starts(b) if s + HEADER <= len(b)]
