@@ -14,6 +14,8 @@
   (FUSE_CAP_SPLICE_WRITE; it reads them into its own buffer where splicing is not offered).
   Generated files, and remote `.log`s (copied from their decoded chunks), are made into a malloc'd
   buffer that libfuse frees, through `KafkaFS.read`.
+* **One Python thread state a libfuse thread** (`keep_thread_state`): ctypes would make and delete one for
+  every call from libfuse's own threads.
 * **Listings by offset, with attributes.** `KafkaFS.readdir` hands over the entries of a
   directory handle once (names and, where known, attributes); each READDIRPLUS asks for
   the next piece from an offset, as libfuse only passes attributes on in that mode. The
@@ -148,7 +150,7 @@ def keep_thread_state() -> None:
     one (PyGILState_Ensure) and deletes it on return, with its frame stack (fresh memory: a page fault a call)
     and its thread-locals (the msgpack packers, the zstd contexts). One PyGILState_Ensure more, never released,
     keeps the first: one thread state a libfuse thread (at most max_threads), as each Python thread has.
-    About 15% of the mount's CPU on a warm 1 MiB read (see docs/performance.md)."""
+    An eighth of the mount's CPU on a warm read of a remote `.log` (see docs/performance.md)."""
     if not getattr(_kept, "on", False):
         _pythonapi.PyGILState_Ensure()
         _kept.on = True
