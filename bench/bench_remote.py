@@ -142,6 +142,12 @@ class CpuTimes:
                        params={**params, "path": path, "process": who}) for (path, who), values in self.ms.items()]
 
 
+def _minor_faults(pid: int) -> int:
+    """Minor page faults of process `pid` so far (memory it touched for the first time, mostly)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[7])
+
+
 def plain_gets(store, key: str, size: int) -> None:
     """The anchor of a sequential read: ranged GETs of the whole object (`size` bytes), CHUNK bytes each,
     two in flight (the read path's reader and its read-ahead)."""
@@ -421,6 +427,7 @@ def fuse_figures(server, times: int) -> list[Figure]:
     from lookupd.log.remote.store import ObjectStore
 
     ours, warm, plain, by_hand, by_hand_new = [], [], [], [], []
+    faults: dict[str, list[int]] = {"cold": [], "warm": []}  # the mount's, per read: a diagnostic
     cpu = CpuTimes({"the S3 server": server.process.pid}, reader=True)
     original = 0
 
@@ -451,8 +458,10 @@ def fuse_figures(server, times: int) -> list[Figure]:
                         while f.read(STEP):
                             pass
                 pids = {"the mount": mount.proc.pid, "the daemon": daemon.proc.pid}
-                timed("fusefs", read_through, ours, pids)
-                timed("fusefs warm", read_through, warm, pids)  # from the chunks the mount holds decoded
+                for kind, path_name, into in (("cold", "fusefs", ours), ("warm", "fusefs warm", warm)):
+                    before = _minor_faults(mount.proc.pid)
+                    timed(path_name, read_through, into, pids)  # warm: from the chunks the mount holds decoded
+                    faults[kind].append(_minor_faults(mount.proc.pid) - before)
             finally:
                 mount.stop()
                 daemon.stop()
@@ -481,7 +490,10 @@ def fuse_figures(server, times: int) -> list[Figure]:
                    group="remote-fuse", params={**params, "path": "by hand"}, higher_is_better=True),
             Figure("FUSE sequential read of a remote .log: by hand in a new process (as new as the mount)", "MB/s",
                    by_hand_new[1:], group="remote-fuse", params={**params, "path": "by hand, new process"},
-                   higher_is_better=True)] + spent
+                   higher_is_better=True)] + spent + [
+            Figure(f"FUSE sequential read of a remote .log, {kind}: minor page faults in the mount (diagnostic)",
+                   "faults", counts[1:], group="remote-fuse-faults", params={**params, "path": f"fusefs {kind}"})
+            for kind, counts in faults.items()]
 
 
 # flag -> the figures it keeps

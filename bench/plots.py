@@ -43,6 +43,7 @@ TITLES = {
     "remote-read-cpu": "CPU time of one sequential read of a tiered segment, lookupd and the S3 server",
     "remote-restore-cpu": "CPU time of one restore against plain GETs of the same objects, lookupd and the S3 server",
     "remote-fuse-cpu": "CPU time of one read of a remote .log through the mount, per process, against plain GETs",
+    "remote-fuse-faults": "Minor page faults in the mount per read of a remote .log (a new mount: fresh memory)",
     "remote-cold": "Cold index fetch plus one batch read of a tiered segment",
     "hostile-scale": "Daemon start until `partitions` answers, remote segments in one partition",
     "hostile-scale-rss": "Daemon RSS after start and `partitions`, remote segments in one partition",

@@ -14,6 +14,8 @@
   (FUSE_CAP_SPLICE_WRITE; it reads them into its own buffer where splicing is not offered).
   Generated files, and remote `.log`s (copied from their decoded chunks), are made into a malloc'd
   buffer that libfuse frees, through `KafkaFS.read`.
+* **One Python thread state a libfuse thread** (`keep_thread_state`): ctypes would make and delete one for
+  every call from libfuse's own threads.
 * **Listings by offset, with attributes.** `KafkaFS.readdir` hands over the entries of a
   directory handle once (names and, where known, attributes); each READDIRPLUS asks for
   the next piece from an offset, as libfuse only passes attributes on in that mode. The
@@ -33,6 +35,7 @@ import errno
 import functools
 import os
 import struct
+import threading
 
 os.environ.setdefault("FUSE_LIBRARY_NAME", "fuse3")
 
@@ -135,6 +138,24 @@ _READDIR_PLUS = 1 << 0  # enum fuse_readdir_flags: the kernel asked for READDIRP
 _FILL_DIR_PLUS = 1 << 1  # enum fuse_fill_dir_flags: this entry's attributes are complete
 
 
+_pythonapi = ctypes.pythonapi  # the interpreter's own C API, called with the GIL held
+_pythonapi.PyGILState_Ensure.restype = ctypes.c_int
+_kept = threading.local()  # on a libfuse thread, lasts once its thread state is kept
+
+
+def keep_thread_state() -> None:
+    """Keep the Python thread state of the libfuse thread this runs on for the thread's life.
+
+    libfuse's worker threads are not Python's: ctypes makes a new thread state for each call into Python from
+    one (PyGILState_Ensure) and deletes it on return, with its frame stack (fresh memory: a page fault a call)
+    and its thread-locals (the msgpack packers, the zstd contexts). One PyGILState_Ensure more, never released,
+    keeps the first: one thread state a libfuse thread (at most max_threads), as each Python thread has.
+    An eighth of the mount's CPU on a warm read of a remote `.log` (see docs/performance.md)."""
+    if not getattr(_kept, "on", False):
+        _pythonapi.PyGILState_Ensure()
+        _kept.on = True
+
+
 class _Calls:
     """What mfusepy calls `operations`: the file system's methods, each through its `__call__`."""
 
@@ -142,6 +163,7 @@ class _Calls:
         self._fs = fs
 
     def __getattr__(self, name: str):
+        keep_thread_state()  # every FUSE operation reaches the file system through here
         value = getattr(self._fs, name)
         if not callable(value) or getattr(value, "libfuse_ignore", False):
             return value  # flags, None (the kernel is told ENOSYS) and mfusepy's placeholders as they are

@@ -33,8 +33,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.machinery
-import importlib.util
 import json
 import os
 import random
@@ -54,37 +52,8 @@ from lookupd.log import _accel as log_accel, filerecords  # noqa: E402
 from lookupd.format.batch import Compression, parse_header, sound_v2_last_offset, whole_frames  # noqa: E402
 from lookupd.format.builder import build_batch  # noqa: E402
 
-
-def load_extension(name: str, path: str):
-    loader = importlib.machinery.ExtensionFileLoader(name, path)
-    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader))
-    loader.exec_module(module)
-    return module
-
-
-# The functions each layer's switch (lookupd.format._accel, lookupd.log._accel) takes from its extension.
-DECODE_NAMES = ("decode_frames", "decode_v2", "render_batch", "find_timestamp", "find_timestamp_batch", "sound_batches",
-                "decompress", "codecs", "validity_bitmap", "nonempty_bitmap", "spread_flag", "avro_program", "avro_json",
-                "avro_arrow")
-NATIVE_NAMES = ("entry", "locate", "locate_time", "find_batch", "install", "register", "unregister", "faults",
-                "resident", "slot", "plain_slot")
-
-
-def load_instrumented(decode_so: str | None, native_so: str | None) -> None:
-    """The instrumented builds in place of the installed extensions, in each layer's switch."""
-    if decode_so:
-        module = load_extension("lookupd.format._decode", decode_so)
-        format_accel.extension, format_accel.NATIVE = module, True
-        for name in DECODE_NAMES:
-            setattr(format_accel, name, getattr(module, name))
-        columnar.NATIVE = True
-        columnar.validity_bitmap, columnar.nonempty_bitmap, columnar.spread_flag = \
-            module.validity_bitmap, module.nonempty_bitmap, module.spread_flag
-    if native_so:
-        module = load_extension("lookupd.log._native", native_so)
-        log_accel.extension, log_accel.NATIVE = module, True
-        for name in NATIVE_NAMES:
-            setattr(log_accel, name, getattr(module, name))
+from edits import edit  # noqa: E402 - bench/fuzz, the script's directory
+from instrumented import load_instrumented  # noqa: E402
 
 
 def swapped(native: bool, fn, *args):
@@ -316,9 +285,6 @@ def seeds() -> list[bytes]:
     return out
 
 
-BOUNDARY = [0, 1, 0x7F, 0x80, 0xFF, 0xFE]
-
-
 def mutate(rnd: random.Random, pool: list[bytes]) -> bytes:
     b = bytearray(b"".join(rnd.choice(pool) for _ in range(rnd.randint(1, 3))))
     for _ in range(rnd.randint(1, 6)):
@@ -326,21 +292,12 @@ def mutate(rnd: random.Random, pool: list[bytes]) -> bytes:
             break
         i = rnd.randrange(len(b))
         op = rnd.randrange(7)
-        if op == 0:
-            b[i] ^= 1 << rnd.randrange(8)
-        elif op == 1:
-            b[i] = rnd.choice(BOUNDARY)
-        elif op == 2:
-            del b[i:i + rnd.randint(1, 16)]
-        elif op == 3:
-            b[i:i] = rnd.randbytes(rnd.randint(1, 16))
+        if op in (0, 1, 2, 3, 6):
+            edit(rnd, b, i, min(op, 4))  # (6: a run of b duplicated)
         elif op == 4 and len(b) >= 12:  # a batch length field
             b[8:12] = struct.pack(">i", rnd.choice([0, 5, 49, len(b) - 12, len(b), 1 << 30, -1, rnd.randrange(1 << 16)]))
         elif op == 5 and len(b) >= 61:  # the record count
             b[57:61] = struct.pack(">i", rnd.choice([0, 1, -1, 1 << 20, rnd.randrange(100)]))
-        elif op == 6:
-            j = rnd.randrange(len(b))
-            b[i:i] = b[j:j + rnd.randint(1, 64)]
     if len(b) >= 61 and rnd.random() < 0.5:
         size = min(len(b), 12 + max(0, struct.unpack_from(">i", b, 8)[0]))
         if size > 21:

@@ -108,8 +108,8 @@ class PartitionReplay:
             return
         if self._first_base is not None and bases[0] != self._first_base:
             self._start_over(f"its first segment is now {bases[0]}, was {self._first_base}")
-        elif self._first_base is not None and llog.log_end_offset < self.next_offset:
-            self._start_over(f"its log end offset {llog.log_end_offset} is below {self.next_offset}")
+        elif self._first_base is not None and (end := self._log_end_offset()) is not None and end < self.next_offset:
+            self._start_over(f"its log end offset {end} is below {self.next_offset}")
         elif self._position is not None and self._rewritten(bases) and self.faults:
             self._start_over("segments were rewritten after faults were found in them")
         if self._first_base is None:
@@ -134,6 +134,14 @@ class PartitionReplay:
         log.info("replaying %s from its start: %s", self.llog.dir, why)
         self._reset()
         self.full_replays += 1
+
+    def _log_end_offset(self) -> int | None:
+        """The log end offset, or None where the active segment's batches cannot be walked to it: a broken
+        frame, which the replay named as a fault where it stopped (no truncation can be told from it then)."""
+        try:
+            return self.llog.log_end_offset
+        except CorruptDataError:
+            return None
 
     def _rewritten(self, bases: list[int]) -> bool:
         """Whether a segment replayed before is gone or replaced (the cleaner's work, below the position)."""

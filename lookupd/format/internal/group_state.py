@@ -32,6 +32,7 @@ import struct
 from collections.abc import Mapping
 from typing import Iterator, NamedTuple
 
+from ...errors import INT64_MAX, INT64_MIN
 from ...message import MessageError
 from .. import _accel
 from .group_kinds import KINDS, ClassicGroup, ConsumerGroup, Group, ReplayError, ShareGroup, StreamsGroup
@@ -42,6 +43,9 @@ NO_PRODUCER_ID = -1
 SHARE_GROUP_STATE_PARTITION_METADATA = 15
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+# Bytes of a group id or topic name in a key's fields (an int16-length string): one Kafka wrote fits, but its
+# malformed UTF-8 bytes, each replaced by U+FFFD (three bytes) as Java reads them, may take it past that.
+MAX_NAME_BYTES = 0x7FFF
 
 
 class OffsetAndMetadata(NamedTuple):
@@ -76,6 +80,10 @@ def key_fields(group: str, topic: str, partition: int) -> bytes:
     """An OffsetCommit key's fields as committed offsets are kept by them (what the C scan takes from a key
     whose strings are valid UTF-8, byte for byte)."""
     g, t = group.encode(), topic.encode()
+    if len(g) > MAX_NAME_BYTES or len(t) > MAX_NAME_BYTES:
+        raise MessageError(f"its {'group id' if len(g) > MAX_NAME_BYTES else 'topic name'} is "
+                           f"{max(len(g), len(t))} bytes once its malformed UTF-8 is replaced, more than a key's "
+                           f"int16-length string holds ({MAX_NAME_BYTES}), by which its offsets are kept")
     return _I16.pack(len(g)) + g + _I16.pack(len(t)) + t + _I32.pack(partition)
 
 
@@ -210,9 +218,12 @@ class GroupCoordinatorState:
     # -------------------------------------------------------------- replay
 
     def replay(self, offset: int, producer_id: int, key: bytes | None, value: bytes | None) -> None:
-        """One data record (GroupCoordinatorShard.replay). MessageError for bytes that do not decode,
-        ReplayError for a record Kafka's replay refuses."""
+        """One data record (GroupCoordinatorShard.replay). MessageError for bytes that do not decode or an
+        offset past Java's long (which the C table cannot keep either), ReplayError for a record Kafka's replay
+        refuses."""
         self.generation += 1
+        if not INT64_MIN <= offset <= INT64_MAX:  # (a base offset, which no CRC covers, damaged near the end)
+            raise MessageError("its offset is beyond the int64 range of Kafka's offsets")
         t, k = decode_key(key)
         version, v = decode_value(t, value)
         if t in OFFSET_COMMIT_TYPES:

@@ -455,7 +455,9 @@ def decode_value_reference(t: int, value: bytes | None) -> tuple[int | None, dic
     try:
         return read_prefixed(rt.value, value, "value")
     except MessageError as newest:
-        version = _I16.unpack_from(value)[0] if len(value) >= 2 else None
+        if len(value) < 2:  # (no version to read it at in an earlier layout either)
+            raise
+        version = _I16.unpack_from(value)[0]
         for layout in rt.earlier:
             try:
                 fields, end = layout.read(value, version, 2)
