@@ -4,7 +4,8 @@
   bytes from the files (target >= 0.5x): plaintext, so the listener's records go out by sendfile.
   Beside them, a by-hand server of the same bytes: one that does nothing but sendfile the asked range over
   loopback TCP (no protocol, no lookup) to the same kind of client, to tell what the transport costs here
-  from what the listener adds.
+  from what the listener adds: with the host's congestion control, and again with its listening
+  socket on reno, as the listener's is (lookupd.daemon.kafkasocket: no packet pacing).
 * ListOffsets by timestamp, one round trip, against the msgpack `offset_for_timestamp` round trip, both
   over loopback TCP to the same daemon (target p50 <= 1.2x); msgpack over its Unix socket too, for scale.
 * confluent-kafka consuming a topic: records/s, and the listener's CPU per MB against the consumer's CPU

@@ -15,8 +15,8 @@ a plain 1 MiB Fetch"), two of the kernel's choices cost a loopback consumer the 
 * **TCP_NOTSENT_LOWAT.** trio's SocketStream sets it to 16 KiB. The listener corks the socket while it
   writes an answer's header and records, so nothing leaves and a non-blocking sendfile stops after its
   first 64 KiB: the rest of every answer went to the connection's task and a wait for writability. The
-  Kafka connections take the host's value back (unlimited by default): an answer is written whole or not
-  at all, as Kafka's broker writes it, and what it queues is page-cache pages, bounded by the send buffer.
+  Kafka connections take the host's value back (unlimited by default): an answer goes out as far as the
+  send buffer takes it (a 1 MiB one whole, in one call), and what it queues is page-cache pages.
 """
 
 from __future__ import annotations
