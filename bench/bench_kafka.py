@@ -4,7 +4,8 @@
   bytes from the files (target >= 0.5x): plaintext, so the listener's records go out by sendfile.
   Beside them, a by-hand server of the same bytes: one that does nothing but sendfile the asked range over
   loopback TCP (no protocol, no lookup) to the same kind of client, to tell what the transport costs here
-  from what the listener adds.
+  from what the listener adds: with the host's congestion control, and again with its listening
+  socket on reno, as the listener's is (lookupd.daemon.kafkasocket: no packet pacing).
 * ListOffsets by timestamp, one round trip, against the msgpack `offset_for_timestamp` round trip, both
   over loopback TCP to the same daemon (target p50 <= 1.2x); msgpack over its Unix socket too, for scale.
 * confluent-kafka consuming a topic: records/s, and the listener's CPU per MB against the consumer's CPU
@@ -33,6 +34,7 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, REPO)
 from common import Figure, main, ratio  # noqa: E402
+from lookupd.daemon import kafkasocket  # noqa: E402
 
 TOPIC = "bench"
 RECORD_BYTES = 150  # a typical small event
@@ -40,6 +42,10 @@ RECORDS_PER_BATCH = 100  # ~16 KB batches, as a producer with linger and batch.s
 FETCH_BYTES = 1 << 20  # max.partition.fetch.bytes' default
 LARGE_FETCH_BYTES = 8 << 20  # the daemon's max_read_bytes: the most one Fetch answer holds
 TIMESTAMP_LOOKUPS = 2000
+# The by-hand server with the congestion control the listener gives loopback connections: the transport
+# without the pacing a host default such as BBR brings.
+LOCAL_CONGESTION_CONTROL = kafkasocket.LOCAL_CONGESTION_CONTROL.decode()
+UNPACED_SERVER = "the same segment bytes sent by the minimal sendfile server, its listening socket on reno, warm"
 
 
 def write_partition(root: str, megabytes: int) -> tuple[str, int, list[int]]:
@@ -177,10 +183,13 @@ def file_throughput(part_dir: str) -> tuple[float, int]:
 # A by-hand server of the same bytes: it only answers "(segment, position, length)" with a 4-byte length and
 # sendfile of that range, as the listener's records go out, with no protocol and no lookup around it (the
 # length sent with MSG_MORE, so it leaves in the same segment as the first bytes, as the listener's header does).
+# Its listening socket has the host's congestion control, or the one named in $LISTEN_CONGESTION.
 SENDFILE_SERVER = """
 import os, socket, struct, sys
 files = [os.open(p, os.O_RDONLY) for p in sys.argv[2:]]
 with socket.create_server(("127.0.0.1", int(sys.argv[1]))) as srv:
+    if os.environ.get("LISTEN_CONGESTION"):
+        srv.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, os.environ["LISTEN_CONGESTION"].encode())
     print("ready", flush=True)
     while True:
         conn, _ = srv.accept()
@@ -196,11 +205,12 @@ with socket.create_server(("127.0.0.1", int(sys.argv[1]))) as srv:
 """
 
 
-def start_sendfile_server(part_dir: str) -> tuple[subprocess.Popen, int]:
+def start_sendfile_server(part_dir: str, congestion: str = "") -> tuple[subprocess.Popen, int]:
+    """The by-hand server, its listening socket with `congestion` control (the host's default if "")."""
     port = free_port()
     logs = sorted(os.path.join(part_dir, n) for n in os.listdir(part_dir) if n.endswith(".log"))
     proc = subprocess.Popen([sys.executable, "-c", SENDFILE_SERVER, str(port), *logs], stdout=subprocess.PIPE,
-                            text=True)
+                            text=True, env=dict(os.environ, LISTEN_CONGESTION=congestion))
     proc.stdout.readline()
     return proc, port
 
@@ -306,17 +316,20 @@ def run(quick: bool = False) -> list[Figure]:
     part = os.path.join(logs, f"{TOPIC}-0")
     proc, kafka, tcp, unix = start_daemon(tmp, logs)
     plain, plain_port = start_sendfile_server(part)
+    unpaced, unpaced_port = start_sendfile_server(part, LOCAL_CONGESTION_CONTROL)
     figures: list[Figure] = []
     try:
         file_throughput(part)  # warm the page cache
         fetch_throughput(kafka, end)
         sendfile_throughput(plain_port, part)
-        fetch, large, files, ceiling = [], [], [], []
+        sendfile_throughput(unpaced_port, part)
+        fetch, large, files, ceiling, unpaced_ceiling = [], [], [], [], []
         for _ in range(repeats):
             fetch.append(fetch_throughput(kafka, end)[0])
             large.append(fetch_throughput(kafka, end, LARGE_FETCH_BYTES)[0])
             files.append(file_throughput(part)[0])
             ceiling.append(sendfile_throughput(plain_port, part)[0])
+            unpaced_ceiling.append(sendfile_throughput(unpaced_port, part)[0])
         figures.append(Figure("kafka listener: Fetch MB/s, warm, raw client", "MB/s", fetch, "kafka",
                               {"megabytes": megabytes, "fetch_bytes": FETCH_BYTES}, True))
         figures.append(Figure("kafka listener: Fetch MB/s, warm, raw client, 8 MiB fetches", "MB/s", large, "kafka",
@@ -325,6 +338,9 @@ def run(quick: bool = False) -> list[Figure]:
                               {"megabytes": megabytes, "read_bytes": FETCH_BYTES}, True))
         figures.append(Figure("the same segment bytes sent by a minimal sendfile server over loopback TCP, warm", "MB/s",
                               ceiling, "kafka", {"megabytes": megabytes, "read_bytes": FETCH_BYTES}, True))
+        figures.append(Figure(UNPACED_SERVER, "MB/s", unpaced_ceiling, "kafka",
+                              {"megabytes": megabytes, "read_bytes": FETCH_BYTES,
+                               "congestion_control": LOCAL_CONGESTION_CONTROL}, True))
 
         rnd = random.Random(7)
         probes = [rnd.choice(stamps) - rnd.randrange(RECORDS_PER_BATCH) for _ in range(TIMESTAMP_LOOKUPS)]
@@ -355,8 +371,9 @@ def run(quick: bool = False) -> list[Figure]:
         figures.append(Figure("kafka listener CPU per MB consumed", "ms/MB", listener_mb, "kafka"))
         figures.append(Figure("confluent-kafka consumer CPU per MB consumed", "ms/MB", consumer_mb, "kafka"))
     finally:
-        plain.kill()
-        plain.wait(30)
+        for server in (plain, unpaced):
+            server.kill()
+            server.wait(30)
         proc.terminate()
         proc.wait(30)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -378,6 +395,10 @@ def ratios(figures: list[Figure]) -> list[dict | None]:
               "the same segment bytes read from the files, warm",
               "a by-hand server sending the same bytes over loopback TCP, 1 MiB a request, over reading the "
               "segment files directly: what the transport alone leaves of the file reads, as a simple server meets it"),
+        ratio("minimal sendfile server on reno vs file reads, warm", figures, UNPACED_SERVER,
+              "the same segment bytes read from the files, warm",
+              "the by-hand server again, its listening socket on reno as the listener's is "
+              "(lookupd.daemon.kafkasocket): what the transport leaves of the file reads with no packet pacing"),
         ratio("kafka Fetch vs the minimal sendfile server, warm", figures, "kafka listener: Fetch MB/s, warm, raw client",
               "the same segment bytes sent by a minimal sendfile server over loopback TCP, warm",
               "Fetch throughput through the listener, 1 MiB a request, over the by-hand sendfile server's, both "

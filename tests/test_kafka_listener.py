@@ -7,6 +7,7 @@ bad input (oversized, malformed, unknown or unsupported requests) closing one co
 from __future__ import annotations
 
 import os
+import socket
 import struct
 
 import pytest
@@ -16,6 +17,8 @@ import reference as R
 from daemon_helpers import running, short_dir  # noqa: F401 - fixture
 from test_kafka_clients import free_port
 
+from lookupd.daemon import kafkasocket
+from lookupd.daemon.kafkaconn import KafkaConnection
 from lookupd.daemon.kafkasettings import KafkaSettings
 from lookupd.kafka import errors as E
 from lookupd.message import wire
@@ -202,6 +205,32 @@ async def test_metadata_names_the_listener_as_the_only_broker(short_dir):  # noq
         await c.aclose()
 
 
+async def test_connections_write_a_whole_answer_unpaced(short_dir):  # noqa: F811
+    """The socket options of lookupd.daemon.kafkasocket, on the connection the daemon accepted: reno from the
+    listener (a pacing congestion control without the fq qdisc times every packet of a loopback answer), and
+    the host's TCP_NOTSENT_LOWAT rather than trio's 16 KiB (which stops a corked sendfile after 64 KiB)."""
+    port, daemon = await _listener(short_dir)
+    async with daemon as d:
+        c = await RawKafka.connect(port)
+        r = await c.call(18, 3, {"client_software_name": "t", "client_software_version": "1"})
+        assert r["error_code"] == E.NONE
+        [conn] = [k for k in d.connections if isinstance(k, KafkaConnection)]
+        assert kafkasocket.congestion_control(conn.stream.socket) == kafkasocket.LOCAL_CONGESTION_CONTROL
+        assert conn.stream.socket.getsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT) == 0
+        assert all(kafkasocket.congestion_control(b.sock) == kafkasocket.LOCAL_CONGESTION_CONTROL
+                   for b in d.listeners if b.protocol == "kafka")
+        # and a whole 1 MiB answer still arrives as stored
+        big = LocalLog(R.log_dir("large-0"), "large", 0)
+        try:
+            loc = big.resolve_offset(0)
+            r = await c.call(1, 11, fetch_request("large", 0, partition_max_bytes=1 << 20))
+            got = r["responses"][0]["partitions"][0]["records"]
+            assert got == segment_bytes("large-0", loc.segment, loc.position, len(got))
+        finally:
+            big.close()
+        await c.aclose()
+
+
 # ---------------------------------------------------------------------- bad input
 
 
@@ -287,6 +316,8 @@ async def test_fetch_answered_on_the_reactor_equals_the_connection_tasks_answer(
         left_regions.extend(p for p in self.unsent if isinstance(p, F.Region))
 
     monkeypatch.setattr(KafkaConnection, "_write_parts_now", spy)
+    # trio's 16 KiB TCP_NOTSENT_LOWAT (what the Kafka connections give up): a socket that takes part of an answer
+    monkeypatch.setattr(kafkasocket, "NOTSENT_LOWAT", 1 << 14)
     answers = {}
     for inline in (True, False):  # (without inline_hot_lookups every Fetch is the task's)
         port = free_port()

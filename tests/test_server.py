@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import threading
 import threading
 
@@ -15,6 +16,7 @@ import reference as R
 from daemon_helpers import RawPeer, copy_partition, running, short_dir  # noqa: F401 - fixture
 from lookupd.rpc.client import RemoteError, TrioClient
 from lookupd.errors import InvalidArgument, Unavailable
+from lookupd.daemon import kafkasocket
 from lookupd.daemon.config import Config
 from lookupd.daemon.listeners import bind_unix, open_listeners
 from lookupd.rpc.address import parse_host_port as parse_tcp
@@ -251,6 +253,28 @@ def test_non_loopback_tcp_needs_tls_and_a_token(short_dir):
     assert parse_tcp("[::1]:7000") == ("::1", 7000) and parse_tcp("10.0.0.1:1") == ("10.0.0.1", 1)
     with pytest.raises(InvalidArgument):
         parse_tcp("host:port")
+
+
+def test_a_kafka_connection_from_another_host_gets_the_hosts_congestion_control_back():
+    """lookupd.daemon.kafkasocket: reno for what a Kafka listener accepts from this host, the host's choice
+    for a peer elsewhere."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        host_default = kafkasocket.congestion_control(listener)
+        default = kafkasocket.unpaced_listener(listener)
+        assert kafkasocket.congestion_control(listener) == kafkasocket.LOCAL_CONGESTION_CONTROL
+        assert default == (None if host_default == kafkasocket.LOCAL_CONGESTION_CONTROL else host_default)
+        with socket.create_connection(listener.getsockname()):
+            accepted, _ = listener.accept()
+            with accepted:
+                assert kafkasocket.congestion_control(accepted) == kafkasocket.LOCAL_CONGESTION_CONTROL  # inherited
+                for here in ("127.0.0.1", "::ffff:127.0.0.1", None):
+                    kafkasocket.accepted(accepted, b"cubic", here)
+                    assert kafkasocket.congestion_control(accepted) == kafkasocket.LOCAL_CONGESTION_CONTROL
+                # any process may choose reno; which others it may, the host says
+                allowed = open("/proc/sys/net/ipv4/tcp_allowed_congestion_control").read().split()
+                other = next(n.encode() for n in allowed + ["cubic"] if n != "reno")
+                kafkasocket.accepted(accepted, other, "192.0.2.7")  # TEST-NET-1: another host
+                assert kafkasocket.congestion_control(accepted) == other
 
 
 def test_socket_file_rules(short_dir):

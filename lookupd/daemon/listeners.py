@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from ..errors import InvalidArgument, Unavailable
 from ..rpc.address import parse_host_port
+from . import kafkasocket
 from .config import Config
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,9 @@ class Bound:
     tls: bool = False  # connections start with a TLS handshake (lookupd.daemon.tls)
     remove_path: str | None = None  # the socket file we created, removed at exit
     protocol: str = "msgpack"  # what its connections speak: msgpack-rpc, or "kafka" (lookupd.daemon.kafkaconn)
+    # The host's congestion control, given back to connections from other hosts; the listener's own is
+    # reno, which never paces (lookupd.daemon.kafkasocket). None: the listener has the host's.
+    congestion_control: bytes | None = None
 
 
 def activated_sockets() -> list[socket.socket]:
@@ -154,6 +158,7 @@ def open_kafka_listeners(cfg: Config, token: str | None) -> list[Bound]:
             _require_auth(host, token, cfg)
             b = bind_tcp(host, port)
             b.tls, b.protocol, b.label = cfg.tls, "kafka", "kafka " + b.label
+            b.congestion_control = kafkasocket.unpaced_listener(b.sock)
             bound.append(b)
     except BaseException:
         close_listeners(bound)

@@ -42,7 +42,7 @@ from ..log.logmanager import LogManager
 from ..rpc import protocol as rpc
 from ..rpc.address import parse_host_port
 from ..sdnotify import sd_notify
-from . import memory
+from . import kafkasocket, memory
 from .acl import Acl
 from .authlimit import AuthThrottle, source_key
 from .blocking import REMOTE_THREADS, run_blocking
@@ -295,11 +295,14 @@ class Daemon:
             if bound.kind == "unix":
                 peer, source = f"unix#{self._next_id}", "unix"
             else:
+                host = None
                 try:
                     host, port = stream.socket.getpeername()[:2]
                     peer, source = "%s:%d" % (host, port), source_key(host)
                 except OSError:  # already gone again
                     peer = f"tcp#{self._next_id}"
+                if bound.protocol == "kafka":
+                    kafkasocket.accepted(stream.socket, bound.congestion_control, host)
             if self.counters.connections >= self.cfg.max_connections:
                 conns.start_soon(self._refuse, stream, peer, bound,
                                  f"too many connections (max_connections={self.cfg.max_connections})")
