@@ -402,7 +402,6 @@ def test_concurrent_readers_see_what_one_reader_sees(mnt):
         assert list(pool.map(read, jobs * 2)) == alone * 2
 
 
-
 def _minor_faults(pid: int) -> int:
     with open(f"/proc/{pid}/stat") as f:
         return int(f.read().rsplit(")", 1)[1].split()[7])  # minflt, the 10th field
