@@ -5,7 +5,9 @@
   Beside them, a by-hand server of the same bytes: one that does nothing but sendfile the asked range over
   loopback TCP (no protocol, no lookup) to the same kind of client, to tell what the transport costs here
   from what the listener adds: with the host's congestion control, and again with its listening
-  socket on reno, as the listener's is (lookupd.daemon.kafkasocket: no packet pacing).
+  socket on reno, as the listener's is (lookupd.daemon.kafkasocket: no packet pacing); and that one again
+  to a client doing the raw Fetch client's own work for each answer (building the request, hopping over the
+  answer's whole batches to where the next fetch starts): the most any server can give that client here.
 * ListOffsets by timestamp, one round trip, against the msgpack `offset_for_timestamp` round trip, both
   over loopback TCP to the same daemon (target p50 <= 1.2x); msgpack over its Unix socket too, for scale.
 * confluent-kafka consuming a topic: records/s, and the listener's CPU per MB against the consumer's CPU
@@ -46,6 +48,8 @@ TIMESTAMP_LOOKUPS = 2000
 # without the pacing a host default such as BBR brings.
 LOCAL_CONGESTION_CONTROL = kafkasocket.LOCAL_CONGESTION_CONTROL.decode()
 UNPACED_SERVER = "the same segment bytes sent by the minimal sendfile server, its listening socket on reno, warm"
+CONSUMER_CEILING = "the same segment bytes sent by the minimal sendfile server on reno to a client doing the Fetch " \
+                   "client's work, warm"
 
 
 def write_partition(root: str, megabytes: int) -> tuple[str, int, list[int]]:
@@ -126,6 +130,20 @@ def _recv_exact(s: socket.socket, buf: memoryview) -> None:
         got += n
 
 
+def _past_whole_batches(buf, pos: int, stop: int, offset: int) -> tuple[int, int]:
+    """(the next fetch offset, where the batches whole in buf[pos:stop] end): what a consumer works out from
+    each answer, hopping over whole batches ([base offset, size], then size bytes) to the last one's last
+    offset; `offset` unchanged where none is whole."""
+    while pos + 12 <= stop:
+        base, blen = struct.unpack_from(">qi", buf, pos)
+        if pos + 12 + blen > stop:
+            break
+        last_delta = struct.unpack_from(">i", buf, pos + 23)[0]
+        offset = base + last_delta + 1
+        pos += 12 + blen
+    return offset, pos
+
+
 def fetch_throughput(port: int, end: int, fetch_bytes: int = FETCH_BYTES) -> tuple[float, int]:
     """(MB/s, bytes) of Fetch requests reading the partition from 0 to `end`, the bytes discarded but for the
     batch headers that say where the next fetch starts."""
@@ -148,14 +166,7 @@ def fetch_throughput(port: int, end: int, fetch_bytes: int = FETCH_BYTES) -> tup
         # error 2, hw 8, lso 8, log start 8, aborted 4, preferred replica 4, records size 4
         at = 4 + 4 + 2 + 4 + 4 + 2 + len(TOPIC) + 4 + 4 + 2 + 8 + 8 + 8 + 4 + 4
         length = struct.unpack_from(">i", buf, at)[0]
-        pos, stop = at + 4, at + 4 + length
-        while pos + 12 <= stop:  # hop over whole batches: [base offset, size], then size bytes
-            base, blen = struct.unpack_from(">qi", buf, pos)
-            if pos + 12 + blen > stop:
-                break
-            last_delta = struct.unpack_from(">i", buf, pos + 23)[0]
-            offset = base + last_delta + 1
-            pos += 12 + blen
+        offset, _ = _past_whole_batches(buf, at + 4, at + 4 + length, offset)
         total += length
     s.close()
     return total / (time.perf_counter() - t0) / 1e6, total
@@ -229,6 +240,33 @@ def sendfile_throughput(port: int, part_dir: str, fetch_bytes: int = FETCH_BYTES
             _recv_exact(s, memoryview(size4))
             size = struct.unpack(">i", size4)[0]
             _recv_exact(s, memoryview(buf)[:size])
+            total += size
+    s.close()
+    return total / (time.perf_counter() - t0) / 1e6, total
+
+
+def sendfile_consumer_throughput(port: int, part_dir: str, fetch_bytes: int = FETCH_BYTES) -> tuple[float, int]:
+    """(MB/s, bytes) of the by-hand server sending every .log of the partition to a client that does a Fetch
+    client's own work for each answer, as fetch_throughput does: it builds the Fetch request it would send,
+    and hops over the answer's whole batches to find where the next one starts (the next request asks from
+    there, as a consumer asks again for a batch cut off at the end). What a server that adds nothing to the
+    transport gives such a client: the most any server can give fetch_throughput's client here."""
+    sizes = [os.path.getsize(os.path.join(part_dir, n)) for n in sorted(os.listdir(part_dir)) if n.endswith(".log")]
+    s = socket.create_connection(("127.0.0.1", port))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    buf, size4, total, n, offset = bytearray(fetch_bytes), bytearray(4), 0, 0, 0
+    t0 = time.perf_counter()
+    for seg, end in enumerate(sizes):
+        pos = 0
+        while pos < end:
+            n += 1
+            _request(1, 11, n, _fetch_body(offset, fetch_bytes), False)  # built as the Fetch client builds it
+            s.sendall(struct.pack(">iqi", seg, pos, fetch_bytes))
+            _recv_exact(s, memoryview(size4))
+            size = struct.unpack(">i", size4)[0]
+            _recv_exact(s, memoryview(buf)[:size])
+            offset, whole = _past_whole_batches(buf, 0, size, offset)
+            pos += whole or size
             total += size
     s.close()
     return total / (time.perf_counter() - t0) / 1e6, total
@@ -323,13 +361,15 @@ def run(quick: bool = False) -> list[Figure]:
         fetch_throughput(kafka, end)
         sendfile_throughput(plain_port, part)
         sendfile_throughput(unpaced_port, part)
-        fetch, large, files, ceiling, unpaced_ceiling = [], [], [], [], []
+        sendfile_consumer_throughput(unpaced_port, part)
+        fetch, large, files, ceiling, unpaced_ceiling, consumer_ceiling = [], [], [], [], [], []
         for _ in range(repeats):
             fetch.append(fetch_throughput(kafka, end)[0])
             large.append(fetch_throughput(kafka, end, LARGE_FETCH_BYTES)[0])
             files.append(file_throughput(part)[0])
             ceiling.append(sendfile_throughput(plain_port, part)[0])
             unpaced_ceiling.append(sendfile_throughput(unpaced_port, part)[0])
+            consumer_ceiling.append(sendfile_consumer_throughput(unpaced_port, part)[0])
         figures.append(Figure("kafka listener: Fetch MB/s, warm, raw client", "MB/s", fetch, "kafka",
                               {"megabytes": megabytes, "fetch_bytes": FETCH_BYTES}, True))
         figures.append(Figure("kafka listener: Fetch MB/s, warm, raw client, 8 MiB fetches", "MB/s", large, "kafka",
@@ -339,6 +379,9 @@ def run(quick: bool = False) -> list[Figure]:
         figures.append(Figure("the same segment bytes sent by a minimal sendfile server over loopback TCP, warm", "MB/s",
                               ceiling, "kafka", {"megabytes": megabytes, "read_bytes": FETCH_BYTES}, True))
         figures.append(Figure(UNPACED_SERVER, "MB/s", unpaced_ceiling, "kafka",
+                              {"megabytes": megabytes, "read_bytes": FETCH_BYTES,
+                               "congestion_control": LOCAL_CONGESTION_CONTROL}, True))
+        figures.append(Figure(CONSUMER_CEILING, "MB/s", consumer_ceiling, "kafka",
                               {"megabytes": megabytes, "read_bytes": FETCH_BYTES,
                                "congestion_control": LOCAL_CONGESTION_CONTROL}, True))
 
@@ -399,6 +442,15 @@ def ratios(figures: list[Figure]) -> list[dict | None]:
               "the same segment bytes read from the files, warm",
               "the by-hand server again, its listening socket on reno as the listener's is "
               "(lookupd.daemon.kafkasocket): what the transport leaves of the file reads with no packet pacing"),
+        ratio("minimal sendfile server on reno to a Fetch client vs file reads, warm", figures, CONSUMER_CEILING,
+              "the same segment bytes read from the files, warm",
+              "the by-hand server on reno again, its client doing the raw Fetch client's own work for each answer "
+              "(building the request, hopping over the answer's whole batches): the most any server gives that "
+              "client here"),
+        ratio("kafka Fetch vs the minimal sendfile server to a Fetch client, warm", figures,
+              "kafka listener: Fetch MB/s, warm, raw client", CONSUMER_CEILING,
+              "Fetch throughput through the listener, 1 MiB a request, over the by-hand server's on reno to a "
+              "client doing the same work per answer: what the listener keeps of the most a server can give"),
         ratio("kafka Fetch vs the minimal sendfile server, warm", figures, "kafka listener: Fetch MB/s, warm, raw client",
               "the same segment bytes sent by a minimal sendfile server over loopback TCP, warm",
               "Fetch throughput through the listener, 1 MiB a request, over the by-hand sendfile server's, both "

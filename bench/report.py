@@ -131,11 +131,14 @@ SENTENCES = {
                    "ranged GET) and the chunk holding the batch: three GETs.",
     "kafka": "Through the Kafka listener, a raw client's plain Fetches (sendfile) move "
              "{kafka Fetch vs file reads, warm:.2f}x the MB/s of reading the same segment bytes from the files with 1 MiB "
-             "fetches ({kafka Fetch of 8 MiB vs file reads, warm:.2f}x with 8 MiB); a by-hand server that only sendfiles the "
-             "same 1 MiB ranges over the same loopback moves {minimal sendfile server vs file reads, warm:.2f}x, so the "
-             "listener moves {kafka Fetch vs the minimal sendfile server, warm:.2f}x what it does; a ListOffsets by timestamp takes "
-             "{kafka ListOffsets vs msgpack offset_for_timestamp, p50:.2f}x the round trip of msgpack's offset_for_timestamp, "
-             "both over loopback TCP; while confluent-kafka consumes, the listener spends "
+             "fetches ({kafka Fetch of 8 MiB vs file reads, warm:.2f}x with 8 MiB). A by-hand server that only sendfiles the "
+             "same 1 MiB ranges over the same loopback, its listening socket on reno as the listener's is, moves "
+             "{minimal sendfile server on reno vs file reads, warm:.2f}x, and "
+             "{minimal sendfile server on reno to a Fetch client vs file reads, warm:.2f}x to a client that does the raw "
+             "Fetch client's own work for each answer: the most any server gives that client here, of which the listener "
+             "keeps {kafka Fetch vs the minimal sendfile server to a Fetch client, warm:.2f}x. A ListOffsets by timestamp "
+             "takes {kafka ListOffsets vs msgpack offset_for_timestamp, p50:.2f}x the round trip of msgpack's "
+             "offset_for_timestamp, both over loopback TCP; while confluent-kafka consumes, the listener spends "
              "{kafka listener vs consumer CPU per MB:.2f}x the consumer's CPU per MB.",
 }
 

@@ -311,8 +311,8 @@ async def test_fetch_answered_on_the_reactor_equals_the_connection_tasks_answer(
     left_regions = []
     write_now = KafkaConnection._write_parts_now
 
-    def spy(self, parts):
-        write_now(self, parts)
+    def spy(self, parts, coalesced=False):
+        write_now(self, parts, coalesced)
         left_regions.extend(p for p in self.unsent if isinstance(p, F.Region))
 
     monkeypatch.setattr(KafkaConnection, "_write_parts_now", spy)
@@ -356,3 +356,192 @@ async def test_fetch_finds_each_batch_as_translate_offset_does():
                     offset = last + 1
         finally:
             llog.close()
+
+
+# ---------------------------------------------------------------------- Fetch read ahead
+
+
+def _next_offset(records: bytes, offset: int) -> int:
+    """Where a consumer fetches next after `records` (fetched from `offset`): one past the last offset of the
+    last batch whole in them (v2: base offset + last offset delta; a legacy entry's offset is its last)."""
+    pos = 0
+    while pos + 27 <= len(records):
+        base, length = struct.unpack_from(">qi", records, pos)
+        if pos + 12 + length > len(records):
+            break
+        offset = base + (struct.unpack_from(">i", records, pos + 23)[0] if records[pos + 16] >= 2 else 0) + 1
+        pos += 12 + length
+    return offset
+
+
+async def _consume(port: int, topic: str, version: int, partition_max_bytes: int, isolation: int = 0) -> list[bytes]:
+    """Every Fetch answer's frame (correlation id on) of a consumer reading partition 0 of `topic` from its
+    log start (told by an OFFSET_OUT_OF_RANGE for offset 0 where it is later) to its end, each next request
+    from one past the last batch it got whole."""
+    c = await RawKafka.connect(port)
+    frames, offset = [], 0
+    try:
+        while True:
+            c.correlation += 1
+            value = fetch_request(topic, offset, partition_max_bytes=partition_max_bytes, isolation=isolation)
+            body = struct.pack(">hhi", 1, version, c.correlation) + wire.string("raw", False) + \
+                (wire.NO_TAGS if version >= 12 else b"") + REQUESTS[1].encode(value, version)
+            await c.send_raw(struct.pack(">i", len(body)) + body)
+            frame = await c.frame()
+            assert frame is not None
+            frames.append(frame)
+            p = RESPONSES[1].decode(frame, version, 5 if version >= 12 else 4)["responses"][0]["partitions"][0]
+            if p["error_code"] == E.OFFSET_OUT_OF_RANGE and len(frames) == 1:  # the log starts later
+                offset = p["log_start_offset"]
+                continue
+            assert p["error_code"] == E.NONE, (topic, offset, p["error_code"])
+            if not p["records"]:
+                return frames
+            offset = _next_offset(p["records"], offset)
+    finally:
+        await c.aclose()
+
+
+def _counting_read_ahead(monkeypatch) -> list:
+    """The FetchAhead of every connection made from now on (their `hits`: answers read ahead that went out)."""
+    from lookupd.daemon.fetchahead import FetchAhead
+
+    made, init = [], FetchAhead.__init__
+
+    def collect(self, *args):
+        init(self, *args)
+        made.append(self)
+
+    monkeypatch.setattr(FetchAhead, "__init__", collect)
+    return made
+
+
+@pytest.mark.native  # read ahead only where the reactor answers, which needs the indexes' native view
+async def test_fetches_read_ahead_are_the_answers_read_when_asked(short_dir, monkeypatch):  # noqa: F811
+    """A consumer reading each partition of the corpus from start to end, each answer cut mid-batch by
+    partition_max_bytes as Kafka's slice is, at a legacy and a flexible version (and txn-0 under
+    read_committed): the answers the reactor read ahead (lookupd.daemon.fetchahead) are the bytes a daemon that
+    never reads ahead sends (inline_hot_lookups off), and most answers were read ahead."""
+    made = _counting_read_ahead(monkeypatch)
+    cases = [(name.rsplit("-", 1)[0], v, 1 << 20 if name == "large-0" else 7000, 0)
+             for name in sorted(os.listdir(R.require() / "logs")) for v in (11, 12)] + [("txn", 12, 5000, 1)]
+    answers = {}
+    for inline in (True, False):
+        port = free_port()
+        async with running(os.path.join(short_dir, f"s{inline}"), inline_hot_lookups=inline,
+                           kafka=KafkaSettings(listen=[f"127.0.0.1:{port}"])):
+            answers[inline] = [await _consume(port, *case) for case in cases]
+        if inline:
+            hits = sum(a.hits for a in made)
+    assert answers[True] == answers[False]
+    requests = sum(len(frames) for frames in answers[True])
+    assert hits >= requests // 2, f"{hits} of {requests} answers were read ahead"
+
+
+@pytest.mark.native
+async def test_an_answer_read_ahead_is_not_sent_once_the_log_grew(short_dir, monkeypatch):  # noqa: F811
+    """What was read ahead for a consumer's next Fetch holds the log end and high watermark of then: after an
+    append it is read again, and the answer names the new log end; unchanged, it goes out as read."""
+    from lookupd.format.builder import build_batch
+    from lookupd.tools.writer import LogWriter
+
+    made = _counting_read_ahead(monkeypatch)
+    logs = os.path.join(short_dir, "logs")
+    w = LogWriter(os.path.join(logs, "grow-0"))
+    batch = [(1_700_000_000_000 + j, None, b"v" * 200, ()) for j in range(10)]
+    for base in range(0, 100, 10):
+        w.append(build_batch(batch, base_offset=base))
+    one = len(build_batch(batch, base_offset=0))
+    port = free_port()
+    try:
+        async with running(os.path.join(short_dir, "s"), log_dirs=[logs],
+                           kafka=KafkaSettings(listen=[f"127.0.0.1:{port}"])):
+            c = await RawKafka.connect(port)
+            try:
+                async def fetch(offset):
+                    r = await c.call(1, 11, fetch_request("grow", offset, partition_max_bytes=2 * one + 10))
+                    return r["responses"][0]["partitions"][0]
+
+                first = await fetch(0)  # two batches and a piece of the third: the next fetch is from 20
+                assert (first["high_watermark"], _next_offset(first["records"], 0)) == (100, 20)
+                await fetch(20)  # the indexes in memory now, the reactor answers, and reads the fetch from 40 ahead
+                hits = made[-1].hits
+                w.append(build_batch(batch, base_offset=100))  # the broker appends meanwhile
+                second = await fetch(40)
+                assert second["high_watermark"] == 110 and made[-1].hits == hits
+                third = await fetch(60)  # nothing changed since the last answer: what was read ahead goes out
+                assert third["high_watermark"] == 110 and made[-1].hits == hits + 1
+                assert third["records"] == segment_bytes_at(os.path.join(logs, "grow-0"), 6 * one, 2 * one + 10)
+            finally:
+                await c.aclose()
+    finally:
+        w.close()
+
+
+def segment_bytes_at(part_dir: str, position: int, size: int) -> bytes:
+    with open(os.path.join(part_dir, f"{0:020d}.log"), "rb") as f:
+        f.seek(position)
+        return f.read(size)
+
+
+async def test_next_fetch_offset_is_where_a_consumer_fetches_next():
+    """LogSegment.next_fetch_offset (what the listener reads ahead for) for the bytes from a batch of each
+    segment of the corpus to an end at, past or inside a later batch: the offset a consumer fetches next from
+    those bytes, None only where no batch in them is whole."""
+    import random
+
+    rnd = random.Random(50)
+    checked = 0
+    for name in sorted(os.listdir(R.require() / "logs")):
+        llog = LocalLog(R.log_dir(name), name.rsplit("-", 1)[0], 0)
+        try:
+            for base in llog.base_offsets:
+                seg = llog.segment(base)
+                batches, offset = [], base
+                while (found := seg.translate_offset(offset)) is not None:
+                    batches.append((found.position, found.size))
+                    offset = found.offset + 1
+                size = seg.size()
+                for i in sorted(rnd.sample(range(len(batches)), min(len(batches), 12))):
+                    position = batches[i][0]
+                    later = batches[i:i + 40]
+                    ends = {p + n for p, n in later} | {p + n // 2 for p, n in later} | {position + 1, size}
+                    for end in ends:
+                        with open(os.path.join(R.log_dir(name), f"{base:020d}.log"), "rb") as f:
+                            f.seek(position)
+                            records = f.read(end - position)
+                        want = _next_offset(records, None)
+                        assert seg.next_fetch_offset(position, end) == want, (name, base, position, end)
+                        checked += want is not None
+        finally:
+            llog.close()
+    assert checked > 1000
+
+
+@pytest.mark.native
+async def test_a_client_that_asks_for_something_else_gets_little_read_ahead(short_dir, monkeypatch):  # noqa: F811
+    """A client whose next Fetch is never the one expected (here: offsets going backwards) has the listener read
+    ahead for it only MISSES_BEFORE_PAUSE times, then for one answer in PAUSED_EVERY; its answers are as ever."""
+    from lookupd.daemon import fetchahead
+    from lookupd.daemon.kafkabroker import KafkaBroker
+
+    calls, next_fetch = [], KafkaBroker.next_fetch
+
+    def counted(self, req, plan):
+        calls.append(req)
+        return next_fetch(self, req, plan)
+
+    monkeypatch.setattr(KafkaBroker, "next_fetch", counted)
+    port, daemon = await _listener(short_dir)
+    async with daemon:
+        c = await RawKafka.connect(port)
+        try:
+            await c.call(1, 11, fetch_request("plain", 0, partition_max_bytes=3000))  # the indexes read
+            calls.clear()
+            for offset in range(4000, 0, -50):  # 80 requests, each before the last
+                r = await c.call(1, 11, fetch_request("plain", offset, partition_max_bytes=3000))
+                assert r["responses"][0]["partitions"][0]["records"]
+        finally:
+            await c.aclose()
+    paused = fetchahead.MISSES_BEFORE_PAUSE + 80 // fetchahead.PAUSED_EVERY
+    assert fetchahead.MISSES_BEFORE_PAUSE <= len(calls) <= paused + 1, len(calls)

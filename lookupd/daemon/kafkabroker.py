@@ -56,13 +56,29 @@ class Endpoint(NamedTuple):
     port: int
 
 
+class PartitionRead(NamedTuple):
+    """What one partition's answer was read from: its log and segment listing, the offsets the answer gives,
+    and the segment bytes [position, end) it serves (segment None where it serves none from a local file)."""
+
+    log: object
+    bases: list  # the listing, as the log held it (a new list whenever segments come or go)
+    log_start_offset: int
+    log_end_offset: int
+    last_stable_offset: int
+    segment: object | None = None
+    position: int = 0
+    end: int = 0
+
+
 class FetchPlan(NamedTuple):
-    """One Fetch's answer: topics as fetch.encode_response takes them, the record bytes in it, and whether
-    any partition has an error (an error answers at once, as Kafka's DelayedFetch completes on one)."""
+    """One Fetch's answer: topics as fetch.encode_response takes them, the record bytes in it, whether
+    any partition has an error (an error answers at once, as Kafka's DelayedFetch completes on one), and
+    what each partition was read from, in request order (None where it was not read)."""
 
     topics: list
     total_bytes: int
     has_error: bool
+    reads: list
 
 
 class KafkaBroker:
@@ -232,7 +248,7 @@ class KafkaBroker:
         committed = req.isolation_level == F.READ_COMMITTED
         limit = max(0, min(req.max_bytes, max_bytes_cap))
         min_one = True  # KIP-74: the first partition with data gets its first batch whole
-        total, has_error, topics = 0, False, []
+        total, has_error, topics, reads = 0, False, [], []
         for ft in req.topics:
             name = ft.topic
             if version >= F.TOPIC_IDS:
@@ -242,14 +258,17 @@ class KafkaBroker:
                 if name is None:
                     parts.append(F.PartitionData(fp.partition, E.UNKNOWN_TOPIC_ID))
                     has_error = True
+                    reads.append(None)
                     continue
                 if not self.allowed(principal, name, READ):
                     self._denied(principal, name)
                     parts.append(F.PartitionData(fp.partition, E.TOPIC_AUTHORIZATION_FAILED))
                     has_error = True
+                    reads.append(None)
                     continue
-                pd = self._read_partition(name, fp, min(max(fp.partition_max_bytes, 0), limit), min_one, committed,
-                                          regions)
+                pd, read = self._read_partition(name, fp, min(max(fp.partition_max_bytes, 0), limit), min_one,
+                                                committed, regions)
+                reads.append(read)
                 size = len(pd.records)
                 if size:
                     min_one = False
@@ -258,10 +277,52 @@ class KafkaBroker:
                 has_error |= pd.error_code != E.NONE
                 parts.append(pd)
             topics.append((ft.topic, ft.topic_id, parts))
-        return FetchPlan(topics, total, has_error)
+        return FetchPlan(topics, total, has_error, reads)
+
+    def next_fetch(self, req: F.FetchRequest, plan: FetchPlan) -> F.FetchRequest | None:
+        """The Fetch a consumer sends next once it has taken all of `plan` (the answer to `req`): the same, each
+        partition that was served records from a local segment fetching from one past the last batch whole in
+        them. None when no partition moved on, or where one moves to cannot be told cheaply."""
+        reads = iter(plan.reads)
+        moved, topics = False, []
+        for ft in req.topics:
+            parts = []
+            for fp in ft.partitions:
+                read = next(reads)
+                if read is not None and read.segment is not None:
+                    offset = read.segment.next_fetch_offset(read.position, read.end)
+                    if offset is None:
+                        return None
+                    fp, moved = fp._replace(fetch_offset=offset), True
+                parts.append(fp)
+            topics.append(ft._replace(partitions=parts))
+        return req._replace(topics=topics) if moved else None
+
+    def unchanged(self, req: F.FetchRequest, version: int, plan: FetchPlan) -> bool:
+        """Whether `plan`, read for `req` a moment ago, is still the answer: every partition's log, segment
+        listing, log start, log end and last stable offset are what they were then (the records before the
+        log end of a listed segment do not change). Only for a plan without errors."""
+        committed = req.isolation_level == F.READ_COMMITTED
+        reads = iter(plan.reads)
+        for ft in req.topics:
+            name = self.topic_by_id(ft.topic_id) if version >= F.TOPIC_IDS else ft.topic
+            for fp in ft.partitions:
+                read = next(reads)
+                try:
+                    llog = self.manager.get(name, fp.partition) if name is not None else None
+                except LookupdError:
+                    return False
+                if llog is not read.log or llog.base_offsets is not read.bases:
+                    return False
+                v = SegmentList(llog, read.bases)
+                end = v.log_end_offset
+                if v.log_start_offset != read.log_start_offset or end != read.log_end_offset or \
+                        (committed and self.stable(llog).at_end(end) != read.last_stable_offset):
+                    return False
+        return True
 
     def _read_partition(self, topic: str, fp: F.FetchPartition, max_bytes: int, min_one: bool, committed: bool,
-                        regions: bool) -> F.PartitionData:
+                        regions: bool) -> tuple[F.PartitionData, PartitionRead | None]:
         try:
             llog = self.manager.get(topic, fp.partition)
             return self._read(llog, fp.partition, fp.fetch_offset, max_bytes, min_one, committed, regions)
@@ -271,25 +332,27 @@ class KafkaBroker:
                 llog.refresh()
                 return self._read(llog, fp.partition, fp.fetch_offset, max_bytes, min_one, committed, regions)
             except (LookupdError, OSError) as err:
-                return F.PartitionData(fp.partition, _error_code(err))
+                return F.PartitionData(fp.partition, _error_code(err)), None
         except LookupdError as err:
-            return F.PartitionData(fp.partition, _error_code(err))
+            return F.PartitionData(fp.partition, _error_code(err)), None
         except OSError as err:
             log.warning("Fetch %s-%d: %s", topic, fp.partition, err)
-            return F.PartitionData(fp.partition, E.KAFKA_STORAGE_ERROR)
+            return F.PartitionData(fp.partition, E.KAFKA_STORAGE_ERROR), None
 
     def _read(self, llog, partition: int, offset: int, max_bytes: int, min_one: bool, committed: bool,
-              regions: bool) -> F.PartitionData:
-        v = SegmentList(llog, llog.base_offsets)
+              regions: bool) -> tuple[F.PartitionData, PartitionRead]:
+        bases = llog.base_offsets
+        v = SegmentList(llog, bases)
         start, end = v.log_start_offset, v.log_end_offset
         stable = self.stable(llog).at_end(end)
         aborted = [] if committed else None
         if not start <= offset <= end:
             if offset < start and llog.remote_error is not None:
                 raise Unavailable(f"the remote tier cannot be listed now ({llog.remote_error})")
-            return F.PartitionData(partition, E.OFFSET_OUT_OF_RANGE, end, stable, start)
+            return F.PartitionData(partition, E.OFFSET_OUT_OF_RANGE, end, stable, start), None
         limit = stable if committed else end
         records: bytes | F.Region = b""
+        read = PartitionRead(llog, bases, start, end, stable)
         bases = v.bases
         i = v.floor_slot(offset)
         while offset < limit and 0 <= i < len(bases):
@@ -310,6 +373,7 @@ class KafkaBroker:
             if size > 0:
                 if regions and seg.tier == TIER_LOCAL:
                     records = F.Region(seg.log.handle(), position, size)
+                    read = PartitionRead(llog, bases, start, end, stable, seg, position, position + size)
                 else:
                     if nonblocking_mode.on and size > INLINE_READ_MAX_BYTES:
                         raise WouldBlock()  # copying that much would hold the event loop: a worker thread reads it
@@ -317,7 +381,7 @@ class KafkaBroker:
                 if committed:
                     aborted = [(t.producer_id, t.first_offset) for t in llog.aborted_transactions(offset, next_base)]
             break
-        return F.PartitionData(partition, E.NONE, end, stable, start, aborted, records)
+        return F.PartitionData(partition, E.NONE, end, stable, start, aborted, records), read
 
     def ends(self, req: F.FetchRequest, version: int) -> list[int]:
         """What a waiting Fetch watches: each partition's log end offset now (-1 where unknown)."""

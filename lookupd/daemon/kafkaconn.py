@@ -20,6 +20,7 @@ import logging
 import math
 import os
 import socket
+import struct
 import time
 from typing import Any, Callable
 
@@ -35,6 +36,7 @@ from ..kafka.messages import (API_VERSIONS_RESPONSE, METADATA_REQUEST, PRODUCE_R
                               SASL_HANDSHAKE_RESPONSE)
 from ..message.wire import MessageError
 from ..log.fileio import CAN_READ_NOWAIT, WouldBlock, mode as nonblocking_mode
+from .fetchahead import FetchAhead
 from .connection import CLOSE_LINGER_S, PRE_AUTH_FRAME_BYTES, RECEIVE_BYTES, admit_unauthenticated, tls_handshake
 from .host import ConnectionHost
 from .tls import TlsError, TlsStream
@@ -51,7 +53,8 @@ MAX_WAIT_S = 30.0
 # connection while written (lookupd.daemon.buffers): a TLS consumer's Fetch is read into memory.
 HOLD_ABOVE_BYTES = 64 << 10
 SASL_PLAIN = "PLAIN"
-TCP_CORK = getattr(socket, "TCP_CORK", None)  # Linux's; elsewhere answers are not written inline anyway
+TCP_CORK = getattr(socket, "TCP_CORK", None)
+_I32 = struct.Struct(">i")  # Linux's; elsewhere answers are not written inline anyway
 
 
 def _name(api_key: int) -> str:
@@ -61,21 +64,10 @@ def _name(api_key: int) -> str:
 METRIC_NAMES = tuple(_name(k) for k in apis.NAMES)
 
 
-def _coalesced(parts: list) -> list:
-    """A response's pieces with each run of bytes joined (one write each) and empty ones left out."""
-    out: list = []
-    pending: list[bytes] = []
-    for p in parts:
-        if isinstance(p, F.Region):
-            if pending:
-                out.append(b"".join(pending) if len(pending) > 1 else pending[0])
-                pending = []
-            out.append(p)
-        elif p:
-            pending.append(p)
-    if pending:
-        out.append(b"".join(pending) if len(pending) > 1 else pending[0])
-    return out
+def _with_correlation(answer: list, correlation_id: int) -> list:
+    """A framed answer prepared with correlation id 0 (FetchAhead), for the request with `correlation_id`."""
+    first = answer[0]
+    return [first[:4] + _I32.pack(correlation_id) + first[8:], *answer[1:]]
 
 
 class Closing(Exception):
@@ -112,6 +104,8 @@ class KafkaConnection:
         self.close_after: str | None = None  # why the connection ends once the current answer is sent
         self.taken: framing.Event | None = None  # an event the reactor's handler read and left to the task
         self.unsent: list = []  # the rest of an answer the reactor's handler wrote in part: bytes and Regions
+        self.ahead = FetchAhead(self.broker, cfg.max_read_bytes)  # the next Fetch's answer, read ahead
+        self.fetched: tuple | None = None  # (request, version, plan) of the Fetch the handler is answering
 
     # ------------------------------------------------------------------ the daemon's view
 
@@ -236,6 +230,8 @@ class KafkaConnection:
                 return None
         self.last_active = time.perf_counter()
         protocol = self.protocol
+        if self.ahead.matches(data) and not protocol.buffered and self._answer_ahead(data):
+            return True if self._held() or self.abort_reason is not None else None
         protocol.receive_data(data)
         while True:
             event = protocol.next_event()
@@ -255,8 +251,8 @@ class KafkaConnection:
         k = req.api_key
         started = time.perf_counter() if self.metrics is not None else 0.0
         if k == apis.FETCH:
-            body = self._fetch_now(req)
-            if body is None:
+            parts = self._fetch_now(req)
+            if parts is None:
                 return False
         elif k == apis.LIST_OFFSETS:
             if not (CAN_READ_NOWAIT and self.cfg.inline_hot_lookups):
@@ -278,17 +274,41 @@ class KafkaConnection:
             return False
         self.daemon.counters.requests += 1
         if k == apis.FETCH:  # (plaintext: _fetch_now answers no other)
-            self._write_parts_now(framing.response(req, body))
+            self._write_parts_now(parts, coalesced=True)
+            fetched, self.fetched = self.fetched, None
+            if not self._held() and self.abort_reason is None:  # on its way: read the next one meanwhile
+                self.ahead.prepare(*fetched, req.body, req.body_at)
         else:
             self._write_now(b"".join(framing.response(req, body)))
         if self.metrics is not None:
             self.metrics.observe(_name(k), time.perf_counter() - started)
         return True
 
+    def _answer_ahead(self, data: bytes) -> bool:
+        """Answer the Fetch whose frame `data` is (`FetchAhead.matches`) with the answer read ahead for it, if
+        that still holds; False leaves `data` to be read as any request (nothing was done)."""
+        started = time.perf_counter() if self.metrics is not None else 0.0
+        nonblocking_mode.on = True
+        try:
+            taken = self.ahead.take_frame(self.session.principal)
+        finally:
+            nonblocking_mode.on = False
+        if taken is None:
+            return False
+        r, version, plan, answer, body_at = taken
+        self.daemon.counters.requests += 1
+        self._write_parts_now(_with_correlation(answer, _I32.unpack_from(data, 8)[0]), coalesced=True)
+        if not self._held() and self.abort_reason is None:
+            self.ahead.prepare(r, version, self.session.principal, plan, data[4:], body_at)
+        if self.metrics is not None:
+            self.metrics.observe(_name(apis.FETCH), time.perf_counter() - started)
+        return True
+
     def _fetch_now(self, req: framing.Request) -> list | None:
-        """A plaintext Fetch's answer (headers, and Regions for sendfile), when everything it reads is in memory
-        and it has not to wait for the log to grow (a long poll); None leaves it to the task. This is what a
-        consumer keeping up sends, request after request, so it skips a wake-up of the task and its scopes."""
+        """A plaintext Fetch's framed answer (coalesced pieces: bytes, and Regions for sendfile), when everything
+        it reads is in memory and it has not to wait for the log to grow (a long poll); None leaves it to the
+        task. This is what a consumer keeping up sends, request after request, so it skips a wake-up of the task
+        and its scopes; the answer read ahead for it (FetchAhead), if any, goes out as it is."""
         if self.tls is not None or not (CAN_READ_NOWAIT and self.cfg.inline_hot_lookups):
             return None
         version = req.api_version
@@ -298,17 +318,22 @@ class KafkaConnection:
             return None  # the task closes the connection, saying why
         if r.session_id != 0 or r.forgotten:
             return None
+        principal = self.session.principal
         nonblocking_mode.on = True
         try:
-            plan = self.broker.fetch(r, version, self.session.principal, regions=True,
-                                     max_bytes_cap=self.cfg.max_read_bytes)
+            prepared = self.ahead.take(r, version, principal)
+            if prepared is not None:
+                self.fetched = (r, version, principal, prepared[0])
+                return _with_correlation(prepared[1], req.correlation_id)
+            plan = self.broker.fetch(r, version, principal, regions=True, max_bytes_cap=self.cfg.max_read_bytes)
         except WouldBlock:
             return None
         finally:
             nonblocking_mode.on = False
         if plan.total_bytes < max(r.min_bytes, 1) and r.max_wait_ms > 0 and not plan.has_error:
             return None  # a long poll: the task waits for the log to grow
-        return F.encode_response(version, plan.topics)
+        self.fetched = (r, version, principal, plan)
+        return F.coalesced(framing.response(req, F.encode_response(version, plan.topics)))
 
     def _held(self) -> bool:
         """Whether part of an answer waits to be written (plaintext in `unsent`, or ciphertext in the TLS backlog)."""
@@ -329,14 +354,15 @@ class KafkaConnection:
         if n < len(data):
             self.unsent = [data[n:]]
 
-    def _write_parts_now(self, parts: list) -> None:
+    def _write_parts_now(self, parts: list, coalesced: bool = False) -> None:
         """`_write_now` for a plaintext answer in pieces, file Regions sent with sendfile: what the socket takes
         now; the rest (bytes, or a Region from where sendfile stopped, and what follows) goes to `unsent`.
         The socket is corked meanwhile (TCP_CORK): the header leaves with the first records rather than in a
         packet of its own, which woke the consumer once more per answer and cost the listener CPU (measured
         with bench/bench_kafka.py's raw Fetch client)."""
         fd = self.fd
-        parts = _coalesced(parts)
+        if not coalesced:
+            parts = F.coalesced(parts)
         cork = TCP_CORK is not None and len(parts) > 1
         if cork:
             self.stream.socket.setsockopt(socket.IPPROTO_TCP, TCP_CORK, 1)
@@ -540,7 +566,7 @@ class KafkaConnection:
                 self.daemon.buffers.release(self.holding, answers=held)
 
     async def _send_plain(self, parts: list) -> None:
-        for p in _coalesced(parts):
+        for p in F.coalesced(parts):
             if isinstance(p, F.Region):
                 await self._sendfile(p)
             else:

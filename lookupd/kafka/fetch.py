@@ -212,3 +212,20 @@ def encode_response(version: int, topics: list[tuple[str, bytes, list[PartitionD
         head += wire.NO_TAGS
     out.append(bytes(head))
     return out
+
+
+def coalesced(parts: list) -> list:
+    """A response's pieces with each run of bytes joined (one write each) and empty ones left out."""
+    out: list = []
+    pending: list[bytes] = []
+    for p in parts:
+        if isinstance(p, Region):
+            if pending:
+                out.append(b"".join(pending) if len(pending) > 1 else pending[0])
+                pending = []
+            out.append(p)
+        elif p:
+            pending.append(p)
+    if pending:
+        out.append(b"".join(pending) if len(pending) > 1 else pending[0])
+    return out

@@ -157,9 +157,14 @@ class Connection:
 def response(request: Request, body: bytes | list) -> list[bytes]:
     """The framed response to `request`: its pieces, to be written in order (`body` may be pieces too, as
     a Fetch response's are; their total length goes in the size prefix)."""
+    return response_to(request.api_key, request.api_version, request.correlation_id, body)
+
+
+def response_to(api_key: int, version: int, correlation_id: int, body: bytes | list) -> list[bytes]:
+    """`response` for a request known by its API key, version and correlation id."""
     parts = body if isinstance(body, list) else [body]
-    head = wire.int32(request.correlation_id)
-    if response_header_flexible(request.api_key, request.api_version):
+    head = wire.int32(correlation_id)
+    if response_header_flexible(api_key, version):
         head += wire.NO_TAGS
     size = len(head) + sum(len(p) for p in parts)
     return [wire.int32(size) + head, *parts]

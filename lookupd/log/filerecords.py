@@ -241,10 +241,13 @@ class FileRecords:
                 best_ts, best_offset, best_pos = ts, self._header_field(buf, off, pos, False), pos
         return best_ts, best_offset, best_pos
 
-    def last_batch(self, start: int, *, end: int | None = None) -> tuple[int, int] | None:
-        """(last offset, position) of the last complete batch from `start`, None if none."""
+    def last_batch(self, start: int, *, end: int | None = None, most: int | None = None) -> tuple[int, int] | None:
+        """(last offset, position) of the last complete batch from `start`, None if none (or, given `most`,
+        if more than `most` batches would have to be walked to find it)."""
         found = None
-        for buf, off, pos, _ in self.frames(start, end, need=27):
+        for n, (buf, off, pos, _) in enumerate(self.frames(start, end, need=27)):
+            if most is not None and n >= most:
+                return None
             found = (self._header_field(buf, off, pos, False), pos)
         return found
 

@@ -704,6 +704,15 @@ class OffsetIndex(AbstractIndex):
         return (f"entry {slot} (offset {self.base_offset + rel}) points to position {pos}, "
                 f"past the end of the log ({log_size} bytes)")
 
+    def entry_before_position(self, position: int) -> tuple[int, int] | None:
+        """(offset, position) of the entry before the last one whose position is <= `position`, None if there
+        is none: an entry is a batch's position, so the batch there ends at or before `position`."""
+        def search(mm, n):
+            slot = self._kafka_slot(mm, n, position, True, False) - 1
+            return self._absolute_entry(mm, slot) if slot >= 0 else None
+
+        return self._run(None, search)
+
     def lookup(self, target_offset: int, *, limit: int | None = None) -> tuple[int, int]:
         """OffsetIndex.lookup: (offset, position) of the floor entry, (base offset, 0) if none."""
         t = target_offset - self.base_offset

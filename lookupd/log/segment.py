@@ -33,6 +33,10 @@ log = logging.getLogger(__name__)
 # What `LogSegment.locate` finds (kinds of `_native.locate`).
 LOCATE_ENTRY, LOCATE_BATCH, LOCATE_READ, LOCATE_TIME, LOCATE_CEILING = range(5)
 TIER_LOCAL, TIER_REMOTE = "local", "remote"  # where a segment's bytes are (`tier` in listings)
+# The most batch headers `next_fetch_offset` walks. From the offset index's entries (one every 4 KiB of log by
+# default, index.interval.bytes) it walks at most about two intervals' worth: 1 or 2 batches of 16 KiB, a
+# hundred of the smallest; without entries it gives up rather than read much of the segment.
+NEXT_FETCH_WALK_BATCHES = 256
 
 
 class TimestampAndOffset(NamedTuple):
@@ -428,6 +432,22 @@ class LogSegment:
         limit = self.size() if max_position is None else max_position
         fetch_size = min(limit - found.position, adjusted)
         return FetchData(start_offset, found.position, self.log.read(found.position, fetch_size), adjusted < found.size)
+
+    def next_fetch_offset(self, position: int, end: int) -> int | None:
+        """The offset a consumer fetches next once it has read this segment's bytes [position, end), `position`
+        being a batch's: one past the last offset of the last batch whole in them (a consumer drops the batch
+        a size limit cut off, and asks for it again). The header walk starts at the offset index's entry before
+        the last one at or before `end` (`entry_before_position`), else at `position`; None when no batch is
+        whole, or when more than NEXT_FETCH_WALK_BATCHES headers would have to be read to tell."""
+        start = position
+        try:
+            entry = self.indexes.offset.entry_before_position(end)
+            if entry is not None:
+                start = max(start, entry[1])
+        except CorruptIndexError:
+            pass  # the walk from `position` alone, within its bound
+        found = self.log.last_batch(start, end=end, most=NEXT_FETCH_WALK_BATCHES)
+        return found[0] + 1 if found is not None else None
 
     def read_next_offset(self) -> int:
         """LogSegment.readNextOffset: one past the last offset in the segment (base offset if empty)."""
