@@ -36,8 +36,8 @@ from ..kafka.messages import (API_VERSIONS_RESPONSE, METADATA_REQUEST, PRODUCE_R
                               SASL_HANDSHAKE_RESPONSE)
 from ..message.wire import MessageError
 from ..log.fileio import CAN_READ_NOWAIT, WouldBlock, mode as nonblocking_mode
-from .fetchahead import FetchAhead
 from .connection import CLOSE_LINGER_S, PRE_AUTH_FRAME_BYTES, RECEIVE_BYTES, admit_unauthenticated, tls_handshake
+from .fetchahead import FetchAhead
 from .host import ConnectionHost
 from .tls import TlsError, TlsStream
 
@@ -53,8 +53,8 @@ MAX_WAIT_S = 30.0
 # connection while written (lookupd.daemon.buffers): a TLS consumer's Fetch is read into memory.
 HOLD_ABOVE_BYTES = 64 << 10
 SASL_PLAIN = "PLAIN"
-TCP_CORK = getattr(socket, "TCP_CORK", None)
-_I32 = struct.Struct(">i")  # Linux's; elsewhere answers are not written inline anyway
+TCP_CORK = getattr(socket, "TCP_CORK", None)  # Linux's; elsewhere answers are not written inline anyway
+_I32 = struct.Struct(">i")
 
 
 def _name(api_key: int) -> str:
@@ -105,7 +105,7 @@ class KafkaConnection:
         self.taken: framing.Event | None = None  # an event the reactor's handler read and left to the task
         self.unsent: list = []  # the rest of an answer the reactor's handler wrote in part: bytes and Regions
         self.ahead = FetchAhead(self.broker, cfg.max_read_bytes)  # the next Fetch's answer, read ahead
-        self.fetched: tuple | None = None  # (request, version, plan) of the Fetch the handler is answering
+        self.fetched: tuple | None = None  # (request, version, principal, plan) of the Fetch being answered inline
 
     # ------------------------------------------------------------------ the daemon's view
 
