@@ -86,8 +86,9 @@ def fetch_request(topic: str, offset: int, *, max_bytes=1 << 20, partition_max_b
                                                 for p, o, m in parts]}]}
 
 
-def segment_bytes(name: str, base: int, position: int, size: int) -> bytes:
-    with open(os.path.join(R.log_dir(name), f"{base:020d}.log"), "rb") as f:
+def segment_bytes(name: str, base: int, position: int, size: int, part_dir: str | None = None) -> bytes:
+    """`size` bytes from `position` of the segment at `base` of the corpus partition `name` (or of `part_dir`)."""
+    with open(os.path.join(part_dir or R.log_dir(name), f"{base:020d}.log"), "rb") as f:
         f.seek(position)
         return f.read(size)
 
@@ -471,17 +472,12 @@ async def test_an_answer_read_ahead_is_not_sent_once_the_log_grew(short_dir, mon
                 assert second["high_watermark"] == 110 and made[-1].hits == hits
                 third = await fetch(60)  # nothing changed since the last answer: what was read ahead goes out
                 assert third["high_watermark"] == 110 and made[-1].hits == hits + 1
-                assert third["records"] == segment_bytes_at(os.path.join(logs, "grow-0"), 6 * one, 2 * one + 10)
+                assert third["records"] == segment_bytes("grow-0", 0, 6 * one, 2 * one + 10,
+                                                         part_dir=os.path.join(logs, "grow-0"))
             finally:
                 await c.aclose()
     finally:
         w.close()
-
-
-def segment_bytes_at(part_dir: str, position: int, size: int) -> bytes:
-    with open(os.path.join(part_dir, f"{0:020d}.log"), "rb") as f:
-        f.seek(position)
-        return f.read(size)
 
 
 async def test_next_fetch_offset_is_where_a_consumer_fetches_next():
