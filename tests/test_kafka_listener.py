@@ -541,3 +541,33 @@ async def test_a_client_that_asks_for_something_else_gets_little_read_ahead(shor
             await c.aclose()
     paused = fetchahead.MISSES_BEFORE_PAUSE + 80 // fetchahead.PAUSED_EVERY
     assert fetchahead.MISSES_BEFORE_PAUSE <= len(calls) <= paused + 1, len(calls)
+
+
+async def test_a_topic_named_by_id_is_found_and_so_is_one_listed_later(tmp_path):
+    """KafkaBroker.topic_by_id (what Fetch and Metadata naming topics by id, from version 13, ask) finds a topic
+    by the id in its partition.metadata; one made after the map was, once the log dirs are listed again; and
+    none for an id no topic has."""
+    import base64
+
+    from lookupd.daemon.kafkabroker import Endpoint, KafkaBroker
+    from lookupd.log.logmanager import LogManager
+    from lookupd.tools.tieredwriter import write_partition_metadata
+
+    def make(topic: str, raw: bytes) -> None:
+        directory = tmp_path / f"{topic}-0"
+        directory.mkdir()
+        write_partition_metadata(directory, base64.urlsafe_b64encode(raw).decode().rstrip("="))
+
+    ids = {name: bytes([i + 1]) * 16 for i, name in enumerate(("alpha", "beta", "gamma"))}
+    make("alpha", ids["alpha"])
+    make("beta", ids["beta"])
+    manager = LogManager([str(tmp_path)])
+    try:
+        broker = KafkaBroker(manager, None, Endpoint(0, "127.0.0.1", 9092), "c")
+        assert [broker.topic_by_id(ids[t]) for t in ("beta", "alpha", "gamma")] == ["beta", "alpha", None]
+        make("gamma", ids["gamma"])
+        assert broker.topic_by_id(ids["gamma"]) is None  # not listed yet
+        manager.refresh()
+        assert broker.topic_by_id(ids["gamma"]) == "gamma" and broker.topic_by_id(bytes(16)) is None
+    finally:
+        manager.close()
