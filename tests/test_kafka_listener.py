@@ -86,8 +86,9 @@ def fetch_request(topic: str, offset: int, *, max_bytes=1 << 20, partition_max_b
                                                 for p, o, m in parts]}]}
 
 
-def segment_bytes(name: str, base: int, position: int, size: int) -> bytes:
-    with open(os.path.join(R.log_dir(name), f"{base:020d}.log"), "rb") as f:
+def segment_bytes(name: str, base: int, position: int, size: int, part_dir: str | None = None) -> bytes:
+    """`size` bytes from `position` of the segment at `base` of the corpus partition `name` (or of `part_dir`)."""
+    with open(os.path.join(part_dir or R.log_dir(name), f"{base:020d}.log"), "rb") as f:
         f.seek(position)
         return f.read(size)
 
@@ -471,17 +472,12 @@ async def test_an_answer_read_ahead_is_not_sent_once_the_log_grew(short_dir, mon
                 assert second["high_watermark"] == 110 and made[-1].hits == hits
                 third = await fetch(60)  # nothing changed since the last answer: what was read ahead goes out
                 assert third["high_watermark"] == 110 and made[-1].hits == hits + 1
-                assert third["records"] == segment_bytes_at(os.path.join(logs, "grow-0"), 6 * one, 2 * one + 10)
+                assert third["records"] == segment_bytes("grow-0", 0, 6 * one, 2 * one + 10,
+                                                         part_dir=os.path.join(logs, "grow-0"))
             finally:
                 await c.aclose()
     finally:
         w.close()
-
-
-def segment_bytes_at(part_dir: str, position: int, size: int) -> bytes:
-    with open(os.path.join(part_dir, f"{0:020d}.log"), "rb") as f:
-        f.seek(position)
-        return f.read(size)
 
 
 async def test_next_fetch_offset_is_where_a_consumer_fetches_next():
@@ -545,3 +541,33 @@ async def test_a_client_that_asks_for_something_else_gets_little_read_ahead(shor
             await c.aclose()
     paused = fetchahead.MISSES_BEFORE_PAUSE + 80 // fetchahead.PAUSED_EVERY
     assert fetchahead.MISSES_BEFORE_PAUSE <= len(calls) <= paused + 1, len(calls)
+
+
+async def test_a_topic_named_by_id_is_found_and_so_is_one_listed_later(tmp_path):
+    """KafkaBroker.topic_by_id (what Fetch and Metadata naming topics by id, from version 13, ask) finds a topic
+    by the id in its partition.metadata; one made after the map was, once the log dirs are listed again; and
+    none for an id no topic has."""
+    import base64
+
+    from lookupd.daemon.kafkabroker import Endpoint, KafkaBroker
+    from lookupd.log.logmanager import LogManager
+    from lookupd.tools.tieredwriter import write_partition_metadata
+
+    def make(topic: str, raw: bytes) -> None:
+        directory = tmp_path / f"{topic}-0"
+        directory.mkdir()
+        write_partition_metadata(directory, base64.urlsafe_b64encode(raw).decode().rstrip("="))
+
+    ids = {name: bytes([i + 1]) * 16 for i, name in enumerate(("alpha", "beta", "gamma"))}
+    make("alpha", ids["alpha"])
+    make("beta", ids["beta"])
+    manager = LogManager([str(tmp_path)])
+    try:
+        broker = KafkaBroker(manager, None, Endpoint(0, "127.0.0.1", 9092), "c")
+        assert [broker.topic_by_id(ids[t]) for t in ("beta", "alpha", "gamma")] == ["beta", "alpha", None]
+        make("gamma", ids["gamma"])
+        assert broker.topic_by_id(ids["gamma"]) is None  # not listed yet
+        manager.refresh()
+        assert broker.topic_by_id(ids["gamma"]) == "gamma" and broker.topic_by_id(bytes(16)) is None
+    finally:
+        manager.close()

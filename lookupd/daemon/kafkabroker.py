@@ -92,6 +92,8 @@ class KafkaBroker:
         self._stable: dict[tuple[str, int], StableOffset] = {}
         self._stable_lock = threading.Lock()
         self._ids: dict[str, tuple[object, bytes]] = {}  # topic -> (its partition 0's log, topic id)
+        # (the LogManager listing it was made from, topic id -> topic): made again once the listing is another
+        self._by_id: tuple[object, dict[bytes, str]] = (None, {})
         self._epochs: dict[str, tuple[int, int]] = {}  # partition dir -> (checkpoint mtime, leader epoch)
 
     # ------------------------------------------------------------------ helpers
@@ -128,10 +130,16 @@ class KafkaBroker:
         return raw
 
     def topic_by_id(self, topic_id: bytes) -> str | None:
-        for topic, logs in self.topics().items():
-            if self.topic_id(topic, logs) == topic_id:
-                return topic
-        return None
+        """The topic with this id (the first by name where several have it), None if none: from a map made once
+        per listing of the log dirs, not a pass over every topic (each Fetch and check of a consumer on a version
+        naming topics by id asks)."""
+        listing, kept = self.manager.listing, self._by_id
+        if kept[0] is not listing:
+            by_id: dict[bytes, str] = {}
+            for topic, logs in self.topics().items():  # in topic order
+                by_id.setdefault(self.topic_id(topic, logs), topic)
+            kept = self._by_id = (listing, by_id)
+        return kept[1].get(topic_id)
 
     def leader_epoch(self, llog) -> int:
         """The partition's latest leader epoch (`leader-epoch-checkpoint`'s last entry), -1 without one."""
