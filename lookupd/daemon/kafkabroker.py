@@ -361,7 +361,6 @@ class KafkaBroker:
         limit = stable if committed else end
         records: bytes | F.Region = b""
         read = PartitionRead(llog, bases, start, end, stable)
-        bases = v.bases
         i = v.floor_slot(offset)
         while offset < limit and 0 <= i < len(bases):
             seg = v.segment(bases[i])

@@ -105,7 +105,6 @@ class KafkaConnection:
         self.taken: framing.Event | None = None  # an event the reactor's handler read and left to the task
         self.unsent: list = []  # the rest of an answer the reactor's handler wrote in part: bytes and Regions
         self.ahead = FetchAhead(self.broker, cfg.max_read_bytes)  # the next Fetch's answer, read ahead
-        self.fetched: tuple | None = None  # (request, version, principal, plan) of the Fetch being answered inline
 
     # ------------------------------------------------------------------ the daemon's view
 
@@ -251,8 +250,8 @@ class KafkaConnection:
         k = req.api_key
         started = time.perf_counter() if self.metrics is not None else 0.0
         if k == apis.FETCH:
-            parts = self._fetch_now(req)
-            if parts is None:
+            answer = self._fetch_now(req)
+            if answer is None:
                 return False
         elif k == apis.LIST_OFFSETS:
             if not (CAN_READ_NOWAIT and self.cfg.inline_hot_lookups):
@@ -274,10 +273,7 @@ class KafkaConnection:
             return False
         self.daemon.counters.requests += 1
         if k == apis.FETCH:  # (plaintext: _fetch_now answers no other)
-            self._write_parts_now(parts, coalesced=True)
-            fetched, self.fetched = self.fetched, None
-            if not self._held() and self.abort_reason is None:  # on its way: read the next one meanwhile
-                self.ahead.prepare(*fetched, req.body, req.body_at)
+            self._write_fetch(*answer, req.body, req.body_at)
         else:
             self._write_now(b"".join(framing.response(req, body)))
         if self.metrics is not None:
@@ -297,18 +293,26 @@ class KafkaConnection:
             return False
         r, version, plan, answer, body_at = taken
         self.daemon.counters.requests += 1
-        self._write_parts_now(_with_correlation(answer, _I32.unpack_from(data, 8)[0]), coalesced=True)
-        if not self._held() and self.abort_reason is None:
-            self.ahead.prepare(r, version, self.session.principal, plan, data[4:], body_at)
+        self._write_fetch(_with_correlation(answer, _I32.unpack_from(data, 8)[0]),
+                          (r, version, self.session.principal, plan), data[4:], body_at)
         if self.metrics is not None:
             self.metrics.observe(_name(apis.FETCH), time.perf_counter() - started)
         return True
 
-    def _fetch_now(self, req: framing.Request) -> list | None:
-        """A plaintext Fetch's framed answer (coalesced pieces: bytes, and Regions for sendfile), when everything
-        it reads is in memory and it has not to wait for the log to grow (a long poll); None leaves it to the
-        task. This is what a consumer keeping up sends, request after request, so it skips a wake-up of the task
-        and its scopes; the answer read ahead for it (FetchAhead), if any, goes out as it is."""
+    def _write_fetch(self, parts: list, fetched: tuple, frame: bytes, frame_at: int) -> None:
+        """Write a Fetch's framed answer (`_write_parts_now`) and, once it is all on its way, read the next one
+        ahead while the client takes it in (FetchAhead.prepare: `fetched` is the request, version, principal
+        and plan answered; `frame` the request's bytes after the size prefix, its body from `frame_at`)."""
+        self._write_parts_now(parts, coalesced=True)
+        if not self._held() and self.abort_reason is None:
+            self.ahead.prepare(*fetched, frame, frame_at)
+
+    def _fetch_now(self, req: framing.Request) -> tuple[list, tuple] | None:
+        """A plaintext Fetch's framed answer (coalesced pieces: bytes, and Regions for sendfile) and what it
+        answered (request, version, principal, plan), when everything it reads is in memory and it has not to
+        wait for the log to grow (a long poll); None leaves it to the task. This is what a consumer keeping up
+        sends, request after request, so it skips a wake-up of the task and its scopes; the answer read ahead
+        for it (FetchAhead), if any, goes out as it is."""
         if self.tls is not None or not (CAN_READ_NOWAIT and self.cfg.inline_hot_lookups):
             return None
         version = req.api_version
@@ -323,8 +327,7 @@ class KafkaConnection:
         try:
             prepared = self.ahead.take(r, version, principal)
             if prepared is not None:
-                self.fetched = (r, version, principal, prepared[0])
-                return _with_correlation(prepared[1], req.correlation_id)
+                return _with_correlation(prepared[1], req.correlation_id), (r, version, principal, prepared[0])
             plan = self.broker.fetch(r, version, principal, regions=True, max_bytes_cap=self.cfg.max_read_bytes)
         except WouldBlock:
             return None
@@ -332,8 +335,8 @@ class KafkaConnection:
             nonblocking_mode.on = False
         if plan.total_bytes < max(r.min_bytes, 1) and r.max_wait_ms > 0 and not plan.has_error:
             return None  # a long poll: the task waits for the log to grow
-        self.fetched = (r, version, principal, plan)
-        return F.coalesced(framing.response(req, F.encode_response(version, plan.topics)))
+        parts = F.coalesced(framing.response(req, F.encode_response(version, plan.topics)))
+        return parts, (r, version, principal, plan)
 
     def _held(self) -> bool:
         """Whether part of an answer waits to be written (plaintext in `unsent`, or ciphertext in the TLS backlog)."""
