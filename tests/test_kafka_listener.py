@@ -571,3 +571,39 @@ async def test_a_topic_named_by_id_is_found_and_so_is_one_listed_later(tmp_path)
         assert broker.topic_by_id(ids["gamma"]) == "gamma" and broker.topic_by_id(bytes(16)) is None
     finally:
         manager.close()
+
+
+@pytest.mark.native
+async def test_fetches_read_ahead_over_lying_indexes_are_the_answers_read_when_asked(  # noqa: F811
+        short_dir, monkeypatch, tmp_path):
+    """The same over a copy of plain-0 whose offset indexes lie (each entry pointing at the batch of the entry
+    before it) or are gone: the next request is told from a walk that starts elsewhere or takes the bounded
+    walk from the answer's first batch, and every answer is still the one read when asked."""
+    import shutil
+
+    part = tmp_path / "logs" / "damaged-0"
+    shutil.copytree(R.log_dir("plain-0"), part)
+    indexes = sorted(part.glob("*.index"))
+    for index in indexes[::2]:
+        raw = bytearray(index.read_bytes())
+        before = 0
+        for at in range(0, len(raw) - 7, 8):
+            rel, position = struct.unpack_from(">ii", raw, at)
+            if rel or position:
+                struct.pack_into(">ii", raw, at, rel, before)
+                before = position
+        index.write_bytes(bytes(raw))
+    for index in indexes[1::4]:
+        index.unlink()
+    made = _counting_read_ahead(monkeypatch)
+    answers = {}
+    for inline in (True, False):
+        port = free_port()
+        async with running(os.path.join(short_dir, f"s{inline}"), log_dirs=[tmp_path / "logs"],
+                           inline_hot_lookups=inline, kafka=KafkaSettings(listen=[f"127.0.0.1:{port}"])):
+            answers[inline] = [await _consume(port, "damaged", v, 7000) for v in (11, 12)]
+        if inline:
+            hits = sum(a.hits for a in made)
+    assert answers[True] == answers[False]
+    requests = sum(len(frames) for frames in answers[True])
+    assert hits >= requests // 2, f"{hits} of {requests} answers were read ahead"
