@@ -23,8 +23,9 @@ _CLUSTER_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 DEFAULT_CLUSTER_ID = "lookupd-read-only-cluster"
 # A join is answered within the member's rebalance timeout anyway; a delay past 5 minutes only stalls consumers.
 MAX_INITIAL_REBALANCE_DELAY_MS = 300_000
-# A consumer keeping up asks again 60-250 µs after its answer was read ahead (bench/bench_kafka.py's raw client
-# on 1 MiB fetches); polling that long for it costs less CPU than the wake-up it saves (docs/performance.md).
+# A consumer keeping up (bench/bench_kafka.py's raw client, 1 MiB fetches) asks again 20-70 µs after its next
+# answer was read ahead when the daemon polls for it, 100-250 µs when the daemon sleeps and is woken;
+# confluent-kafka mostly 1-7 ms later, which a 200 µs poll leaves alone (docs/performance.md).
 DEFAULT_BUSY_POLL_US = 200
 
 

@@ -48,7 +48,7 @@ class Reactor:
         # time.perf_counter() until which to poll for a ready socket rather than sleep, once none is ready
         # (0.0: sleep at once); a handler sets it (expect_request), the next idle moment spends it.
         self._poll_until = 0.0
-        self.caught_polling = 0  # sockets that became ready while the reactor busy-polled for them
+        self.caught_polling = 0  # busy polls that found a socket ready: requests read without a wake-up
 
     def close(self) -> None:
         self._epoll.close()
