@@ -7,7 +7,9 @@
   from what the listener adds: with the host's congestion control, and again with its listening
   socket on reno, as the listener's is (lookupd.daemon.kafkasocket: no packet pacing); and that one again
   to a client doing the raw Fetch client's own work for each answer (building the request, hopping over the
-  answer's whole batches to where the next fetch starts): the most any server can give that client here.
+  answer's whole batches to where the next fetch starts): the most a server that sleeps between requests can
+  give that client here. And the listener again with its busy poll off (kafka.busy_poll_us = 0), MB/s and the
+  listener's CPU per MB both ways: what polling for a consumer's next request gains and costs.
 * ListOffsets by timestamp, one round trip, against the msgpack `offset_for_timestamp` round trip, both
   over loopback TCP to the same daemon (target p50 <= 1.2x); msgpack over its Unix socket too, for scale.
 * confluent-kafka consuming a topic: records/s, and the listener's CPU per MB against the consumer's CPU
@@ -81,13 +83,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_daemon(tmp: str, logs: str) -> tuple[subprocess.Popen, int, int, str]:
+def start_daemon(tmp: str, logs: str, kafka_settings: str = "") -> tuple[subprocess.Popen, int, int, str]:
+    """The daemon serving `logs`, its [kafka] table the listen address and `kafka_settings` (TOML lines)."""
     kafka, tcp = free_port(), free_port()
     sock = os.path.join(tmp, "s.sock")
     conf = os.path.join(tmp, "c.toml")
     with open(conf, "w") as f:
         f.write(f'log_dirs = ["{logs}"]\nsocket = "{sock}"\ntcp = "127.0.0.1:{tcp}"\n'
-                f'[kafka]\nlisten = "127.0.0.1:{kafka}"\n')
+                f'[kafka]\nlisten = "127.0.0.1:{kafka}"\n{kafka_settings}')
     proc = subprocess.Popen([sys.executable, "-m", "lookupd", "serve", "--config", conf], cwd=tmp,
                             env=dict(os.environ, PYTHONPATH=REPO), stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
@@ -105,6 +108,16 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds_fine(pid: int) -> float:
+    """The time a process's threads have run on a CPU, to the nanosecond (/proc/PID/task/*/schedstat): a raw
+    client's pass over the partition lasts tens of milliseconds, a few of /proc/PID/stat's clock ticks."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+            total += int(f.read().split()[0])
+    return total / 1e9
 
 
 # ---------------------------------------------------------------------- raw Kafka requests
@@ -353,18 +366,26 @@ def run(quick: bool = False) -> list[Figure]:
     logs, end, stamps = write_partition(os.path.join(tmp, "logs"), megabytes)
     part = os.path.join(logs, f"{TOPIC}-0")
     proc, kafka, tcp, unix = start_daemon(tmp, logs)
+    os.makedirs(os.path.join(tmp, "no-busy-poll"))
+    still, still_port, _, _ = start_daemon(os.path.join(tmp, "no-busy-poll"), logs, "busy_poll_us = 0\n")
     plain, plain_port = start_sendfile_server(part)
     unpaced, unpaced_port = start_sendfile_server(part, LOCAL_CONGESTION_CONTROL)
     figures: list[Figure] = []
     try:
         file_throughput(part)  # warm the page cache
         fetch_throughput(kafka, end)
+        fetch_throughput(still_port, end)
         sendfile_throughput(plain_port, part)
         sendfile_throughput(unpaced_port, part)
         sendfile_consumer_throughput(unpaced_port, part)
         fetch, large, files, ceiling, unpaced_ceiling, consumer_ceiling = [], [], [], [], [], []
+        unpolled, cpu, unpolled_cpu = [], [], []
         for _ in range(repeats):
-            fetch.append(fetch_throughput(kafka, end)[0])
+            for port, pid, rate, per_mb in ((kafka, proc.pid, fetch, cpu), (still_port, still.pid, unpolled, unpolled_cpu)):
+                before = cpu_seconds_fine(pid)
+                mbs, total = fetch_throughput(port, end)
+                rate.append(mbs)
+                per_mb.append((cpu_seconds_fine(pid) - before) / (total / 1e6) * 1000)
             large.append(fetch_throughput(kafka, end, LARGE_FETCH_BYTES)[0])
             files.append(file_throughput(part)[0])
             ceiling.append(sendfile_throughput(plain_port, part)[0])
@@ -372,6 +393,12 @@ def run(quick: bool = False) -> list[Figure]:
             consumer_ceiling.append(sendfile_consumer_throughput(unpaced_port, part)[0])
         figures.append(Figure("kafka listener: Fetch MB/s, warm, raw client", "MB/s", fetch, "kafka",
                               {"megabytes": megabytes, "fetch_bytes": FETCH_BYTES}, True))
+        figures.append(Figure("kafka listener: Fetch MB/s, warm, raw client, busy poll off", "MB/s", unpolled, "kafka",
+                              {"megabytes": megabytes, "fetch_bytes": FETCH_BYTES, "busy_poll_us": 0}, True))
+        figures.append(Figure("kafka listener CPU per MB fetched, raw client", "ms/MB", cpu, "kafka",
+                              {"fetch_bytes": FETCH_BYTES}))
+        figures.append(Figure("kafka listener CPU per MB fetched, raw client, busy poll off", "ms/MB", unpolled_cpu,
+                              "kafka", {"fetch_bytes": FETCH_BYTES, "busy_poll_us": 0}))
         figures.append(Figure("kafka listener: Fetch MB/s, warm, raw client, 8 MiB fetches", "MB/s", large, "kafka",
                               {"megabytes": megabytes, "fetch_bytes": LARGE_FETCH_BYTES}, True))
         figures.append(Figure("the same segment bytes read from the files, warm", "MB/s", files, "kafka",
@@ -417,6 +444,8 @@ def run(quick: bool = False) -> list[Figure]:
         for server in (plain, unpaced):
             server.kill()
             server.wait(30)
+        still.terminate()
+        still.wait(30)
         proc.terminate()
         proc.wait(30)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -445,12 +474,22 @@ def ratios(figures: list[Figure]) -> list[dict | None]:
         ratio("minimal sendfile server on reno to a Fetch client vs file reads, warm", figures, CONSUMER_CEILING,
               "the same segment bytes read from the files, warm",
               "the by-hand server on reno again, its client doing the raw Fetch client's own work for each answer "
-              "(building the request, hopping over the answer's whole batches): the most any server gives that "
-              "client here"),
+              "(building the request, hopping over the answer's whole batches): the most a server that sleeps "
+              "between requests gives that client here"),
         ratio("kafka Fetch vs the minimal sendfile server to a Fetch client, warm", figures,
               "kafka listener: Fetch MB/s, warm, raw client", CONSUMER_CEILING,
               "Fetch throughput through the listener, 1 MiB a request, over the by-hand server's on reno to a "
-              "client doing the same work per answer: what the listener keeps of the most a server can give"),
+              "client doing the same work per answer: above 1 where the listener's busy poll catches requests "
+              "the by-hand server sleeps through"),
+        ratio("kafka Fetch with busy poll off vs file reads, warm", figures,
+              "kafka listener: Fetch MB/s, warm, raw client, busy poll off",
+              "the same segment bytes read from the files, warm",
+              "the same, from a daemon with kafka.busy_poll_us = 0: what the listener gives when it sleeps "
+              "between requests"),
+        ratio("kafka Fetch CPU per MB, busy poll on vs off", figures, "kafka listener CPU per MB fetched, raw client",
+              "kafka listener CPU per MB fetched, raw client, busy poll off",
+              "the listener's CPU per MB fetched by the raw client, with its default busy poll over without: what "
+              "polling for the next request costs beside the wake-ups it saves"),
         ratio("kafka Fetch vs the minimal sendfile server, warm", figures, "kafka listener: Fetch MB/s, warm, raw client",
               "the same segment bytes sent by a minimal sendfile server over loopback TCP, warm",
               "Fetch throughput through the listener, 1 MiB a request, over the by-hand sendfile server's, both "

@@ -607,3 +607,71 @@ async def test_fetches_read_ahead_over_lying_indexes_are_the_answers_read_when_a
     assert answers[True] == answers[False]
     requests = sum(len(frames) for frames in answers[True])
     assert hits >= requests // 2, f"{hits} of {requests} answers were read ahead"
+
+
+def _kafka_counters(metrics_port: int) -> dict[str, float]:
+    """The lookupd_kafka_* counters a daemon's metrics endpoint serves."""
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+    return {line.split("{")[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+            if line.startswith("lookupd_kafka_") and line.split("{")[0].endswith("_total")}
+
+
+@pytest.mark.native  # read ahead only where the reactor answers, which needs the indexes' native view
+async def test_busy_poll_finds_a_consumers_next_requests_and_changes_no_answer(tmp_path):
+    """A consumer keeping up, against the daemon as a subprocess: with kafka.busy_poll_us the reactor finds some
+    of its requests by polling for them after an answer read ahead, rather than by being woken (the metrics'
+    lookupd_kafka_requests_caught_polling); with 0 it never polls; and the answers are the same bytes."""
+    from daemon_helpers import start_daemon, stop_daemon
+
+    answers, counters = {}, {}
+    for busy_poll_us in (1000, 0):
+        d = tmp_path / str(busy_poll_us)
+        d.mkdir()
+        port, metrics, sock = free_port(), free_port(), str(d / "s.sock")
+        (d / "c.toml").write_text(f'log_dirs = ["{R.require() / "logs"}"]\nsocket = "{sock}"\n'
+                                  f'metrics = "127.0.0.1:{metrics}"\n'
+                                  f'[kafka]\nlisten = "127.0.0.1:{port}"\nbusy_poll_us = {busy_poll_us}\n')
+        proc = await trio.to_thread.run_sync(start_daemon, ["--config", str(d / "c.toml")], str(d), sock)
+        try:
+            answers[busy_poll_us] = [await _consume(port, topic, 12, 7000) for topic in ("plain", "large")]
+            counters[busy_poll_us] = await trio.to_thread.run_sync(_kafka_counters, metrics)
+        finally:
+            code, err = await trio.to_thread.run_sync(stop_daemon, proc)
+        assert code == 0, err
+    assert answers[1000] == answers[0]
+    requests = sum(len(frames) for frames in answers[0])
+    on, off = counters[1000], counters[0]
+    assert on["lookupd_kafka_fetches_read_ahead_total"] >= requests // 2, (on, requests)
+    assert off["lookupd_kafka_fetches_read_ahead_total"] >= requests // 2, (off, requests)
+    assert on["lookupd_kafka_requests_caught_polling_total"] > 0, (on, requests)
+    assert off["lookupd_kafka_requests_caught_polling_total"] == 0, off
+
+
+async def test_busy_poll_setting_is_checked_and_off_on_one_cpu():
+    """kafka.busy_poll_us: 200 µs by default, 0 to MAX_BUSY_POLL_S, an error naming the key past either end; and
+    no busy poll at all where the daemon may run on one CPU only (the client it waits for would need that CPU)."""
+    import subprocess
+    import sys
+
+    from lookupd.daemon.kafkasettings import busy_poll_seconds
+    from lookupd.errors import InvalidArgument
+
+    assert KafkaSettings().busy_poll_us == 200
+    for good in (0, 1000):
+        KafkaSettings.from_table({"busy_poll_us": good}, None).check()
+    for bad in (-1, 1001):
+        with pytest.raises(InvalidArgument, match=r"kafka.busy_poll_us must be 0-1000 \(microseconds\), got"):
+            KafkaSettings.from_table({"busy_poll_us": bad}, None).check()
+    with pytest.raises(InvalidArgument, match="kafka.busy_poll_us"):
+        KafkaSettings.from_table({"busy_poll_us": "fast"}, None)
+    assert len(os.sched_getaffinity(0)) > 1, "this test needs two CPUs, as CI has"
+    assert busy_poll_seconds(KafkaSettings()) == 200e-6
+    assert busy_poll_seconds(KafkaSettings(busy_poll_us=0)) == 0
+    one_cpu = subprocess.run(
+        [sys.executable, "-c", "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+         "from lookupd.daemon.kafkasettings import KafkaSettings, busy_poll_seconds; "
+         "print(busy_poll_seconds(KafkaSettings()))"], capture_output=True, text=True, check=True,
+        env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert one_cpu.stdout.strip() == "0.0"

@@ -20,6 +20,7 @@ records sent from local segment files, no long poll.
 from __future__ import annotations
 
 import struct
+import time
 
 from ..errors import LookupdError
 from ..kafka import apis, framing
@@ -41,7 +42,7 @@ class FetchAhead:
     """One connection's prepared answer to the Fetch it expects next (none prepared: `request` is None)."""
 
     __slots__ = ("broker", "max_bytes_cap", "request", "version", "principal", "plan", "answer", "frame",
-                 "frame_at", "hits", "misses", "answers")
+                 "frame_at", "hits", "misses", "answers", "prepared_at", "came_back_in")
 
     def __init__(self, broker: KafkaBroker, max_bytes_cap: int):
         self.broker = broker
@@ -58,9 +59,18 @@ class FetchAhead:
         self.hits = 0  # requests answered with a prepared answer
         self.misses = 0  # prepared answers unused since the last one used
         self.answers = 0  # answers given while paused (see MISSES_BEFORE_PAUSE)
+        self.prepared_at = 0.0  # time.perf_counter() when the answer prepared now was
+        # Seconds from preparing the last answer used to its request's arrival; inf until one is used, and
+        # after one goes unused (`expected_within`).
+        self.came_back_in = float("inf")
 
     def clear(self) -> None:
         self.request, self.plan, self.answer, self.frame = None, None, [], None
+
+    def expected_within(self, seconds: float) -> bool:
+        """Whether an answer is prepared and the client came for the last one within `seconds`: the next
+        request is expected about that soon (lookupd.daemon.reactor's busy poll)."""
+        return self.request is not None and self.came_back_in <= seconds
 
     def matches(self, data: bytes) -> bool:
         """Whether `data`, all that was read, is the expected request's frame (any correlation id)."""
@@ -74,7 +84,7 @@ class FetchAhead:
             return None
         if self.request == req and self.version == version and self.principal == principal:
             return self._taken(req, version)
-        self.misses += 1
+        self._missed()
         return self.clear()
 
     def take_frame(self, principal: str) -> tuple[F.FetchRequest, int, FetchPlan, list, int] | None:
@@ -83,7 +93,7 @@ class FetchAhead:
         non-blocking mode."""
         req, version, at = self.request, self.version, self.frame_at
         if principal != self.principal:
-            self.misses += 1
+            self._missed()
             return self.clear()
         taken = self._taken(req, version)
         return None if taken is None else (req, version, *taken, at)
@@ -93,14 +103,19 @@ class FetchAhead:
         self.clear()
         try:
             if not self.broker.unchanged(req, version, plan):
-                self.misses += 1
+                self._missed()
                 return None
         except (LookupdError, OSError, WouldBlock):
-            self.misses += 1
+            self._missed()
             return None
         self.hits += 1
         self.misses = 0
+        self.came_back_in = time.perf_counter() - self.prepared_at
         return plan, answer
+
+    def _missed(self) -> None:
+        self.misses += 1
+        self.came_back_in = float("inf")
 
     def prepare(self, req: F.FetchRequest, version: int, principal: str, plan: FetchPlan, frame: bytes,
                 frame_at: int) -> None:
@@ -110,7 +125,7 @@ class FetchAhead:
         be a long poll, or (but for one answer in PAUSED_EVERY) while the connection's last answers read ahead
         went unused."""
         if self.request is not None:  # prepared, and the request went another way (the connection's task)
-            self.misses += 1
+            self._missed()
         self.clear()
         if plan.has_error or not plan.total_bytes:
             return
@@ -136,6 +151,7 @@ class FetchAhead:
         self.answer = F.coalesced(framing.response_to(apis.FETCH, version, 0,
                                                       F.encode_response(version, ahead.topics)))
         self.frame, self.frame_at = _next_frame(frame, frame_at, version, req, nxt), frame_at
+        self.prepared_at = time.perf_counter()
 
 
 def _next_frame(frame: bytes, body_at: int, version: int, req: F.FetchRequest, nxt: F.FetchRequest) -> bytes | None:

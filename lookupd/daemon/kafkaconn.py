@@ -39,6 +39,7 @@ from ..log.fileio import CAN_READ_NOWAIT, WouldBlock, mode as nonblocking_mode
 from .connection import CLOSE_LINGER_S, PRE_AUTH_FRAME_BYTES, RECEIVE_BYTES, admit_unauthenticated, tls_handshake
 from .fetchahead import FetchAhead
 from .host import ConnectionHost
+from .kafkasettings import busy_poll_seconds
 from .tls import TlsError, TlsStream
 
 log = logging.getLogger(__name__)
@@ -105,6 +106,7 @@ class KafkaConnection:
         self.taken: framing.Event | None = None  # an event the reactor's handler read and left to the task
         self.unsent: list = []  # the rest of an answer the reactor's handler wrote in part: bytes and Regions
         self.ahead = FetchAhead(self.broker, cfg.max_read_bytes)  # the next Fetch's answer, read ahead
+        self.busy_poll_s = busy_poll_seconds(cfg.kafka)
 
     # ------------------------------------------------------------------ the daemon's view
 
@@ -293,6 +295,7 @@ class KafkaConnection:
             return False
         r, version, plan, answer, body_at = taken
         self.daemon.counters.requests += 1
+        self.daemon.counters.fetches_read_ahead += 1
         self._write_fetch(_with_correlation(answer, _I32.unpack_from(data, 8)[0]),
                           (r, version, self.session.principal, plan), data[4:], body_at)
         if self.metrics is not None:
@@ -306,6 +309,8 @@ class KafkaConnection:
         self._write_parts_now(parts, coalesced=True)
         if not self._held() and self.abort_reason is None:
             self.ahead.prepare(*fetched, frame, frame_at)
+            if self.busy_poll_s and self.ahead.expected_within(self.busy_poll_s):
+                self.daemon.reactor.expect_request(self.busy_poll_s)
 
     def _fetch_now(self, req: framing.Request) -> tuple[list, tuple] | None:
         """A plaintext Fetch's framed answer (coalesced pieces: bytes, and Regions for sendfile) and what it
@@ -327,6 +332,7 @@ class KafkaConnection:
         try:
             prepared = self.ahead.take(r, version, principal)
             if prepared is not None:
+                self.daemon.counters.fetches_read_ahead += 1
                 return _with_correlation(prepared[1], req.correlation_id), (r, version, principal, prepared[0])
             plan = self.broker.fetch(r, version, principal, regions=True, max_bytes_cap=self.cfg.max_read_bytes)
         except WouldBlock:

@@ -14,6 +14,7 @@ from ..errors import InvalidArgument
 from ..kafka.groups import INITIAL_REBALANCE_DELAY_S
 from ..log.remote.config import typed
 from ..rpc.address import parse_host_port
+from .reactor import MAX_BUSY_POLL_S
 
 META_PROPERTIES = "meta.properties"
 # A Kafka cluster id: 22 characters of base64url (Uuid.toString) in KRaft; older ZooKeeper clusters used
@@ -22,6 +23,10 @@ _CLUSTER_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 DEFAULT_CLUSTER_ID = "lookupd-read-only-cluster"
 # A join is answered within the member's rebalance timeout anyway; a delay past 5 minutes only stalls consumers.
 MAX_INITIAL_REBALANCE_DELAY_MS = 300_000
+# A consumer keeping up (bench/bench_kafka.py's raw client, 1 MiB fetches) asks again 20-70 µs after its next
+# answer was read ahead when the daemon polls for it, 100-250 µs when the daemon sleeps and is woken;
+# confluent-kafka mostly 1-7 ms later, which a 200 µs poll leaves alone (docs/performance.md).
+DEFAULT_BUSY_POLL_US = 200
 
 
 @dataclass
@@ -33,6 +38,9 @@ class KafkaSettings:
     state_dir: str = ""                 # where consumer-group commits are kept; "" = in memory until the daemon stops
     # a new group's first join waits this for more members (Kafka's 3 s, the coordinator's own default)
     group_initial_rebalance_delay_ms: int = round(INITIAL_REBALANCE_DELAY_S * 1000)
+    # after an answer read ahead for a consumer that came back within this for the last one, poll for its
+    # next request this long before sleeping (lookupd.daemon.reactor); 0 = never
+    busy_poll_us: int = DEFAULT_BUSY_POLL_US
 
     @classmethod
     def from_table(cls, table: Any, path: str | None) -> "KafkaSettings":
@@ -64,6 +72,9 @@ class KafkaSettings:
         if not 0 <= self.group_initial_rebalance_delay_ms <= MAX_INITIAL_REBALANCE_DELAY_MS:
             raise InvalidArgument(f"kafka.group_initial_rebalance_delay_ms must be 0-{MAX_INITIAL_REBALANCE_DELAY_MS}, "
                                   f"got {self.group_initial_rebalance_delay_ms}")
+        if not 0 <= self.busy_poll_us <= MAX_BUSY_POLL_S * 1e6:
+            raise InvalidArgument(f"kafka.busy_poll_us must be 0-{round(MAX_BUSY_POLL_S * 1e6)} (microseconds), "
+                                  f"got {self.busy_poll_us}")
         if self.cluster_id and not _CLUSTER_ID.fullmatch(self.cluster_id):
             raise InvalidArgument(f"kafka.cluster_id {self.cluster_id!r:.80} must be 1-64 letters, digits, '_', '-', "
                                   f"'.' or ':'")
@@ -99,3 +110,9 @@ def identity(settings: KafkaSettings, log_dirs: list[str]) -> tuple[int, str]:
         raw = meta.get("cluster.id", "")
         cluster_id = raw if _CLUSTER_ID.fullmatch(raw) else DEFAULT_CLUSTER_ID
     return node_id, cluster_id
+
+
+def busy_poll_seconds(settings: KafkaSettings) -> float:
+    """`kafka.busy_poll_us` in seconds; 0 where the daemon may run on one CPU only, as polling there would take
+    that CPU from the client it waits for."""
+    return settings.busy_poll_us / 1e6 if len(os.sched_getaffinity(0)) > 1 else 0.0

@@ -83,15 +83,22 @@ class RequestMetrics:
         return dict(self._by_method)
 
 
+# The Kafka listener's counters: how often its read ahead (lookupd.daemon.fetchahead) and the reactor's busy poll
+# for a consumer's next request (lookupd.daemon.reactor) paid off.
+KAFKA_COUNTERS = (("fetches_read_ahead", "Fetches answered with the answer read ahead for them"),
+                  ("requests_caught_polling", "Requests found by busy-polling for them rather than by waking up"))
+
+
 class Collector:
     """A prometheus_client collector over RequestMetrics and the daemon's `stats` answer."""
 
     def __init__(self, requests: RequestMetrics, stats: Callable[[], dict[str, Any]], worker: int = 0,
-                 denials: dict[str, int] | None = None):
+                 denials: dict[str, int] | None = None, kafka: Callable[[], dict[str, int]] | None = None):
         self.requests = requests
         self.stats = stats
         self.worker = str(worker)
         self.denials = denials  # principal -> calls the ACLs denied (lookupd.daemon.acl), when ACLs are on
+        self.kafka = kafka  # the Kafka listener's counters (KAFKA_COUNTERS), when it is on
 
     def collect(self):
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -118,6 +125,12 @@ class Collector:
             for principal, n in sorted(dict(self.denials).items()):
                 denied.add_metric([w, principal], n)
             yield denied
+        if self.kafka is not None:
+            counts = self.kafka()
+            for name, help_ in KAFKA_COUNTERS:
+                family = CounterMetricFamily(f"lookupd_kafka_{name}", help_, labels=["worker"])
+                family.add_metric([w], counts[name])
+                yield family
         s = self.stats()
         for name, help_, kind in (("connections", "Open client connections", GaugeMetricFamily),
                                   ("partitions", "Partitions served", GaugeMetricFamily),

@@ -174,7 +174,8 @@ class Daemon:
                 spec = f"{host}:{port + self.worker if port else 0}"  # worker N serves port + N
                 self.metrics_server = serve_metrics(spec, Collector(
                     self.request_metrics, lambda: self.service.call("stats", [], Session(trusted=True)), self.worker,
-                    denials=self.acl.denials if self.acl is not None else None),
+                    denials=self.acl.denials if self.acl is not None else None,
+                    kafka=self._kafka_counters if self.kafka is not None else None),
                     tls=self.tls if self.cfg.metrics_tls else None)
             if self._watchdog_s:
                 root.start_soon(self._watchdog, self._watchdog_s)
@@ -271,6 +272,12 @@ class Daemon:
                 conn = unread.get(fd)
                 if conn is not None and events & (select.POLLHUP | select.POLLERR):
                     conn.hung_up()
+
+    def _kafka_counters(self) -> dict[str, int]:
+        """The Kafka listener's counters for the metrics (lookupd.daemon.metrics.KAFKA_COUNTERS)."""
+        reactor = self.reactor
+        return {"fetches_read_ahead": self.counters.fetches_read_ahead,
+                "requests_caught_polling": reactor.caught_polling if reactor is not None else 0}
 
     async def _watchdog(self, interval: float) -> None:
         while True:

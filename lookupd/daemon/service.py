@@ -59,6 +59,7 @@ class Counters:
     requests: int = 0
     errors: int = 0
     connections: int = 0
+    fetches_read_ahead: int = 0  # Kafka Fetches answered with the answer read ahead for them (lookupd.daemon.fetchahead)
 
 
 @dataclass
