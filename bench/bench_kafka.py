@@ -263,7 +263,7 @@ def sendfile_consumer_throughput(port: int, part_dir: str, fetch_bytes: int = FE
     client's own work for each answer, as fetch_throughput does: it builds the Fetch request it would send,
     and hops over the answer's whole batches to find where the next one starts (the next request asks from
     there, as a consumer asks again for a batch cut off at the end). What a server that adds nothing to the
-    transport gives such a client: the most any server can give fetch_throughput's client here."""
+    transport and sleeps between requests gives such a client here (the listener's busy poll can give more)."""
     sizes = [os.path.getsize(os.path.join(part_dir, n)) for n in sorted(os.listdir(part_dir)) if n.endswith(".log")]
     s = socket.create_connection(("127.0.0.1", port))
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
