@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import struct
 import time
+from typing import TYPE_CHECKING
 
 from ..errors import LookupdError
 from ..kafka import apis, framing
@@ -28,6 +29,9 @@ from ..kafka import fetch as F
 from ..log.fileio import WouldBlock, mode as nonblocking_mode
 from ..message.wire import MessageError
 from .kafkabroker import FetchPlan, KafkaBroker
+
+if TYPE_CHECKING:
+    from .service import Counters
 
 # After this many answers read ahead in a row went unused (the client asked for something else, or the log
 # changed first), a connection reads ahead only for one answer in PAUSED_EVERY, until one is used again: a
@@ -41,11 +45,12 @@ _SIZE = struct.Struct(">i")
 class FetchAhead:
     """One connection's prepared answer to the Fetch it expects next (none prepared: `request` is None)."""
 
-    __slots__ = ("broker", "max_bytes_cap", "request", "version", "principal", "plan", "answer", "frame",
+    __slots__ = ("broker", "counters", "max_bytes_cap", "request", "version", "principal", "plan", "answer", "frame",
                  "frame_at", "hits", "misses", "answers", "prepared_at", "came_back_in")
 
-    def __init__(self, broker: KafkaBroker, max_bytes_cap: int):
+    def __init__(self, broker: KafkaBroker, counters: Counters, max_bytes_cap: int):
         self.broker = broker
+        self.counters = counters  # the daemon's: its fetches_read_ahead counts every connection's hits
         self.max_bytes_cap = max_bytes_cap
         self.request: F.FetchRequest | None = None
         self.version = -1
@@ -109,6 +114,7 @@ class FetchAhead:
             self._missed()
             return None
         self.hits += 1
+        self.counters.fetches_read_ahead += 1
         self.misses = 0
         self.came_back_in = time.perf_counter() - self.prepared_at
         return plan, answer

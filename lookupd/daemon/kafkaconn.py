@@ -105,7 +105,7 @@ class KafkaConnection:
         self.close_after: str | None = None  # why the connection ends once the current answer is sent
         self.taken: framing.Event | None = None  # an event the reactor's handler read and left to the task
         self.unsent: list = []  # the rest of an answer the reactor's handler wrote in part: bytes and Regions
-        self.ahead = FetchAhead(self.broker, cfg.max_read_bytes)  # the next Fetch's answer, read ahead
+        self.ahead = FetchAhead(self.broker, daemon.counters, cfg.max_read_bytes)  # the next Fetch's answer, read ahead
         self.busy_poll_s = busy_poll_seconds(cfg.kafka)
 
     # ------------------------------------------------------------------ the daemon's view
@@ -295,7 +295,6 @@ class KafkaConnection:
             return False
         r, version, plan, answer, body_at = taken
         self.daemon.counters.requests += 1
-        self.daemon.counters.fetches_read_ahead += 1
         self._write_fetch(_with_correlation(answer, _I32.unpack_from(data, 8)[0]),
                           (r, version, self.session.principal, plan), data[4:], body_at)
         if self.metrics is not None:
@@ -332,7 +331,6 @@ class KafkaConnection:
         try:
             prepared = self.ahead.take(r, version, principal)
             if prepared is not None:
-                self.daemon.counters.fetches_read_ahead += 1
                 return _with_correlation(prepared[1], req.correlation_id), (r, version, principal, prepared[0])
             plan = self.broker.fetch(r, version, principal, regions=True, max_bytes_cap=self.cfg.max_read_bytes)
         except WouldBlock:
